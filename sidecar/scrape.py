@@ -1,0 +1,264 @@
+"""vLLM's /metrics text -> :class:`Snapshot` of the counters TableTune reads.
+
+Parsing is prometheus_client's own (``text_string_to_metric_families``); this module only
+picks samples by name, sums them over label sets (one series per engine) and checks them.
+Samples are matched by their sample name (``..._total``), so it works whether or not the
+exposition has ``# TYPE`` lines; ``_created`` samples are never read.
+
+Stock vLLM series (required: a body without them is not a spec-decoding vLLM):
+    vllm:spec_decode_num_drafts_total, vllm:spec_decode_num_draft_tokens_total,
+    vllm:spec_decode_num_accepted_tokens_total,
+    vllm:spec_decode_num_accepted_tokens_per_pos_total{position}
+    vllm:num_requests_running (gauge, optional)
+TableTune plugin series (optional; absent means the plugin is not loaded):
+    vllm:spec_decode_num_draft_tokens_per_pos_total{position}
+    tabletune_engine_steps_total{k}, tabletune_request_steps_total{k},
+    tabletune_step_seconds_total{batch_size,k}, tabletune_steps_timed_total{batch_size,k},
+    tabletune_table_version (gauge)
+
+The per-position deltas are the accepted_i and drafted_i of the estimator's
+â_i = (w·a_i^prior + accepted_i) / (w + drafted_i) (eq. â, sidecar/estimator.py).
+
+Pure: takes text, returns values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tuner.errors import ScrapeError
+
+__all__ = ["Snapshot", "SnapshotDelta", "delta", "is_reset", "parse"]
+
+ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+DRAFTED_PER_POS = "vllm:spec_decode_num_draft_tokens_per_pos_total"
+NUM_DRAFTS = "vllm:spec_decode_num_drafts_total"
+NUM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+NUM_ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
+NUM_REQUESTS_RUNNING = "vllm:num_requests_running"
+ENGINE_STEPS = "tabletune_engine_steps_total"
+REQUEST_STEPS = "tabletune_request_steps_total"
+STEP_SECONDS = "tabletune_step_seconds_total"
+STEPS_TIMED = "tabletune_steps_timed_total"
+TABLE_VERSION = "tabletune_table_version"
+WANTED = frozenset({ACCEPTED_PER_POS, DRAFTED_PER_POS, NUM_DRAFTS, NUM_DRAFT_TOKENS,
+                    NUM_ACCEPTED_TOKENS, NUM_REQUESTS_RUNNING, ENGINE_STEPS, REQUEST_STEPS,
+                    STEP_SECONDS, STEPS_TIMED, TABLE_VERSION})
+
+# (name, label values, value) for every wanted sample, grouped by name
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+@dataclass(slots=True, frozen=True)
+class Snapshot:
+    """The counters of one scrape, summed over engines; positions are 0-based."""
+
+    accepted_per_pos: tuple[float, ...]
+    drafted_per_pos: tuple[float, ...] | None
+    num_drafts: float
+    num_draft_tokens: float
+    num_accepted_tokens: float
+    num_requests_running: float | None = None
+    engine_steps: dict[int, float] = field(default_factory=dict)
+    request_steps: dict[int, float] = field(default_factory=dict)
+    step_time: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
+    table_version: int | None = None
+
+    @property
+    def has_plugin(self) -> bool:
+        """True when the TableTune plugin's per-position drafted counter is exposed."""
+        return self.drafted_per_pos is not None
+
+
+@dataclass(slots=True, frozen=True)
+class SnapshotDelta:
+    """Counter increments between two snapshots of the same engine run."""
+
+    accepted_per_pos: tuple[float, ...]
+    drafted_per_pos: tuple[float, ...] | None
+    num_drafts: float
+    num_draft_tokens: float
+    num_accepted_tokens: float
+    engine_steps: dict[int, float]
+    request_steps: dict[int, float]
+    step_time: dict[tuple[int, int], tuple[float, float]]
+
+
+def _collect(text: str, model_name: str | None) -> Samples:
+    """Wanted samples from the exposition; ScrapeError on text prometheus cannot parse."""
+    samples: Samples = defaultdict(list)
+    seen: set[tuple[str, frozenset[tuple[str, str]]]] = set()
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name not in WANTED:
+                    continue
+                # series without a model_name label (e.g. the plugin's) always pass
+                if model_name is not None and sample.labels.get("model_name",
+                                                                model_name) != model_name:
+                    continue
+                key = (sample.name, frozenset(sample.labels.items()))
+                if key in seen:
+                    raise ScrapeError(f"{sample.name}{sample.labels}: duplicate series")
+                seen.add(key)
+                samples[sample.name].append((sample.labels, float(sample.value)))
+    except (ValueError, TypeError, IndexError, KeyError) as exc:
+        raise ScrapeError(f"not Prometheus text: {exc}") from exc
+    for name, series in samples.items():
+        for labels, value in series:
+            if not math.isfinite(value) or value < 0:
+                raise ScrapeError(f"{name}{labels}: value {value} is not a finite count >= 0")
+    return samples
+
+
+def _int_label(name: str, labels: Mapping[str, str], label: str) -> int:
+    """An integer label value, e.g. position="2"; ScrapeError if missing or not an int."""
+    raw = labels.get(label, "")
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ScrapeError(f"{name}{dict(labels)}: label {label}={raw!r} is not an "
+                          "integer") from exc
+
+
+def _by_label(name: str, series: Iterable[tuple[dict[str, str], float]],
+              labels: tuple[str, ...]) -> dict[tuple[int, ...], float]:
+    """Sum a series over everything but ``labels`` (i.e. over engines)."""
+    totals: dict[tuple[int, ...], float] = defaultdict(float)
+    for label_values, value in series:
+        totals[tuple(_int_label(name, label_values, label) for label in labels)] += value
+    return dict(totals)
+
+
+def _per_position(name: str, samples: Samples) -> tuple[float, ...] | None:
+    """Positions 0..n-1 summed over engines; None if absent, ScrapeError on gaps."""
+    if name not in samples:
+        return None
+    totals = _by_label(name, samples[name], ("position",))
+    positions = sorted(position for (position,) in totals)
+    if positions != list(range(len(positions))):
+        raise ScrapeError(f"{name}: positions {positions} are not 0..{len(positions) - 1}; "
+                          "a position is missing")
+    return tuple(totals[(position,)] for position in positions)
+
+
+def _total(name: str, samples: Samples) -> float | None:
+    """A counter or gauge summed over engines; None if absent."""
+    if name not in samples:
+        return None
+    return sum(value for _, value in samples[name])
+
+
+def _required(name: str, samples: Samples, model_name: str | None) -> float:
+    """A stock vLLM counter summed over engines; ScrapeError if absent."""
+    total = _total(name, samples)
+    if total is None:
+        raise ScrapeError(_missing(name, model_name))
+    return total
+
+
+def _missing(name: str, model_name: str | None) -> str:
+    """The message for a required series that is not in the body."""
+    scope = "" if model_name is None else f" for model_name={model_name!r}"
+    return (f"{name}: missing{scope}; is this vLLM with speculative decoding on"
+            f"{'' if model_name is None else ' and that model served'}?")
+
+
+def _step_time(samples: Samples) -> dict[tuple[int, int], tuple[float, float]]:
+    """(B, k) -> (seconds, timed steps) from the plugin's two step-time counters."""
+    seconds = _by_label(STEP_SECONDS, samples.get(STEP_SECONDS, []), ("batch_size", "k"))
+    counts = _by_label(STEPS_TIMED, samples.get(STEPS_TIMED, []), ("batch_size", "k"))
+    return {(key[0], key[1]): (seconds.get(key, 0.0), counts.get(key, 0.0))
+            for key in sorted(seconds.keys() | counts.keys())}
+
+
+def parse(text: str, model_name: str | None = None) -> Snapshot:
+    """Read one /metrics body; sum over engines, optionally only for ``model_name``."""
+    samples = _collect(text, model_name)
+    accepted = _per_position(ACCEPTED_PER_POS, samples)
+    if accepted is None:
+        raise ScrapeError(_missing(ACCEPTED_PER_POS, model_name))
+    drafted = _per_position(DRAFTED_PER_POS, samples)
+    if drafted is not None and len(drafted) != len(accepted):
+        raise ScrapeError(f"{DRAFTED_PER_POS}: {len(drafted)} positions but "
+                          f"{ACCEPTED_PER_POS} has {len(accepted)}; they must match")
+    version = _total(TABLE_VERSION, samples)
+    return Snapshot(
+        accepted_per_pos=accepted,
+        drafted_per_pos=drafted,
+        num_drafts=_required(NUM_DRAFTS, samples, model_name),
+        num_draft_tokens=_required(NUM_DRAFT_TOKENS, samples, model_name),
+        num_accepted_tokens=_required(NUM_ACCEPTED_TOKENS, samples, model_name),
+        num_requests_running=_total(NUM_REQUESTS_RUNNING, samples),
+        engine_steps={k: v for (k,), v in
+                      _by_label(ENGINE_STEPS, samples.get(ENGINE_STEPS, []), ("k",)).items()},
+        request_steps={k: v for (k,), v in
+                       _by_label(REQUEST_STEPS, samples.get(REQUEST_STEPS, []),
+                                 ("k",)).items()},
+        step_time=_step_time(samples),
+        table_version=None if version is None else int(version),
+    )
+
+
+def _monotone_pairs(snapshot: Snapshot) -> dict[str, float]:
+    """Every monotone counter of a snapshot, flattened to name -> value for comparison."""
+    pairs = {"num_drafts": snapshot.num_drafts, "num_draft_tokens": snapshot.num_draft_tokens,
+             "num_accepted_tokens": snapshot.num_accepted_tokens}
+    pairs.update({f"accepted[{i}]": v for i, v in enumerate(snapshot.accepted_per_pos)})
+    pairs.update({f"drafted[{i}]": v for i, v in enumerate(snapshot.drafted_per_pos or ())})
+    pairs.update({f"engine_steps[{k}]": v for k, v in snapshot.engine_steps.items()})
+    pairs.update({f"request_steps[{k}]": v for k, v in snapshot.request_steps.items()})
+    for (B, k), (seconds, count) in snapshot.step_time.items():
+        pairs[f"step_seconds[{B},{k}]"] = seconds
+        pairs[f"steps_timed[{B},{k}]"] = count
+    return pairs
+
+
+def is_reset(prev: Snapshot, cur: Snapshot) -> bool:
+    """True if the engine restarted between the scrapes: a counter went down or vanished.
+
+    A changed number of positions (a new num_speculative_tokens) or the plugin appearing or
+    vanishing also means a new engine run. ``table_version`` is a gauge: not compared.
+    """
+    if (prev.has_plugin != cur.has_plugin
+            or len(prev.accepted_per_pos) != len(cur.accepted_per_pos)):
+        return True
+    before, after = _monotone_pairs(prev), _monotone_pairs(cur)
+    return any(name not in after or after[name] < value for name, value in before.items())
+
+
+def delta(prev: Snapshot, cur: Snapshot) -> SnapshotDelta:
+    """cur - prev for every counter; ScrapeError after a reset (check :func:`is_reset`)."""
+    if is_reset(prev, cur):
+        raise ScrapeError("counters went down between scrapes (vLLM restarted?); "
+                          "discard prev and start from cur")
+    drafted = None
+    if prev.drafted_per_pos is not None and cur.drafted_per_pos is not None:
+        drafted = _diff(cur.drafted_per_pos, prev.drafted_per_pos)
+    return SnapshotDelta(
+        accepted_per_pos=_diff(cur.accepted_per_pos, prev.accepted_per_pos),
+        drafted_per_pos=drafted,
+        num_drafts=cur.num_drafts - prev.num_drafts,
+        num_draft_tokens=cur.num_draft_tokens - prev.num_draft_tokens,
+        num_accepted_tokens=cur.num_accepted_tokens - prev.num_accepted_tokens,
+        engine_steps=_diff_map(cur.engine_steps, prev.engine_steps),
+        request_steps=_diff_map(cur.request_steps, prev.request_steps),
+        step_time={key: (s - prev.step_time.get(key, (0.0, 0.0))[0],
+                         c - prev.step_time.get(key, (0.0, 0.0))[1])
+                   for key, (s, c) in cur.step_time.items()},
+    )
+
+
+def _diff(cur: tuple[float, ...], prev: tuple[float, ...]) -> tuple[float, ...]:
+    """Element-wise cur - prev."""
+    return tuple(c - p for c, p in zip(cur, prev, strict=True))
+
+
+def _diff_map(cur: Mapping[int, float], prev: Mapping[int, float]) -> dict[int, float]:
+    """cur - prev per key; keys new in cur count from 0 (a k first used since prev)."""
+    return {key: value - prev.get(key, 0.0) for key, value in cur.items()}

@@ -1,0 +1,236 @@
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from sidecar.scrape import Snapshot, delta, is_reset, parse
+from tuner.errors import ScrapeError
+
+# vLLM 0.32's real exposition for the spec-decode series of a 3-token ngram drafter
+REAL = """\
+# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="tiny"} 7.0
+# HELP vllm:spec_decode_num_drafts_created Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_created gauge
+vllm:spec_decode_num_drafts_created{engine="0",model_name="tiny"} 1.7959411759112113e+09
+# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.
+# TYPE vllm:spec_decode_num_draft_tokens_total counter
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="tiny"} 19.0
+# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens.
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="tiny"} 0.0
+# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position.
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="tiny",position="0"} 0.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="tiny",position="1"} 0.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="tiny",position="2"} 0.0
+# HELP vllm:spec_decode_num_accepted_tokens_per_pos_created Accepted tokens per draft position.
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_created gauge
+vllm:spec_decode_num_accepted_tokens_per_pos_created{engine="0",model_name="tiny",position="0"} 1.79e+09
+"""
+
+STOCK = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
+         "vllm:spec_decode_num_accepted_tokens")
+
+
+def exposition(engines: dict[tuple[str, str], dict[str, list[float]]],
+               plugin: dict[str, dict[tuple[str, ...], float]] | None = None) -> str:
+    """generate_latest() of vLLM-named counters; engines[(model, engine)] holds the counts."""
+    registry = CollectorRegistry()
+    stock = {name: Counter(name, "h", ["model_name", "engine"], registry=registry)
+             for name in STOCK}
+    accepted = Counter("vllm:spec_decode_num_accepted_tokens_per_pos", "h",
+                       ["model_name", "engine", "position"], registry=registry)
+    drafted = Counter("vllm:spec_decode_num_draft_tokens_per_pos", "h",
+                      ["model_name", "engine", "position"], registry=registry)
+    running = Gauge("vllm:num_requests_running", "h", ["model_name", "engine"],
+                    registry=registry)
+    for (model, engine), counts in engines.items():
+        for name in STOCK:
+            stock[name].labels(model, engine).inc(counts[name][0])
+        running.labels(model, engine).set(counts["running"][0])
+        for position, value in enumerate(counts["accepted"]):
+            accepted.labels(model, engine, str(position)).inc(value)
+        for position, value in enumerate(counts.get("drafted", [])):
+            drafted.labels(model, engine, str(position)).inc(value)
+    for name, series in (plugin or {}).items():
+        labelnames = {"tabletune_engine_steps": ["k"], "tabletune_request_steps": ["k"],
+                      "tabletune_step_seconds": ["batch_size", "k"],
+                      "tabletune_steps_timed": ["batch_size", "k"]}[name]
+        counter = Counter(name, "h", labelnames, registry=registry)
+        for labels, value in series.items():
+            counter.labels(*labels).inc(value)
+    if plugin is not None:
+        Gauge("tabletune_table_version", "h", registry=registry).set(4)
+    return generate_latest(registry).decode()
+
+
+def engine_counts(K: int, scale: float = 1.0, with_drafted: bool = True) -> dict[str, list[float]]:
+    counts = {name: [scale * (i + 10)] for i, name in enumerate(STOCK)}
+    counts["running"] = [3.0]
+    counts["accepted"] = [scale * (K - i) for i in range(K)]
+    if with_drafted:
+        counts["drafted"] = [scale * 2 * (K - i) for i in range(K)]
+    return counts
+
+
+# --- parsing ----------------------------------------------------------------------------
+
+def test_real_vllm_exposition() -> None:
+    snap = parse(REAL)
+    assert snap.accepted_per_pos == (0.0, 0.0, 0.0)
+    assert (snap.num_drafts, snap.num_draft_tokens, snap.num_accepted_tokens) == (7, 19, 0)
+    assert snap.drafted_per_pos is None and not snap.has_plugin
+    assert snap.num_requests_running is None and snap.table_version is None
+    assert snap.engine_steps == {} and snap.step_time == {}
+
+
+def test_untyped_exposition_reads_the_same() -> None:
+    untyped = "\n".join(line for line in REAL.splitlines() if not line.startswith("#"))
+    assert parse(untyped + "\n") == parse(REAL)
+
+
+def test_sums_engines_and_filters_models() -> None:
+    text = exposition({("tiny", "0"): engine_counts(3), ("tiny", "1"): engine_counts(3, 2.0),
+                       ("other", "0"): engine_counts(3, 10.0)})
+    tiny = parse(text, model_name="tiny")
+    assert tiny.accepted_per_pos == (9.0, 6.0, 3.0)
+    assert tiny.drafted_per_pos == (18.0, 12.0, 6.0) and tiny.has_plugin
+    assert tiny.num_drafts == 30.0 and tiny.num_requests_running == 6.0
+    assert parse(text).num_drafts == 130.0
+    with pytest.raises(ScrapeError, match="missing for model_name='nope'"):
+        parse(text, model_name="nope")
+
+
+def test_plugin_series() -> None:
+    text = exposition({("tiny", "0"): engine_counts(2)}, plugin={
+        "tabletune_engine_steps": {("0",): 5, ("2",): 7},
+        "tabletune_request_steps": {("2",): 40},
+        "tabletune_step_seconds": {("8", "2"): 0.25, ("16", "0"): 0.5},
+        "tabletune_steps_timed": {("8", "2"): 10},
+    })
+    snap = parse(text)
+    assert snap.engine_steps == {0: 5.0, 2: 7.0} and snap.request_steps == {2: 40.0}
+    assert snap.step_time == {(8, 2): (0.25, 10.0), (16, 0): (0.5, 0.0)}
+    assert snap.table_version == 4
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("garbage here\n", "not Prometheus text"),
+    ("<html><body>502 Bad Gateway</body></html>\n", "not Prometheus text"),
+    ("", "vllm:spec_decode_num_accepted_tokens_per_pos_total: missing"),
+    (REAL.replace("} 7.0", "} -7.0"), r"value -7.0 is not a finite count >= 0"),
+    (REAL.replace("} 19.0", "} NaN"), "value nan is not a finite count"),
+    (REAL.replace('position="1"', 'position="5"'), r"positions \[0, 2, 5\] are not 0..2"),
+    (REAL.replace('position="1"', 'position="x"'), "label position='x' is not an integer"),
+    (REAL.replace('position="1"', 'position="0"'), "duplicate series"),
+    (REAL.replace("vllm:spec_decode_num_drafts_total", "x"),
+     "spec_decode_num_drafts_total: missing"),
+    (REAL + 'vllm:spec_decode_num_draft_tokens_per_pos_total{position="0"} 1\n',
+     "1 positions but vllm:spec_decode_num_accepted_tokens_per_pos_total has 3"),
+])
+def test_bad_bodies_raise_scrape_error(text: str, match: str) -> None:
+    with pytest.raises(ScrapeError, match=match):
+        parse(text)
+
+
+@given(st.text(max_size=200))
+def test_any_text_either_parses_or_raises_scrape_error(text: str) -> None:
+    try:
+        parse(text)
+    except ScrapeError:
+        pass
+    try:
+        parse(REAL + text)
+    except ScrapeError:
+        pass
+
+
+count = st.integers(0, 10**9).map(float)
+
+
+@given(st.integers(1, 6).flatmap(lambda K: st.dictionaries(
+    st.tuples(st.sampled_from(["tiny", "other"]), st.sampled_from(["0", "1", "2"])),
+    st.fixed_dictionaries({
+        **{name: st.lists(count, min_size=1, max_size=1) for name in STOCK},
+        "running": st.lists(count, min_size=1, max_size=1),
+        "accepted": st.lists(count, min_size=K, max_size=K),
+        "drafted": st.lists(count, min_size=K, max_size=K)}),
+    min_size=1)))
+def test_generate_latest_round_trip(engines: dict[tuple[str, str], dict[str, list[float]]]) -> None:
+    text = exposition(engines)
+    for model in ("tiny", "other", None):
+        chosen = [c for (m, _), c in engines.items() if model in (None, m)]
+        if not chosen:
+            continue
+        snap = parse(text, model_name=model)
+        K = len(chosen[0]["accepted"])
+        assert snap.accepted_per_pos == tuple(sum(c["accepted"][i] for c in chosen)
+                                              for i in range(K))
+        assert snap.drafted_per_pos == tuple(sum(c["drafted"][i] for c in chosen)
+                                             for i in range(K))
+        assert snap.num_drafts == sum(c[STOCK[0]][0] for c in chosen)
+        assert snap.num_draft_tokens == sum(c[STOCK[1]][0] for c in chosen)
+        assert snap.num_accepted_tokens == sum(c[STOCK[2]][0] for c in chosen)
+        assert snap.num_requests_running == sum(c["running"][0] for c in chosen)
+
+
+# --- resets and deltas ------------------------------------------------------------------
+
+def snapshot(**changes: object) -> Snapshot:
+    base = Snapshot(accepted_per_pos=(5.0, 3.0), drafted_per_pos=(8.0, 6.0), num_drafts=8.0,
+                    num_draft_tokens=14.0, num_accepted_tokens=8.0, num_requests_running=2.0,
+                    engine_steps={2: 8.0}, request_steps={2: 8.0},
+                    step_time={(1, 2): (0.1, 8.0)}, table_version=1)
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_delta_of_growing_counters() -> None:
+    prev = snapshot()
+    cur = snapshot(accepted_per_pos=(9.0, 4.0), drafted_per_pos=(12.0, 10.0), num_drafts=12.0,
+                   engine_steps={2: 10.0, 1: 3.0}, step_time={(1, 2): (0.3, 10.0)},
+                   table_version=2, num_requests_running=0.0)
+    assert not is_reset(prev, cur)
+    d = delta(prev, cur)
+    assert d.accepted_per_pos == (4.0, 1.0) and d.drafted_per_pos == (4.0, 4.0)
+    assert d.num_drafts == 4.0 and d.num_draft_tokens == 0.0
+    assert d.engine_steps == {2: 2.0, 1: 3.0} and d.request_steps == {2: 0.0}
+    assert d.step_time[(1, 2)] == pytest.approx((0.2, 2.0))
+
+
+def test_delta_without_plugin_has_no_drafted() -> None:
+    prev, cur = snapshot(drafted_per_pos=None), snapshot(drafted_per_pos=None, num_drafts=9.0)
+    assert delta(prev, cur).drafted_per_pos is None
+
+
+@pytest.mark.parametrize("changes", [
+    {"num_drafts": 7.0},
+    {"accepted_per_pos": (5.0, 2.0)},
+    {"drafted_per_pos": (0.0, 0.0)},
+    {"drafted_per_pos": None},
+    {"accepted_per_pos": (5.0, 3.0, 0.0), "drafted_per_pos": (8.0, 6.0, 0.0)},
+    {"engine_steps": {}},
+    {"request_steps": {2: 1.0}},
+    {"step_time": {(1, 2): (0.05, 8.0)}},
+])
+def test_reset_detection(changes: dict[str, Any]) -> None:
+    prev, cur = snapshot(), snapshot(**changes)
+    assert is_reset(prev, cur)
+    with pytest.raises(ScrapeError, match="counters went down"):
+        delta(prev, cur)
+
+
+def test_table_version_going_down_is_not_a_reset() -> None:
+    assert not is_reset(snapshot(), snapshot(table_version=0, num_requests_running=0.0))
+
+
+def test_real_restart_is_detected_end_to_end() -> None:
+    before = parse(exposition({("tiny", "0"): engine_counts(3, 5.0)}))
+    after = parse(exposition({("tiny", "0"): engine_counts(3, 1.0)}))
+    assert is_reset(before, after) and not is_reset(after, before)

@@ -1,0 +1,183 @@
+"""Goodput math: which draft length k each batch size B should use.
+
+Legend (the paper's symbols; arrays are 0-based, so row b-1 is batch size b):
+
+    B        batch size: the number of requests in one decode step, 1..max_num_seqs
+    k        draft length used in a step, 0..K (0: the drafter guesses nothing)
+    K        the longest draft length, vLLM's num_speculative_tokens
+    T(B, k)  measured step time at batch size B with k drafts (seconds or ms: only ratios
+             of G matter, so the unit cancels)
+    a_i      probability that the first i drafts are all accepted; a[i-1] holds a_i
+    tau(k)   mean tokens a request keeps per step: tau(k) = 1 + sum_{i<=k} a_i    (eq. tau)
+    G(B, k)  goodput, kept tokens per unit time: G(B, k) = B * tau(k) / T(B, k)   (eq. G)
+
+The paper states two equations, cited below as eq. G and eq. tau.
+
+Pure: takes arrays, returns arrays. A rebuild for max_num_seqs=1024, K=8 takes well under
+1 ms, so the sidecar runs it inline (see benchmarks/).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from tuner.errors import InvalidInput
+from tuner.table import Table
+
+__all__ = ["TableChoice", "build_table", "choose_k", "choose_table", "goodput",
+           "interpolate_step_times", "predicted_loss", "tau"]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(slots=True, frozen=True)
+class TableChoice:
+    """A built table with what it was built from: ks[b-1] is k at B=b, G is eq. G."""
+
+    table: Table
+    ks: IntArray
+    G: FloatArray
+
+
+def _floats(name: str, values: Any, ndim: int) -> FloatArray:
+    """``values`` as a finite float array of ``ndim`` dimensions, else InvalidInput."""
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{name}: not numeric ({exc})") from exc
+    if array.ndim != ndim or array.size == 0:
+        raise InvalidInput(f"{name}: expected a non-empty {ndim}-D array, got shape "
+                           f"{array.shape}")
+    if not np.all(np.isfinite(array)):
+        raise InvalidInput(f"{name}: contains nan or inf; measure or estimate it again")
+    return array
+
+
+def tau(a: Any) -> FloatArray:
+    """tau[k] = 1 + sum_{i<=k} a_i for k = 0..K (eq. tau); shape (K+1,)."""
+    a_arr = _floats("a", a, 1)
+    if np.any((a_arr < 0) | (a_arr > 1)):
+        raise InvalidInput(f"a: every a_i must lie in [0, 1], got {a_arr.tolist()}")
+    return np.concatenate(([1.0], 1.0 + np.cumsum(a_arr)))
+
+
+def interpolate_step_times(grid_B: Any, T_grid: Any, max_num_seqs: int) -> FloatArray:
+    """T(B, k) for every B = 1..max_num_seqs from the profiled grid (input to eq. G).
+
+    Linear in B between grid points, per k. Outside the grid the nearest measured value is
+    held: extrapolating a step time that has jumps (paper, "Results") would invent data,
+    and holding never claims that an unmeasured B is cheaper than a measured one nearby.
+    Returns shape (max_num_seqs, K+1); row b-1 is batch size b.
+    """
+    grid = np.asarray(grid_B)
+    if grid.ndim != 1 or grid.size == 0 or not np.issubdtype(grid.dtype, np.integer):
+        raise InvalidInput(f"grid_B: expected a non-empty 1-D list of integers, got {grid!r}")
+    if grid[0] < 1 or np.any(np.diff(grid) <= 0):
+        raise InvalidInput(f"grid_B: batch sizes must be >= 1 and strictly increasing, "
+                           f"got {grid.tolist()}")
+    T = _floats("T_grid", T_grid, 2)
+    if T.shape[0] != grid.size or T.shape[1] < 1:
+        raise InvalidInput(f"T_grid: shape {T.shape} does not match (len(grid_B)={grid.size}"
+                           ", K+1)")
+    if np.any(T <= 0):
+        raise InvalidInput("T_grid: every step time must be > 0")
+    if max_num_seqs < 1:
+        raise InvalidInput(f"max_num_seqs={max_num_seqs} must be >= 1")
+    # one set of weights for all k: row = T[lo] + w * (T[hi] - T[lo])
+    if grid.size == 1:
+        return np.repeat(T, max_num_seqs, axis=0)
+    B = np.clip(np.arange(1, max_num_seqs + 1, dtype=np.float64), grid[0], grid[-1])
+    hi = np.clip(np.searchsorted(grid, B, side="left"), 1, grid.size - 1)
+    lo = hi - 1
+    w = ((B - grid[lo]) / (grid[hi] - grid[lo]))[:, None]
+    return T[lo] + w * (T[hi] - T[lo])  # type: ignore[no-any-return]
+
+
+def goodput(T_dense: Any, a: Any) -> FloatArray:
+    """G[b-1, k] = b * tau(k) / T(b, k) (eq. G) for every B = 1..len(T_dense)."""
+    taus = tau(a)
+    T = _floats("T_dense", T_dense, 2)
+    if T.shape[1] != taus.size:
+        raise InvalidInput(f"T_dense: has {T.shape[1]} columns but a gives K={taus.size - 1};"
+                           " need K+1 columns, one per k = 0..K")
+    if np.any(T <= 0):
+        raise InvalidInput("T_dense: every step time must be > 0")
+    B = np.arange(1, T.shape[0] + 1, dtype=np.float64)[:, None]
+    return B * taus[None, :] / T
+
+
+def _allowed_mask(num_k: int, allowed_k: set[int] | None) -> npt.NDArray[np.bool_]:
+    """Boolean mask over k = 0..num_k-1; InvalidInput if ``allowed_k`` leaves nothing."""
+    if allowed_k is None:
+        return np.ones(num_k, dtype=bool)
+    bad = sorted(k for k in allowed_k if not 0 <= k < num_k)
+    if bad or not allowed_k:
+        raise InvalidInput(f"allowed_k={sorted(allowed_k)}: needs at least one k and every k "
+                           f"in 0..{num_k - 1}; out of range: {bad}")
+    mask = np.zeros(num_k, dtype=bool)
+    mask[sorted(allowed_k)] = True
+    return mask
+
+
+def choose_k(G: Any, tie: float = 0.005, allowed_k: set[int] | None = None) -> IntArray:
+    """Per B, the k maximising G(B, k) (eq. G), with the paper's tie rule.
+
+    Walking B upward, the previous B's k is kept unless the best allowed k is more than
+    ``tie`` (relative) better at this B, so near-ties do not split the table into many
+    ranges. B=1 takes the plain argmax (ties go to the smallest k).
+    """
+    G_arr = _floats("G", G, 2)
+    if tie < 0:
+        raise InvalidInput(f"tie={tie} must be >= 0")
+    masked = np.where(_allowed_mask(G_arr.shape[1], allowed_k)[None, :], G_arr, -np.inf)
+    best = np.argmax(masked, axis=1)
+    best_G = masked[np.arange(masked.shape[0]), best]
+    # switch[b][k]: at row b, leaving k for best[b] gains more than the tie margin
+    switch = (best_G[:, None] > masked * (1.0 + tie)).tolist()
+    best_list = best.tolist()
+    ks = [0] * len(best_list)
+    current = best_list[0]
+    # sequential by nature (each row depends on the previous choice), so a plain loop
+    # over precomputed python lists: ~1024 cheap iterations
+    for row, (row_switch, row_best) in enumerate(zip(switch, best_list, strict=True)):
+        if row_switch[current]:
+            current = row_best
+        ks[row] = current
+    return np.asarray(ks, dtype=np.int64)
+
+
+def choose_table(T_dense: Any, a: Any, tie: float = 0.005,
+                 allowed_k: set[int] | None = None) -> TableChoice:
+    """The table maximising eq. G for already-dense step times (the sidecar's rebuild)."""
+    G = goodput(T_dense, a)
+    ks = choose_k(G, tie=tie, allowed_k=allowed_k)
+    return TableChoice(table=Table.from_dense(ks.tolist()), ks=ks, G=G)
+
+
+def build_table(grid_B: Any, T_grid: Any, a: Any, max_num_seqs: int, tie: float = 0.005,
+                allowed_k: set[int] | None = None) -> TableChoice:
+    """Profile grid + acceptance -> the table maximising G(B, k) (eq. G) for B=1..max."""
+    T_dense = interpolate_step_times(grid_B, T_grid, max_num_seqs)
+    return choose_table(T_dense, a, tie=tie, allowed_k=allowed_k)
+
+
+def predicted_loss(table: Table, T_dense: Any, a: Any, num_speculative_tokens: int,
+                   allowed_k: set[int] | None = None) -> FloatArray:
+    """Per B: 1 - G(B, k_table(B)) / max_k G(B, k) (eq. G), 0 where the table is best.
+
+    K is looked up as vLLM does (clamped to ``num_speculative_tokens``); the max runs over
+    every k = 0..K, or over ``allowed_k`` when given.
+    """
+    G = goodput(T_dense, a)
+    ks = np.asarray(table.dense(G.shape[0], num_speculative_tokens)[1:], dtype=np.int64)
+    if ks.max() >= G.shape[1]:
+        raise InvalidInput(f"table: uses K={int(ks.max())} but T_dense only has k = 0.."
+                           f"{G.shape[1] - 1}; profile the larger k or lower the table")
+    masked = np.where(_allowed_mask(G.shape[1], allowed_k)[None, :], G, -np.inf)
+    chosen = G[np.arange(G.shape[0]), ks]
+    return 1.0 - chosen / masked.max(axis=1)  # type: ignore[no-any-return]
