@@ -1,0 +1,138 @@
+"""The plugin inside a real vLLM CPU engine: swap, validation, exploration, hysteresis,
+token, reject-all and the acceptance emulator, all seen in the engine's own counters."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from tests.conftest import STARTUP_TABLE, Engine
+from tests.helpers import burst, delta
+from tuner.prompts import repetitive
+
+pytestmark = pytest.mark.engine
+
+
+@pytest_asyncio.fixture(autouse=True, loop_scope="session")
+async def engine_defaults(engine: Engine) -> AsyncIterator[None]:
+    yield
+    assert (await engine.admin("PUT", "/v1/table", {"table": STARTUP_TABLE}))[0] == 200
+    assert (await engine.admin("PUT", "/v1/policy", {"explore_every": 0, "hysteresis": 0}))[0] == 200
+    assert (await engine.admin("PUT", "/v1/emulation", {"rates": [1.0, 1.0, 1.0]}))[0] == 200
+
+
+def prompts(engine: Engine, n: int, seed: int = 0) -> list:
+    return repetitive(n, engine.vocab_size, seed=seed)
+
+
+async def test_get_table_describes_the_engine(engine: Engine) -> None:
+    status, body = await engine.admin("GET", "/v1/table")
+    assert status == 200
+    assert body["table"] == STARTUP_TABLE
+    assert body["num_speculative_tokens"] == 3 and body["max_num_seqs"] == 16
+    assert body["startup_k"] == [1, 3]
+
+
+async def test_swap_changes_the_scheduled_k_at_the_next_step(engine: Engine) -> None:
+    status, body = await engine.admin("PUT", "/v1/table", {"table": [[1, 16, 2]]})
+    assert status == 200 and body["table"] == [[1, 16, 2]]
+    before = await engine.stats()
+    await burst(engine.url, prompts(engine, 1), max_tokens=16)
+    after = await engine.stats()
+    steps = delta(after, before, "engine_steps_per_k")
+    assert steps.get("2", 0) >= 3 and steps.get("3", 0) == 0 and steps.get("1", 0) == 0
+    assert after["swap_latency_s"] is not None and after["swap_latency_s"] < 5.0
+
+
+@pytest.mark.parametrize("table, field_text", [
+    ([[1, 16, 4]], "exceeds num_speculative_tokens=3"),
+    ([[2, 16, 1]], "start"),
+    ([[1, 8, 3], [6, 16, 1]], "overlap"),
+    ("not a table", "table"),
+])
+async def test_invalid_table_is_rejected_and_the_old_one_stays(engine: Engine, table: object,
+                                                                field_text: str) -> None:
+    _, before = await engine.admin("GET", "/v1/table")
+    status, body = await engine.admin("PUT", "/v1/table", {"table": table})
+    assert status == 422, body
+    assert field_text in body["error"]
+    _, after = await engine.admin("GET", "/v1/table")
+    assert after["table"] == before["table"] and after["version"] == before["version"]
+
+
+async def test_unknown_fields_bad_json_and_routes(engine: Engine) -> None:
+    assert (await engine.admin("PUT", "/v1/table", {"table": STARTUP_TABLE, "x": 1}))[0] == 422
+    assert (await engine.admin("PUT", "/v1/policy", {"explore_every": -1}))[0] == 422
+    assert (await engine.admin("GET", "/v1/nothing"))[0] == 404
+
+
+async def test_mutations_need_the_token(engine: Engine) -> None:
+    status, body = await engine.admin("PUT", "/v1/table", {"table": [[1, 16, 1]]}, token=None)
+    assert status == 401 and "token" in body["error"]
+    status, _ = await engine.admin("PUT", "/v1/table", {"table": [[1, 16, 1]]}, token="wrong")
+    assert status == 401
+    _, table = await engine.admin("GET", "/v1/table", token=None)  # reads stay open
+    assert table["table"] == STARTUP_TABLE
+
+
+async def test_exploration_drafts_the_last_position_while_the_table_says_one(engine: Engine) -> None:
+    await engine.admin("PUT", "/v1/table", {"table": [[1, 16, 1]]})
+    await engine.admin("PUT", "/v1/policy", {"explore_every": 4})
+    before = await engine.stats()
+    await burst(engine.url, prompts(engine, 1, seed=3), max_tokens=40)
+    after = await engine.stats()
+    drafted = delta(after, before, "drafted_per_pos")
+    assert drafted[2] > 0 and drafted[0] > drafted[2]
+    assert delta(after, before, "explore_steps") > 0
+
+
+async def test_hysteresis_holds_k_at_an_edge(engine: Engine) -> None:
+    # Table edge at B=4 (K=3 below, K=1 above). With h=3, a batch of 6 keeps K=3.
+    await engine.admin("PUT", "/v1/policy", {"hysteresis": 3})
+    await burst(engine.url, prompts(engine, 1), max_tokens=4)  # current K = 3
+    before = await engine.stats()
+    await burst(engine.url, prompts(engine, 6, seed=5), max_tokens=24)
+    after = await engine.stats()
+    steps = delta(after, before, "engine_steps_per_k")
+    assert steps.get("1", 0) == 0 and steps.get("3", 0) > 0
+    # Control: without hysteresis the same burst runs at K=1.
+    await engine.admin("PUT", "/v1/policy", {"hysteresis": 0})
+    before = await engine.stats()
+    await burst(engine.url, prompts(engine, 6, seed=5), max_tokens=24)
+    steps = delta(await engine.stats(), before, "engine_steps_per_k")
+    assert steps.get("1", 0) > 0
+
+
+async def test_reject_all_keeps_the_batch_in_lockstep(engine: Engine) -> None:
+    await engine.admin("PUT", "/v1/table", {"table": [[1, 16, 3]]})
+    status, body = await engine.admin("PUT", "/v1/emulation", {"rates": [0.0, 0.0, 0.0]})
+    assert status == 200 and body["rates"] == [0.0, 0.0, 0.0]
+    before = await engine.stats()
+    max_tokens = 20
+    replies = await burst(engine.url, prompts(engine, 4, seed=9), max_tokens=max_tokens)
+    after = await engine.stats()
+    assert all(r["usage"]["completion_tokens"] == max_tokens for r in replies)
+    assert delta(after, before, "accepted_per_pos") == [0, 0, 0]
+    assert min(delta(after, before, "drafted_per_pos")) > 0
+    # One token per request per step: 4 requests of 20 tokens take ~20 steps (+1 if the
+    # requests arrived over two steps), never fewer.
+    steps = sum(delta(after, before, "engine_steps_per_k").values())
+    assert max_tokens <= steps <= max_tokens + 2
+
+
+async def test_emulator_replays_an_acceptance_profile(engine: Engine) -> None:
+    await engine.admin("PUT", "/v1/table", {"table": [[1, 16, 3]]})
+    rates = [0.7, 0.5, 0.3]
+    assert (await engine.admin("PUT", "/v1/emulation", {"rates": rates}))[0] == 200
+    before = await engine.stats()
+    await burst(engine.url, prompts(engine, 8, seed=11), max_tokens=64)
+    after = await engine.stats()
+    drafted = delta(after, before, "drafted_per_pos")
+    accepted = delta(after, before, "accepted_per_pos")
+    measured = [a / d for a, d in zip(accepted, drafted)]
+    assert drafted[0] > 100
+    for got, want in zip(measured, rates):
+        assert abs(got - want) < 0.12, (measured, rates)
+    assert (await engine.admin("PUT", "/v1/emulation", {"rates": [0.5, 0.6]}))[0] == 422

@@ -1,0 +1,88 @@
+"""Pure parts of the plugin: per-step K policy, settings, counting."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vllm_patch.hooks import count_step
+from vllm_patch.policy import choose_k
+from vllm_patch.settings import from_env
+from vllm_patch.state import Counters, Policy, step_bucket
+
+DENSE = (3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0)  # [[1,4,3],[5,10,1],[11,16,0]]
+
+
+def test_table_k_without_policy() -> None:
+    assert choose_k(DENSE, 4, None, 0, Policy(), 3) == (3, False)
+    assert choose_k(DENSE, 5, 3, 0, Policy(), 3) == (1, False)
+
+
+def test_exploration_every_n_steps() -> None:
+    p = Policy(explore_every=5)
+    ks = [choose_k(DENSE, 12, 0, step, p, 3) for step in range(10)]
+    assert [k for k, explored in ks if explored] == [3, 3]
+    assert ks[4] == (3, True) and ks[9] == (3, True)
+
+
+def test_hysteresis_holds_within_h_of_the_edge() -> None:
+    p = Policy(hysteresis=2)
+    assert choose_k(DENSE, 6, 3, 0, p, 3) == (3, False)   # edge at 4, 6 is within 2
+    assert choose_k(DENSE, 7, 3, 0, p, 3) == (1, False)   # 7 is past the band
+    assert choose_k(DENSE, 3, 1, 0, p, 3) == (1, False)   # coming down: 3 is within 2 of 5
+
+
+@given(st.lists(st.integers(0, 3), min_size=2, max_size=40), st.integers(0, 5),
+       st.integers(0, 3), st.data())
+def test_policy_k_is_always_a_k_of_the_table_or_the_current(ks: list[int], h: int, cur: int,
+                                                            data: st.DataObject) -> None:
+    dense = (ks[0], *ks)
+    b = data.draw(st.integers(1, len(ks)))
+    k, explored = choose_k(dense, b, cur, 1, Policy(hysteresis=h), 3)
+    assert not explored and k in (dense[b], cur)
+    if k != dense[b]:
+        assert cur in dense[max(1, b - h):b + h + 1]
+
+
+def test_settings_from_env() -> None:
+    s = from_env({"TABLETUNE_ADMIN_PORT": "8500", "TABLETUNE_EMULATE_ACCEPTANCE": "0.7,0.5,0.3",
+                  "TABLETUNE_HYSTERESIS": "2"})
+    assert s.admin_port == 8500 and s.admin_host == "127.0.0.1" and s.hysteresis == 2
+    assert s.emulate_acceptance == (0.7, 0.5, 0.3) and s.emulation_enabled
+    assert from_env({}).admin_port is None and not from_env({}).emulation_enabled
+    with pytest.raises(ValueError, match="TABLETUNE_EXPLORE_EVERY"):
+        from_env({"TABLETUNE_EXPLORE_EVERY": "often"})
+    with pytest.raises(ValueError, match="cannot grow"):
+        from_env({"TABLETUNE_EMULATE_ACCEPTANCE": "0.5,0.7"})
+
+
+def test_token_file(tmp_path) -> None:
+    (tmp_path / "t").write_text("abc\n")
+    assert from_env({"TABLETUNE_ADMIN_TOKEN_FILE": str(tmp_path / "t")}).admin_token == "abc"
+
+
+def step(k: int, spec: dict[str, list[int]], generated: dict[str, int]) -> SimpleNamespace:
+    return SimpleNamespace(num_scheduled_tokens={r: 1 for r in generated},
+                           num_spec_tokens_to_schedule=k, scheduled_spec_decode_tokens=spec)
+
+
+def test_count_step_uses_the_k_offered_the_step_before() -> None:
+    c = Counters(num_positions=3)
+    # step 1: prefill of a and b (tokens out, no drafts yet), K=3 offered for the next step
+    offered = count_step(c, step(3, {}, {"a": 1, "b": 1}), {"a": 1, "b": 1}, {}, 0.01)
+    # step 2: a drafted 3 and kept 2; b's ngram found nothing (empty draft); K=1 next
+    gen = {"a": 3, "b": 1}
+    offered = count_step(c, step(1, {"a": [7, 8, 9]}, gen), gen, offered, 0.02)
+    assert c.drafted_per_pos == [2, 2, 2]      # the empty draft still had 3 chances
+    assert c.accepted_per_pos == [1, 1, 0]
+    assert c.histogram == {(3, 2): 1, (0, 0): 1}
+    assert c.request_steps_per_k == {3: 2}
+    assert offered == {"a": 1, "b": 1}
+    assert c.engine_steps_per_k == {3: 1, 1: 1}
+
+
+def test_step_buckets() -> None:
+    assert [step_bucket(b) for b in (1, 16, 17, 24, 25)] == [1, 16, 24, 24, 32]

@@ -1,0 +1,138 @@
+"""Wrappers around vLLM's Scheduler, installed per instance when EngineCore builds one.
+
+- `dynamic_sd_lookup` becomes a PolicyLookup (hot-swappable table, hysteresis, exploration);
+- `schedule` marks the time its output leaves for the workers;
+- `update_from_output` counts every request-step and times the step.
+
+Time semantics (vLLM): K chosen at step t is the length the worker drafts at the end of step t,
+verified at t+1. So a request's offered K is the previous step's K, remembered per request.
+Every wrapper calls vLLM's own method first and does its own bookkeeping in a guard: a failure is
+logged once with context and the step goes on as vLLM would have run it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from vllm_patch.policy import PolicyLookup
+from vllm_patch.state import Counters, EngineState, Policy, TableState
+from vllm_patch.settings import PluginSettings
+
+log = logging.getLogger("vllm.tabletune")
+REQUIRED_SCHEDULER_ATTRS = ("dynamic_sd_lookup", "num_spec_tokens", "schedule",
+                            "update_from_output", "scheduler_config", "requests")
+
+
+class Guard:
+    """Counts hook failures and logs the first one of each kind, with context."""
+
+    def __init__(self, engine: EngineState) -> None:
+        self.engine = engine
+        self.seen: set[str] = set()
+
+    def __call__(self, where: str, exc: Exception) -> None:
+        self.engine.hook_errors += 1
+        key = f"{where}:{type(exc).__name__}"
+        if key not in self.seen:
+            self.seen.add(key)
+            log.exception("TableTune hook %s failed (%s); vLLM's own behaviour is kept for this "
+                          "step and later failures of this kind are counted, not logged", where, exc)
+
+
+def missing_attrs(obj: object, names: tuple[str, ...]) -> list[str]:
+    return [n for n in names if not hasattr(obj, n)]
+
+
+def engine_state(scheduler: Any, settings: PluginSettings) -> EngineState:
+    from tuner.table import Table
+
+    num_spec = int(scheduler.num_spec_tokens or 0)
+    max_num_seqs = int(scheduler.scheduler_config.max_num_seqs)
+    lookup = scheduler.dynamic_sd_lookup
+    table = None
+    if lookup is not None:
+        dense = tuple(int(k) for k in lookup)
+        table = TableState(Table.from_dense(dense[1:]), dense, version=1, swapped_at=time.time())
+    try:
+        model_name = str(scheduler.vllm_config.model_config.served_model_name)
+    except AttributeError:
+        model_name = "unknown"
+    return EngineState(
+        table=table, policy=Policy(settings.explore_every, settings.hysteresis),
+        num_speculative_tokens=num_spec, max_num_seqs=max_num_seqs, model_name=model_name,
+        startup_k=frozenset(table.dense[1:]) if table else frozenset({num_spec}),
+        restrict_k=settings.restrict_k, counters=Counters(num_positions=num_spec),
+        emulation=settings.emulate_acceptance if not settings.reject_all else (0.0,) * max(num_spec, 1),
+        emulation_enabled=settings.emulation_enabled, applied_version=1)
+
+
+def install(scheduler: Any, engine: EngineState) -> None:
+    guard = Guard(engine)
+    if engine.table is not None:
+        scheduler.dynamic_sd_lookup = PolicyLookup(engine, lambda e: guard("lookup", e))
+    orig_schedule = scheduler.schedule
+    orig_update = scheduler.update_from_output
+    marks: dict[str, Any] = {"t_sched": None, "offered": {}}
+
+    def schedule(*args: Any, **kwargs: Any) -> Any:
+        out = orig_schedule(*args, **kwargs)
+        marks["t_sched"] = time.perf_counter()
+        return out
+
+    def update_from_output(scheduler_output: Any, model_runner_output: Any) -> Any:
+        elapsed = None if marks["t_sched"] is None else time.perf_counter() - marks["t_sched"]
+        marks["t_sched"] = None
+        try:
+            # Lengths before vLLM's update: it trims a finished request's tokens in place.
+            num_generated = generated_lengths(scheduler_output, model_runner_output)
+        except Exception as exc:
+            num_generated = None
+            guard("update_from_output", exc)
+        result = orig_update(scheduler_output, model_runner_output)
+        if num_generated is not None:
+            try:
+                with engine.lock:
+                    marks["offered"] = count_step(engine.counters, scheduler_output,
+                                                  num_generated, marks["offered"], elapsed)
+            except Exception as exc:
+                guard("update_from_output", exc)
+        return result
+
+    scheduler.schedule = schedule
+    scheduler.update_from_output = update_from_output
+
+
+def generated_lengths(so: Any, mro: Any) -> dict[str, int]:
+    """Tokens each scheduled request got this step (0 for a prefill chunk)."""
+    index = mro.req_id_to_index
+    sampled = mro.sampled_token_ids
+    out = {}
+    for req_id in so.num_scheduled_tokens:
+        i = index.get(req_id)
+        out[req_id] = len(sampled[i]) if (sampled and i is not None and i < len(sampled)) else 0
+    return out
+
+
+def count_step(counters: Counters, so: Any, num_generated: dict[str, int],
+               offered: dict[str, int], elapsed: float | None) -> dict[str, int]:
+    """Count this step's request-steps; return the K offered to each request for the next step."""
+    scheduled = so.num_scheduled_tokens
+    if not scheduled:
+        return offered
+    k_now = int(getattr(so, "num_spec_tokens_to_schedule", 0) or 0)
+    spec = so.scheduled_spec_decode_tokens
+    next_offered: dict[str, int] = {}
+    for req_id in scheduled:
+        generated = num_generated.get(req_id, 0)
+        if not generated:
+            continue  # a prefill chunk: no token, no draft proposed after it
+        k_prev = offered.get(req_id)
+        if k_prev is not None:
+            drafted = len(spec.get(req_id, ()))
+            accepted = generated - 1 if drafted else 0
+            counters.record_request_step(k_prev, drafted, accepted)
+        next_offered[req_id] = k_now
+    counters.record_step(len(scheduled), k_now, elapsed)
+    return next_offered
