@@ -31,6 +31,13 @@ def _serve(args: argparse.Namespace) -> int:
     return asyncio.run(serve_forever(args))
 
 
+def _sidecar(args: argparse.Namespace) -> int:
+    from sidecar.app import run
+    from sidecar.settings import from_args
+
+    return run(from_args(args))
+
+
 def _add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="model path (default: the embedded tiny Llama)")
     p.add_argument("--method", default="ngram", choices=["ngram", "draft_model"])
@@ -59,6 +66,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--emulate", default=None, help="acceptance emulator rates, e.g. 0.7,0.5,0.3")
     p.add_argument("--smoke", action="store_true", help="send a few completions, print, and stop")
     p.set_defaults(func=_serve)
+
+    from sidecar.settings import add_arguments
+
+    p = sub.add_parser("sidecar", help="follow live acceptance and keep the engine's table optimal",
+                       description="Scrape vLLM's /metrics, estimate acceptance, rebuild the table "
+                                   "with the profile's step times, push it (or only recommend).")
+    add_arguments(p)
+    p.set_defaults(func=_sidecar)
     return ap
 
 

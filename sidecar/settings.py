@@ -1,0 +1,85 @@
+"""The sidecar's configuration: flags and TABLETUNE_SIDECAR_* environment variables.
+
+One pydantic-settings model is the single source: `tabletune sidecar --help` is generated from
+it, and the deploy manifests are checked against it (tests/deploy), so they cannot drift.
+Precedence: flag > environment > default. Defaults work next to a vLLM on the same host.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "TABLETUNE_SIDECAR_"
+
+
+class SidecarSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
+
+    profile: Path = Field(description="tuner profile (JSON) with step times and prior acceptance")
+    engine_url: str = Field("http://127.0.0.1:8000", description="vLLM base URL (its /metrics is scraped)")
+    admin_url: str = Field("http://127.0.0.1:8500", description="plugin admin endpoint (table, policy)")
+    admin_token: SecretStr | None = Field(None, description="bearer token for the admin endpoint")
+    admin_token_file: Path | None = Field(None, description="file holding the admin token")
+    model_name: str | None = Field(None, description="only read series with this model_name label")
+    interval_s: float = Field(1.0, gt=0, description="seconds between scrapes")
+    rebuild_every_steps: int = Field(200, ge=1, description="rebuild after this many engine steps")
+    prior_weight: float = Field(2000.0, ge=0, description="w: the prior counts as w observations")
+    prior_decay: float = Field(1.0, gt=0, le=1, description="multiply w by this after each rebuild (0.5: halve; 1: off)")
+    explore_every: int = Field(50, ge=0, description="plugin exploration: one step at max K every N steps (0: off)")
+    hysteresis: int = Field(2, ge=0, description="plugin edge hysteresis band h, in requests (0: off)")
+    allowed_k: str = Field("startup", description="'startup' (K values of the engine's startup table), 'all', or e.g. '0,1,3'")
+    tie: float = Field(0.005, ge=0, description="keep the previous B's k unless another is this much better")
+    dry_run: bool = Field(False, description="never write to the engine: only compute and publish the recommended table")
+    listen_host: str = Field("127.0.0.1", description="bind address of the sidecar's own HTTP server")
+    listen_port: int = Field(9109, ge=0, le=65535, description="port of /healthz, /readyz, /metrics, /v1/state")
+    checkpoint: Path | None = Field(None, description="estimator state file, written atomically after every rebuild")
+    drift_warn: float = Field(0.15, ge=0, description="warn when live steps are this much slower than the profile")
+    timeout_s: float = Field(2.0, gt=0, description="timeout of every request to vLLM or the plugin")
+    log_format: Literal["json", "plain"] = Field("json", description="log line format")
+
+    @model_validator(mode="after")
+    def _check(self) -> SidecarSettings:
+        if self.allowed_k not in ("startup", "all"):
+            try:
+                ks = [int(x) for x in self.allowed_k.split(",")]
+            except ValueError:
+                raise ValueError(f"allowed_k={self.allowed_k!r}: use 'startup', 'all' or "
+                                 "comma-separated integers like '0,1,3'") from None
+            if not ks or min(ks) < 0:
+                raise ValueError(f"allowed_k={self.allowed_k!r}: K values must be >= 0")
+        return self
+
+    def token(self) -> str | None:
+        if self.admin_token is not None:
+            return self.admin_token.get_secret_value()
+        if self.admin_token_file is not None:
+            return self.admin_token_file.read_text().strip() or None
+        return None
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per settings field, help text from its description."""
+    for name, info in SidecarSettings.model_fields.items():
+        env = ENV_PREFIX + name.upper()
+        default = "" if info.is_required() else f" (default: {info.default})"
+        if info.annotation is bool:
+            parser.add_argument(flag(name), dest=name, action="store_true", default=None,
+                                help=f"{info.description}{default}; env {env}")
+        else:
+            parser.add_argument(flag(name), dest=name, default=None,
+                                help=f"{info.description}{default}; env {env}")
+
+
+def from_args(args: argparse.Namespace) -> SidecarSettings:
+    given: dict[str, Any] = {n: getattr(args, n) for n in SidecarSettings.model_fields
+                             if getattr(args, n, None) is not None}
+    return SidecarSettings(**given)
