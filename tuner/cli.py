@@ -67,6 +67,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--smoke", action="store_true", help="send a few completions, print, and stop")
     p.set_defaults(func=_serve)
 
+    from tuner.commands import add_parsers
+
+    add_parsers(sub)
+
     from sidecar.settings import add_arguments
 
     p = sub.add_parser("sidecar", help="follow live acceptance and keep the engine's table optimal",

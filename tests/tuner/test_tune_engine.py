@@ -1,0 +1,78 @@
+"""`tabletune tune` on the real vLLM CPU engine: a small sweep, its profile and report, resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tuner.engine_defaults import default_model
+from tuner.profile import Profile, load
+from tuner.prompts import repetitive
+from tuner.report import write_report
+from tuner.tune import TuneConfig, tune
+
+pytestmark = pytest.mark.engine
+
+
+def config(out: Path, log_dir: Path) -> TuneConfig:
+    paths = default_model()
+    vocab = json.loads((paths.target / "config.json").read_text())["vocab_size"]
+    return TuneConfig(model=paths.target, num_speculative_tokens=2, max_num_seqs=8, grid=[1, 4, 8],
+                      repeats=1, decode_tokens=17, acceptance_prompts=repetitive(16, vocab, seed=1),
+                      acceptance_max_tokens=32, out=out, log_dir=log_dir)
+
+
+@pytest.fixture(scope="module")
+async def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[TuneConfig, Profile]:
+    tmp = tmp_path_factory.mktemp("tune")
+    cfg = config(tmp / "profile.json", tmp / "logs")
+    return cfg, await tune(cfg)
+
+
+async def test_small_tune_gives_a_valid_profile_and_table(tuned: tuple[TuneConfig, Profile]) -> None:
+    from vllm.v1.spec_decode.dynamic.utils import (build_dynamic_sd_schedule_lookup,
+                                                    validate_and_normalize_dynamic_sd_schedule)
+
+    cfg, profile = tuned
+    assert profile.finished_k() == {0, 1, 2}
+    T = profile.step_time_matrix()
+    assert T.shape == (3, 3) and (T > 0).all()
+    assert all(c.engine_ms is not None for c in profile.cells)  # the plugin's clock was read
+    assert len(profile.samples) == 9
+    # Reject-all kept drafting at full length: most request-steps had a complete draft.
+    shares = [s.full_draft_share for s in profile.samples if s.k > 0]
+    assert shares and min(shares) > 0.5
+    acc = profile.acceptance
+    assert acc is not None and acc.source == "plugin" and len(acc.a) == 2
+    assert 0.5 < acc.a[0] <= 1.0 and acc.a[1] <= acc.a[0] + 1e-9  # greedy on repetitive prompts
+    # The table is one vLLM accepts at startup (its own validator and lookup builder).
+    assert profile.table is not None
+    schedule = validate_and_normalize_dynamic_sd_schedule(profile.table)
+    assert len(build_dynamic_sd_schedule_lookup(schedule, 8, 2)) == 9
+    assert load(cfg.out) == profile
+
+
+async def test_report_has_markdown_and_png(tuned: tuple[TuneConfig, Profile], tmp_path: Path) -> None:
+    _, profile = tuned
+    md, png = write_report(profile, tmp_path / "profile")
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+    text = md.read_text()
+    assert "**tuned table**" in text and "documented" in text
+    assert f"`{profile.table}`" in text
+    assert text.count("\n| ") >= len(profile.grid) + 1  # a row per grid point
+
+
+async def test_resume_skips_finished_k(tuned: tuple[TuneConfig, Profile], tmp_path: Path) -> None:
+    cfg, profile = tuned
+    # As if interrupted while measuring k=2: k=0 and k=1 are on disk, k=2 and acceptance are not.
+    partial = profile.model_copy(deep=True)
+    partial.cells = [c for c in partial.cells if c.k < 2]
+    partial.acceptance, partial.table = None, None
+    out = tmp_path / "profile.json"
+    partial.save(out)
+    resumed = await tune(cfg.model_copy(update={"out": out, "log_dir": tmp_path / "logs"}))
+    assert resumed.finished_k() == {0, 1, 2} and resumed.table is not None
+    assert len(list((tmp_path / "logs").glob("vllm-*.log"))) == 1  # only k=2's server started
+    assert [c for c in resumed.cells if c.k < 2] == [c for c in profile.cells if c.k < 2]

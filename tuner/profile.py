@@ -1,0 +1,178 @@
+"""The profile: one versioned JSON document with everything needed to rebuild a table later
+without the engine: what was measured (raw samples too), on what, and how long it took."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from tuner.errors import InvalidInput, ProfileMismatch
+from tuner.goodput import TableChoice, build_table
+from tuner.table import Table
+
+SCHEMA_VERSION = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StepSample(_Model):
+    """One repeat of one cell: the paper's client difference and the engine's own step times."""
+
+    B: int
+    k: int
+    rep: int
+    client_ms: float          # (t_long - t_short) / (decode_tokens - 1)
+    engine_ms: float | None   # engine-side: Δ step seconds / Δ steps between the two runs
+    engine_steps: int | None  # engine steps in the long run at this batch size
+    full_draft_share: float | None  # share of request-steps whose draft had all k tokens
+
+
+class Cell(_Model):
+    B: int
+    k: int
+    client_ms: float
+    engine_ms: float | None
+    wall_s: float  # time spent measuring this cell
+
+    @property
+    def step_ms(self) -> float:
+        """Engine-side where available: no HTTP noise."""
+        return self.engine_ms if self.engine_ms is not None else self.client_ms
+
+
+class AcceptanceMeasurement(_Model):
+    a: list[float]            # a_i, i = 1..K
+    accepted: list[int]       # per position, from counter deltas
+    drafted: list[int]
+    source: Literal["plugin", "stock"]
+    note: str = ""
+    num_prompts: int
+    temperature: float
+    wall_s: float
+
+
+class EngineInfo(_Model):
+    hardware: str
+    vllm_version: str
+    model: str
+    method: str
+    drafter: str | None = None
+    num_speculative_tokens: int = Field(ge=1)
+    max_num_seqs: int = Field(ge=1)
+    temperature: float = 0.0
+
+
+class Preflight(_Model):
+    """No-speculation step times vs the table's k=0 (the paper's 'check the engine first')."""
+
+    B: list[int]
+    nospec_ms: list[float]
+    k0_ms: list[float | None]
+    warnings: list[str]
+
+
+class Profile(_Model):
+    schema_version: int = SCHEMA_VERSION
+    created_at: float
+    engine: EngineInfo
+    grid: list[int]
+    decode_tokens: int
+    repeats: int
+    cells: list[Cell] = Field(default_factory=list)
+    samples: list[StepSample] = Field(default_factory=list)
+    acceptance: AcceptanceMeasurement | None = None
+    table: list[list[int]] | None = None
+    tie: float = 0.005
+    preflight: Preflight | None = None
+    timings_s: dict[str, float] = Field(default_factory=dict)  # server starts, per k, total
+
+    # -- derived -------------------------------------------------------------------------
+    @property
+    def K(self) -> int:
+        return self.engine.num_speculative_tokens
+
+    def finished_k(self) -> set[int]:
+        return {k for k in range(self.K + 1)
+                if all(any(c.B == b and c.k == k for c in self.cells) for b in self.grid)}
+
+    def step_time_matrix(self, source: Literal["best", "client", "engine"] = "best") -> np.ndarray:
+        """T[g, k] in ms for grid point g; raises if a cell is missing."""
+        T = np.full((len(self.grid), self.K + 1), np.nan)
+        index = {b: g for g, b in enumerate(self.grid)}
+        for c in self.cells:
+            value = {"best": c.step_ms, "client": c.client_ms, "engine": c.engine_ms}[source]
+            if c.B in index and value is not None:
+                T[index[c.B], c.k] = value
+        if np.isnan(T).any():
+            missing = sorted(set(range(self.K + 1)) - self.finished_k())
+            raise InvalidInput(f"profile: step times missing for k={missing}; rerun "
+                               "`tabletune tune` with the same --out to finish the sweep")
+        return T
+
+    def build(self, a: list[float] | None = None, allowed_k: set[int] | None = None) -> TableChoice:
+        acc = a if a is not None else (self.acceptance.a if self.acceptance else None)
+        if acc is None:
+            raise InvalidInput("profile has no acceptance yet; pass --acceptance a1,a2,...")
+        if len(acc) != self.K:
+            raise InvalidInput(f"acceptance has {len(acc)} values but the profile's K is "
+                               f"{self.K}; give a_1..a_{self.K}")
+        return build_table(self.grid, self.step_time_matrix(), acc, self.engine.max_num_seqs,
+                           tie=self.tie, allowed_k=allowed_k)
+
+    def client_engine_gap(self) -> float | None:
+        """Median |client - engine| / engine over cells that have both."""
+        gaps = [abs(c.client_ms - c.engine_ms) / c.engine_ms for c in self.cells
+                if c.engine_ms is not None and c.engine_ms > 0]
+        return statistics.median(gaps) if gaps else None
+
+    def check_matches(self, engine: EngineInfo, grid: list[int]) -> None:
+        """A resumed run must measure the same thing; say what differs."""
+        diffs = [f"{name}: profile has {getattr(self.engine, name)!r}, now {getattr(engine, name)!r}"
+                 for name in ("model", "method", "drafter", "num_speculative_tokens",
+                              "max_num_seqs", "temperature")
+                 if getattr(self.engine, name) != getattr(engine, name)]
+        if self.grid != grid:
+            diffs.append(f"grid: profile has {self.grid}, now {grid}")
+        if diffs:
+            raise ProfileMismatch("the existing profile was measured differently (" +
+                                  "; ".join(diffs) + "); use another --out or --fresh")
+
+    def speculative_config(self, table: Table) -> dict[str, object]:
+        cfg: dict[str, object] = {"method": self.engine.method,
+                                  "num_speculative_tokens": self.K,
+                                  "num_speculative_tokens_per_batch_size": table.to_list()}
+        if self.engine.drafter:
+            cfg["model"] = self.engine.drafter
+        return cfg
+
+    # -- I/O -----------------------------------------------------------------------------
+    def save(self, path: Path) -> None:
+        """Atomic: a crash mid-write leaves the previous profile intact."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        with os.fdopen(fd, "w") as f:
+            f.write(self.model_dump_json(indent=1))
+        os.replace(tmp, path)
+
+
+def load(path: Path) -> Profile:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise InvalidInput(f"profile {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise InvalidInput(f"profile {path} is not JSON: {exc}") from None
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if version != SCHEMA_VERSION:
+        raise InvalidInput(f"profile {path}: schema_version {version!r}, this TableTune reads "
+                           f"{SCHEMA_VERSION}; re-run `tabletune tune`")
+    return Profile.model_validate(data)

@@ -1,0 +1,109 @@
+"""The tuning report: a Markdown summary and one PNG a person can read at a glance.
+
+PNG panels: (1) measured T(B, k) per k; (2) G(B, k) per k with the chosen k shaded per B;
+(3) predicted goodput loss of vLLM's documented table and of the tuned table against the best k.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from tuner.goodput import goodput, interpolate_step_times, predicted_loss
+from tuner.profile import Profile
+from tuner.table import Table, documented_table
+
+COLORS = ["#444444", "#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+          "#bcbd22"]
+
+
+def _series(profile: Profile) -> tuple[np.ndarray, np.ndarray, Table, Table, np.ndarray, np.ndarray]:
+    assert profile.acceptance is not None and profile.table is not None
+    a = profile.acceptance.a
+    T = interpolate_step_times(profile.grid, profile.step_time_matrix(), profile.engine.max_num_seqs)
+    G = goodput(T, a)
+    tuned = Table.from_list(profile.table)
+    doc = documented_table(profile.K, profile.engine.max_num_seqs)
+    return T, G, tuned, doc, predicted_loss(tuned, T, a, profile.K), predicted_loss(doc, T, a, profile.K)
+
+
+def plot(profile: Profile, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    T_grid = profile.step_time_matrix()
+    _, G, tuned, doc, loss_tuned, loss_doc = _series(profile)
+    B = np.arange(1, profile.engine.max_num_seqs + 1)
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
+    for k in range(profile.K + 1):
+        axes[0].plot(profile.grid, T_grid[:, k], "o-", ms=3, color=COLORS[k % 9], label=f"k={k}")
+        axes[1].plot(B, G[:, k], color=COLORS[k % 9], label=f"k={k}")
+    axes[0].set(title="Measured step time T(B, k)", xlabel="batch size B", ylabel="ms / step")
+    ks = np.asarray(tuned.dense(profile.engine.max_num_seqs, profile.K)[1:])
+    for start, end, k in tuned.to_list():
+        axes[1].axvspan(start - 0.5, end + 0.5, color=COLORS[k % 9], alpha=0.12, lw=0)
+        axes[1].text((start + end) / 2, G.max() * 0.97, f"k={k}", ha="center", fontsize=8)
+    axes[1].plot(B, G[np.arange(len(B)), ks], "k--", lw=1, label="tuned table")
+    axes[1].set(title="Goodput G(B, k) = B·τ(k)/T(B, k); shaded: tuned k", xlabel="batch size B",
+                ylabel="tokens / ms")
+    axes[2].plot(B, loss_doc * 100, color="#d62728", label=f"documented {doc.to_list()}")
+    axes[2].plot(B, loss_tuned * 100, color="#2ca02c", label=f"tuned {tuned.to_list()}")
+    axes[2].set(title="Predicted loss vs the best k at each B", xlabel="batch size B", ylabel="%")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"TableTune — {Path(profile.engine.model).name}, {profile.engine.method}, "
+                 f"K={profile.K}, {profile.engine.hardware}", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def markdown(profile: Profile, png_name: str) -> str:
+    T_grid = profile.step_time_matrix()
+    _, _, tuned, doc, loss_tuned, loss_doc = _series(profile)
+    acc = profile.acceptance
+    assert acc is not None
+    gap = profile.client_engine_gap()
+    e = profile.engine
+    lines = [f"# TableTune report: {Path(e.model).name}", "",
+             f"- engine: {e.vllm_version}, {e.hardware}, method `{e.method}`, K={e.num_speculative_tokens}, "
+             f"max_num_seqs={e.max_num_seqs}, temperature {e.temperature}",
+             f"- acceptance a_i ({acc.source}, {acc.num_prompts} prompts): "
+             + ", ".join(f"a{i + 1}={x:.3f}" for i, x in enumerate(acc.a)) + (f" — {acc.note}" if acc.note else ""),
+             f"- **tuned table**: `{tuned.to_list()}`",
+             f"- speculative config: `{profile.speculative_config(tuned)}`",
+             f"- predicted worst-case loss vs the best k: tuned {loss_tuned.max() * 100:.1f}%, "
+             f"documented `{doc.to_list()}` {loss_doc.max() * 100:.1f}%",
+             f"- client vs engine step time, median gap: "
+             + ("n/a" if gap is None else f"{gap * 100:.1f}%"),
+             f"- tuning wall time: " + ", ".join(f"{k} {v:.0f}s" for k, v in profile.timings_s.items()),
+             "", f"![report]({png_name})", "",
+             "| B | " + " | ".join(f"T(k={k}) ms" for k in range(profile.K + 1)) + " | tuned k | loss tuned | loss documented |",
+             "|---" * (profile.K + 5) + "|"]
+    for g, B in enumerate(profile.grid):
+        lines.append(f"| {B} | " + " | ".join(f"{T_grid[g, k]:.2f}" for k in range(profile.K + 1))
+                     + f" | {tuned.k_at(B)} | {loss_tuned[B - 1] * 100:.1f}% | {loss_doc[B - 1] * 100:.1f}% |")
+    cells = [c for c in profile.cells]
+    if cells:
+        lines += ["", f"Per-cell measuring time: median {np.median([c.wall_s for c in cells]):.1f}s "
+                      f"over {len(cells)} cells ({profile.repeats} repeats each)."]
+    if profile.preflight:
+        pf = profile.preflight
+        lines += ["", "## Preflight: no speculation vs the table's k=0", "",
+                  "| B | no speculation ms | k=0 ms |", "|---|---|---|"]
+        lines += [f"| {B} | {n:.2f} | {z:.2f} |" for B, n, z in zip(pf.B, pf.nospec_ms, pf.k0_ms)]
+        lines += [""] + [f"- {w}" for w in pf.warnings]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(profile: Profile, stem: Path) -> tuple[Path, Path]:
+    png = plot(profile, stem.with_name(stem.name + "-report.png"))
+    md = stem.with_name(stem.name + "-report.md")
+    md.write_text(markdown(profile, png.name))
+    return md, png

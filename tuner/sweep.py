@@ -1,0 +1,121 @@
+"""Time one decode step T(B, k) on vLLM's own serving path.
+
+Per cell (B, k), the paper's method: send B fresh prompts once with max_tokens=1 and once with
+max_tokens=N; (t_N - t_1) / (N - 1) is one step. Under the plugin's reject-all mode every request
+advances one token per step, so all B requests stay in the batch for the whole run. The plugin's
+engine-side step clock gives the same difference without HTTP noise:
+(Σ step seconds_N - Σ_1) / (steps_N - steps_1). Both are kept; the engine figure is used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from tuner.errors import EngineUnavailable
+from tuner.launcher import VllmServer, log_tail
+from tuner.profile import StepSample
+from tuner.serve import complete
+
+PromptSource = Callable[[int, int], list[Any]]  # (n, seed) -> prompts
+
+
+def default_grid(max_num_seqs: int) -> list[int]:
+    """Every B up to 16, then every 8 (and max_num_seqs itself)."""
+    grid = list(range(1, min(16, max_num_seqs) + 1))
+    grid += list(range(24, max_num_seqs + 1, 8))
+    if grid[-1] != max_num_seqs:
+        grid.append(max_num_seqs)
+    return grid
+
+
+@dataclass(frozen=True, slots=True)
+class EngineClock:
+    seconds: float
+    steps: int
+    full_drafts: int
+    request_steps: int
+
+
+def engine_clock(stats: dict[str, Any], k: int) -> EngineClock:
+    """Totals over all batch-size buckets (ramp-up steps cancel in the difference)."""
+    seconds = sum(row[2] for row in stats["step_times"])
+    steps = sum(row[3] for row in stats["step_times"])
+    hist = stats["histogram"]
+    return EngineClock(seconds, steps, sum(n for d, _, n in hist if k and d >= k),
+                       sum(n for _, _, n in hist))
+
+
+class CellTimer:
+    """Times cells against one running server (one k)."""
+
+    def __init__(self, server: VllmServer, admin_url: str, prompts: PromptSource,
+                 model_name: str = "tiny") -> None:
+        self.server = server
+        self.admin_url = admin_url
+        self.prompts = prompts
+        self.model_name = model_name
+        self.seed = 1000
+        self.session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> CellTimer:
+        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600),
+                                             connector=aiohttp.TCPConnector(limit=0))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    async def stats(self) -> dict[str, Any] | None:
+        assert self.session is not None
+        try:
+            async with self.session.get(self.admin_url + "/v1/stats") as r:
+                return await r.json() if r.status == 200 else None
+        except aiohttp.ClientError:
+            return None
+
+    async def burst(self, B: int, max_tokens: int) -> float:
+        """Wall seconds for B fresh prompts (fresh: no prefix-cache hits between runs)."""
+        assert self.session is not None
+        self.seed += 1
+        prompts = self.prompts(B, self.seed)
+        t0 = time.perf_counter()
+        try:
+            await asyncio.gather(*[complete(self.session, self.server.url, p, max_tokens,
+                                            model=self.model_name) for p in prompts])
+        except (aiohttp.ClientError, RuntimeError, asyncio.TimeoutError) as exc:
+            if not self.server.is_running:
+                raise EngineUnavailable(f"vLLM died during the sweep ({exc}); finished cells "
+                                        f"are saved.\n--- log tail ---\n"
+                                        f"{log_tail(self.server.log_path)}") from exc
+            raise
+        return time.perf_counter() - t0
+
+    async def warm_up(self, batch_sizes: list[int]) -> None:
+        for B in batch_sizes:
+            await self.burst(B, 8)
+
+    async def time_cell(self, B: int, k: int, rep: int, decode_tokens: int) -> StepSample:
+        s0 = await self.stats()
+        t_short = await self.burst(B, 1)
+        s1 = await self.stats()
+        t_long = await self.burst(B, decode_tokens)
+        s2 = await self.stats()
+        client_ms = (t_long - t_short) / (decode_tokens - 1) * 1000.0
+        engine_ms = steps = share = None
+        if s0 is not None and s1 is not None and s2 is not None:
+            c0, c1, c2 = engine_clock(s0, k), engine_clock(s1, k), engine_clock(s2, k)
+            d_steps = (c2.steps - c1.steps) - (c1.steps - c0.steps)
+            if d_steps > 0:
+                engine_ms = ((c2.seconds - c1.seconds) - (c1.seconds - c0.seconds)) / d_steps * 1e3
+            steps = c2.steps - c1.steps
+            rs = c2.request_steps - c1.request_steps
+            share = (c2.full_drafts - c1.full_drafts) / rs if (k and rs) else None
+        return StepSample(B=B, k=k, rep=rep, client_ms=client_ms, engine_ms=engine_ms,
+                          engine_steps=steps, full_draft_share=share)

