@@ -71,6 +71,10 @@ def parser() -> argparse.ArgumentParser:
 
     add_parsers(sub)
 
+    from benchmarks.cli import add_parser as add_bench
+
+    add_bench(sub)
+
     from sidecar.settings import add_arguments
 
     p = sub.add_parser("sidecar", help="follow live acceptance and keep the engine's table optimal",

@@ -47,7 +47,8 @@ def tune_config(args: argparse.Namespace):  # -> TuneConfig
                           max_num_seqs=args.max_num_seqs, grid=_grid(args.grid, args.max_num_seqs),
                           repeats=args.repeats, decode_tokens=args.decode_tokens,
                           temperature=args.temperature, acceptance_prompts=prompts[:args.num_prompts],
-                          out=Path(args.out), fresh=args.fresh, tie=args.tie)
+                          out=Path(args.out), fresh=args.fresh, tie=args.tie,
+                          extra_args=tuple(args.engine_arg or ()))
     except ValueError as exc:
         raise InvalidInput(str(exc)) from None
 
@@ -126,6 +127,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     p.add_argument("--tie", type=float, default=0.005, help="keep the previous k unless this much better")
     p.add_argument("--out", default="runs/profile.json", help="profile path (resumes if present)")
     p.add_argument("--fresh", action="store_true", help="ignore an existing profile at --out")
+    p.add_argument("--engine-arg", action="append", metavar="ARG",
+                   help="extra vLLM argument, repeatable: --engine-arg=--tensor-parallel-size=2 "
+                        "--engine-arg=--load-format=dummy")
     p.add_argument("--preflight", action="store_true",
                    help="also time vLLM without speculation and warn where k=0 or any table loses")
     p.set_defaults(func=cmd_tune)

@@ -85,7 +85,10 @@ class ServerConfig(BaseModel):
     host: str = "127.0.0.1"
     port: int | None = None  # None: a free port
     max_num_seqs: int = Field(default=32, ge=1)
-    max_model_len: int = 1024
+    max_model_len: int | None = 1024
+    # The tiny model is float32 and vLLM's "auto" would downcast it; real models override this
+    # with extra_args ("--dtype", "bfloat16"): vLLM's parser takes the last occurrence.
+    dtype: str | None = "float32"
     speculative: SpeculativeSpec | None = None
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
@@ -119,7 +122,11 @@ def command(cfg: ServerConfig, port: int) -> list[str]:
     args = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(cfg.model), "--served-model-name", cfg.served_model_name,
             "--host", cfg.host, "--port", str(port), "--max-num-seqs", str(cfg.max_num_seqs),
-            "--max-model-len", str(cfg.max_model_len), "--dtype", "float32", "--seed", "0"]
+            "--seed", "0"]
+    if cfg.max_model_len is not None:
+        args += ["--max-model-len", str(cfg.max_model_len)]
+    if cfg.dtype is not None:
+        args += ["--dtype", cfg.dtype]
     if cfg.speculative is not None:
         args += ["--speculative-config", cfg.speculative.to_json()]
     return args + list(cfg.extra_args)

@@ -1,0 +1,73 @@
+"""`tabletune bench`: the paper's main comparison on a real engine (argparse wiring)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from tuner.errors import InvalidInput
+from tuner.profile import load
+from tuner.prompts import random_tokens, repetitive
+
+DEFAULT_POLICIES = ("nospec,fixed-k*,documented,tuned,quarter,turbospec-style,"
+                    "sidecar-from-quarter,sidecar-from-documented")
+
+
+def policies(raw: str, K: int) -> list[str]:
+    out: list[str] = []
+    for p in raw.split(","):
+        out += [f"fixed-k{k}" for k in range(K + 1)] if p == "fixed-k*" else [p]
+    return out
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from benchmarks.analysis import summarize
+    from benchmarks.report import write
+    from benchmarks.run import BenchConfig, bench
+
+    profile = load(Path(args.profile))
+    model = Path(args.model or profile.engine.model)
+    vocab = json.loads((model / "config.json").read_text())["vocab_size"]
+    make = repetitive if args.prompts == "repetitive" else random_tokens
+    out = Path(args.out)
+    try:
+        cfg = BenchConfig(profile=profile, profile_path=Path(args.profile), model=model,
+                          loads=[int(x) for x in args.loads.split(",")],
+                          policies=policies(args.policies, profile.K), repeats=args.repeats,
+                          warmup_s=args.warmup_s, window_s=args.window_s,
+                          max_tokens=args.max_tokens, temperature=args.temperature,
+                          prompts=make(64, vocab, seed=7), converge_s=args.converge_s, out=out)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from None
+    t0 = time.time()
+    rows, converge = asyncio.run(bench(cfg))
+    s = summarize(rows)
+    meta = {"command": "tabletune bench " + shlex.join(sys.argv[2:]), "engine": profile.engine.model_dump(),
+            "profile_table": profile.table, "prompts": args.prompts, "temperature": args.temperature,
+            "seconds_to_last_sidecar_change": converge, "wall_s": round(time.time() - t0)}
+    write(s, out, f"TableTune bench — {profile.engine.hardware}, {profile.engine.vllm_version}", meta)
+    print((out / "summary.md").read_text())
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("bench", help="throughput of every policy at every load (the paper's comparison)")
+    p.add_argument("--profile", required=True, help="profile from `tabletune tune`")
+    p.add_argument("--model", help="model path (default: the profile's)")
+    p.add_argument("--loads", default="1,2,4,8,16,32,64", help="open requests per cell")
+    p.add_argument("--policies", default=DEFAULT_POLICIES,
+                   help=f"comma list; fixed-k* expands to k=0..K (default: {DEFAULT_POLICIES})")
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--warmup-s", type=float, default=2.0)
+    p.add_argument("--window-s", type=float, default=6.0)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--prompts", choices=["repetitive", "random"], default="repetitive")
+    p.add_argument("--converge-s", type=float, default=20.0, help="sidecar warm-up before measuring")
+    p.add_argument("--out", default="runs/bench")
+    p.set_defaults(func=cmd_bench)

@@ -1,0 +1,84 @@
+"""Closed-loop load: N requests kept in flight, a finished one replaced at once.
+
+Throughput is read from the engine's own `vllm:generation_tokens_total` over a steady-state window
+after a warm-up, so requests straddling the window edges are counted exactly (only the tokens
+generated inside it). Requests still in flight at the end are cancelled and the engine is left
+idle before the next cell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+GEN_TOKENS = "vllm:generation_tokens_total"
+RUNNING = "vllm:num_requests_running"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadResult:
+    concurrency: int
+    tokens_per_s: float
+    completed: int
+    window_s: float
+
+
+async def _sample(s: aiohttp.ClientSession, url: str, name: str) -> float:
+    async with s.get(url + "/metrics") as r:
+        text = await r.text()
+    return sum(smp.value for fam in text_string_to_metric_families(text)
+               for smp in fam.samples if smp.name == name)
+
+
+async def _worker(s: aiohttp.ClientSession, url: str, prompts: itertools.cycle[Any],
+                  max_tokens: int, temperature: float, model: str, done: list[float]) -> None:
+    while True:
+        body = {"model": model, "prompt": next(prompts), "max_tokens": max_tokens,
+                "temperature": temperature, "ignore_eos": True}
+        async with s.post(url + "/v1/completions", json=body) as r:
+            await r.read()
+            if r.status != 200:
+                raise RuntimeError(f"completion failed ({r.status})")
+        done.append(time.monotonic())
+
+
+async def wait_idle(s: aiohttp.ClientSession, url: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and await _sample(s, url, RUNNING) > 0:
+        await asyncio.sleep(0.2)
+
+
+async def closed_loop(url: str, prompts: list[Any], concurrency: int, max_tokens: int,
+                      warmup_s: float, window_s: float, temperature: float = 0.0,
+                      model: str = "tiny") -> LoadResult:
+    cycle = itertools.cycle(prompts)
+    done: list[float] = []
+    timeout = aiohttp.ClientTimeout(total=warmup_s + window_s + 300)
+    async with aiohttp.ClientSession(timeout=timeout,
+                                     connector=aiohttp.TCPConnector(limit=0)) as s:
+        workers = [asyncio.create_task(_worker(s, url, cycle, max_tokens, temperature, model, done))
+                   for _ in range(concurrency)]
+        try:
+            await asyncio.sleep(warmup_s)
+            t0, g0 = time.monotonic(), await _sample(s, url, GEN_TOKENS)
+            await asyncio.sleep(window_s)
+            t1, g1 = time.monotonic(), await _sample(s, url, GEN_TOKENS)
+            for w in workers:
+                if w.done() and w.exception() is not None:
+                    raise w.exception()  # type: ignore[misc]
+        finally:
+            for w in workers:
+                w.cancel()
+            for w in workers:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await w
+            await wait_idle(s, url)
+    completed = sum(1 for t in done if t0 <= t <= t1)
+    return LoadResult(concurrency, (g1 - g0) / (t1 - t0), completed, t1 - t0)

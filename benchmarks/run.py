@@ -1,0 +1,177 @@
+"""`tabletune bench`: every policy on the same engine, prompts and loads, in one run.
+
+Table policies share one vLLM (tables swapped through the plugin); no speculation gets its own.
+Sidecar policies run the real `tabletune sidecar` process next to the engine, starting from a
+given table. Policy order alternates across repeats; warm-up is excluded from every window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import csv
+import json
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from pydantic import BaseModel, ConfigDict, Field
+from tqdm import tqdm
+
+from benchmarks.analysis import Row
+from benchmarks.baselines import turbospec_table
+from benchmarks.load import closed_loop
+from tuner.engine_defaults import plugin_env
+from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
+from tuner.profile import Profile
+from tuner.table import Table, documented_table, shrink
+
+TOKEN = "bench-token"
+SIDECAR_POLICIES = {"sidecar-from-quarter": "quarter", "sidecar-from-documented": "documented"}
+
+
+class BenchConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    profile: Profile
+    profile_path: Path
+    model: Path
+    loads: list[int]
+    policies: list[str]
+    repeats: int = Field(2, ge=1)
+    warmup_s: float = 2.0
+    window_s: float = 6.0
+    max_tokens: int = 64
+    temperature: float = 0.0
+    prompts: list[Any]
+    converge_s: float = 20.0
+    out: Path
+    log_dir: Path = Path("runs/logs")
+
+
+def policy_tables(profile: Profile) -> dict[str, Table]:
+    K, n = profile.K, profile.engine.max_num_seqs
+    tables = {f"fixed-k{k}": Table.from_list([[1, n, k]]) for k in range(K + 1)}
+    tables["documented"] = documented_table(K, n)
+    tables["quarter"] = shrink(documented_table(K, n))
+    if profile.table:
+        tables["tuned"] = Table.from_list(profile.table)
+    tables["turbospec-style"] = turbospec_table(profile)
+    return tables
+
+
+class Admin:
+    def __init__(self, url: str, session: aiohttp.ClientSession) -> None:
+        self.url, self.s = url, session
+
+    async def put_table(self, table: Table) -> None:
+        async with self.s.put(self.url + "/v1/table", json={"table": table.to_list()},
+                              headers={"Authorization": f"Bearer {TOKEN}"}) as r:
+            if r.status != 200:
+                raise RuntimeError(f"table swap refused: {await r.text()}")
+
+    async def table(self) -> dict[str, Any]:
+        async with self.s.get(self.url + "/v1/table") as r:
+            return await r.json()  # type: ignore[no-any-return]
+
+
+@contextlib.asynccontextmanager
+async def sidecar(cfg: BenchConfig, engine_url: str, admin_url: str) -> AsyncIterator[None]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "tuner.cli", "sidecar", "--profile", str(cfg.profile_path),
+           "--engine-url", engine_url, "--admin-url", admin_url, "--interval-s", "0.5",
+           "--rebuild-every-steps", "100", "--listen-port", str(port), "--allowed-k", "all"]
+    cfg.log_dir.mkdir(parents=True, exist_ok=True)
+    with open(cfg.log_dir / f"sidecar-{port}.log", "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                env={**__import__("os").environ,
+                                     "TABLETUNE_SIDECAR_ADMIN_TOKEN": TOKEN})
+    try:
+        yield
+    finally:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+        if proc.poll() is None:
+            proc.kill()
+
+
+async def converge(cfg: BenchConfig, url: str, admin: Admin) -> float:
+    """Drive mid load until the sidecar's first rewrite settles; seconds to the last change."""
+    t0, version, last_change = time.monotonic(), (await admin.table())["version"], 0.0
+    mid = cfg.loads[len(cfg.loads) // 2]
+    while time.monotonic() - t0 < cfg.converge_s:
+        await closed_loop(url, cfg.prompts, mid, cfg.max_tokens, 0.0, 2.0, cfg.temperature)
+        v = (await admin.table())["version"]
+        if v != version:
+            version, last_change = v, time.monotonic() - t0
+    return last_change
+
+
+async def run_table_policies(cfg: BenchConfig, rows: list[Row], bar: tqdm) -> dict[str, float]:
+    tables = policy_tables(cfg.profile)
+    admin_port = free_port()
+    K, n = cfg.profile.K, cfg.profile.engine.max_num_seqs
+    spec = SpeculativeSpec(method=cfg.profile.engine.method, num_speculative_tokens=K,
+                           table=documented_table(K, n))
+    server_cfg = ServerConfig(model=cfg.model, max_num_seqs=n, speculative=spec,
+                              env=plugin_env(admin_port, token=TOKEN))
+    converge_times: dict[str, float] = {}
+    policies = [p for p in cfg.policies if p != "nospec"]
+    async with launch(server_cfg, log_dir=cfg.log_dir) as server, aiohttp.ClientSession() as s:
+        admin = Admin(f"http://127.0.0.1:{admin_port}", s)
+        for rep in range(cfg.repeats):
+            for policy in policies if rep % 2 == 0 else policies[::-1]:
+                start = tables[SIDECAR_POLICIES.get(policy, policy)]
+                await admin.put_table(start)
+                async with contextlib.AsyncExitStack() as stack:
+                    if policy in SIDECAR_POLICIES:
+                        await stack.enter_async_context(sidecar(cfg, server.url, admin.url))
+                        converge_times[f"{policy}#{rep}"] = await converge(cfg, server.url, admin)
+                    for load in cfg.loads:
+                        bar.set_description(f"{policy} N={load} rep {rep}")
+                        res = await closed_loop(server.url, cfg.prompts, load, cfg.max_tokens,
+                                                cfg.warmup_s, cfg.window_s, cfg.temperature)
+                        table = (await admin.table())["table"]
+                        rows.append(Row(policy, load, rep, res.tokens_per_s, res.completed,
+                                        res.window_s, json.dumps(table)))
+                        bar.update(1)
+    return converge_times
+
+
+async def run_nospec(cfg: BenchConfig, rows: list[Row], bar: tqdm) -> None:
+    server_cfg = ServerConfig(model=cfg.model, max_num_seqs=cfg.profile.engine.max_num_seqs)
+    async with launch(server_cfg, log_dir=cfg.log_dir) as server:
+        for rep in range(cfg.repeats):
+            for load in cfg.loads:
+                bar.set_description(f"nospec N={load} rep {rep}")
+                res = await closed_loop(server.url, cfg.prompts, load, cfg.max_tokens,
+                                        cfg.warmup_s, cfg.window_s, cfg.temperature)
+                rows.append(Row("nospec", load, rep, res.tokens_per_s, res.completed,
+                                res.window_s, "[]"))
+                bar.update(1)
+
+
+def write_rows(rows: list[Row], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(asdict(rows[0]).keys()))
+        w.writeheader()
+        w.writerows(asdict(r) for r in rows)
+
+
+async def bench(cfg: BenchConfig) -> tuple[list[Row], dict[str, float]]:
+    rows: list[Row] = []
+    total = len(cfg.policies) * len(cfg.loads) * cfg.repeats
+    with tqdm(total=total, unit="cell", dynamic_ncols=True) as bar:
+        converge_times = await run_table_policies(cfg, rows, bar)
+        write_rows(rows, cfg.out / "cells.csv")
+        if "nospec" in cfg.policies:
+            await run_nospec(cfg, rows, bar)
+    write_rows(rows, cfg.out / "cells.csv")
+    return rows, converge_times

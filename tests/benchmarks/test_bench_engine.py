@@ -1,0 +1,40 @@
+"""The benchmark harness end to end on the real engine, reduced: two loads, three policies."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.analysis import summarize
+from benchmarks.report import write
+from benchmarks.run import BenchConfig, bench
+from tests.tuner.test_profile import paper_profile
+from tuner.engine_defaults import default_model
+from tuner.prompts import repetitive
+
+pytestmark = pytest.mark.engine
+
+
+async def test_reduced_bench_runs_end_to_end(tmp_path: Path) -> None:
+    paths = default_model()
+    vocab = json.loads((paths.target / "config.json").read_text())["vocab_size"]
+    profile = paper_profile()  # K=3, max_num_seqs=16; tables are what is compared here
+    profile.table = profile.build().table.to_list()
+    profile.save(tmp_path / "profile.json")
+    cfg = BenchConfig(profile=profile, profile_path=tmp_path / "profile.json", model=paths.target,
+                      loads=[1, 4], policies=["fixed-k0", "fixed-k3", "tuned"], repeats=1,
+                      warmup_s=0.5, window_s=2.0, max_tokens=24, prompts=repetitive(8, vocab),
+                      out=tmp_path / "out", log_dir=tmp_path / "logs")
+    rows, _ = await bench(cfg)
+    assert {(r.policy, r.load) for r in rows} == {(p, n) for p in cfg.policies for n in (1, 4)}
+    assert all(r.tokens_per_s > 0 for r in rows)
+    assert {r.table for r in rows if r.policy == "fixed-k3"} == {"[[1, 16, 3]]"}
+    s = summarize(rows)
+    # Greedy on repetitive prompts accepts nearly everything: k=3 beats k=0 at N=1.
+    assert s.median[("fixed-k3", 1)] > s.median[("fixed-k0", 1)]
+    write(s, cfg.out, "test", {"rows": len(rows)})
+    assert (cfg.out / "cells.csv").read_text().count("\n") == 7
+    assert (cfg.out / "throughput.png").stat().st_size > 10_000
+    assert "best fixed k" in (cfg.out / "summary.md").read_text()
