@@ -41,7 +41,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
                           policies=policies(args.policies, profile.K), repeats=args.repeats,
                           warmup_s=args.warmup_s, window_s=args.window_s,
                           max_tokens=args.max_tokens, temperature=args.temperature,
-                          prompts=make(64, vocab, seed=7), converge_s=args.converge_s, out=out)
+                          prompts=make(64, vocab, seed=7), converge_s=args.converge_s, out=out,
+                          emulate=tuple(float(x) for x in args.emulate.split(",")) if args.emulate else None,
+                          extra_args=tuple(args.engine_arg or ()))
     except ValueError as exc:
         raise InvalidInput(str(exc)) from None
     t0 = time.time()
@@ -69,5 +71,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--prompts", choices=["repetitive", "random"], default="repetitive")
     p.add_argument("--converge-s", type=float, default=20.0, help="sidecar warm-up before measuring")
+    p.add_argument("--emulate", help="replay this acceptance with the plugin's emulator, e.g. 0.75,0.55,0.4")
+    p.add_argument("--engine-arg", action="append", metavar="ARG", help="extra vLLM argument, repeatable")
     p.add_argument("--out", default="runs/bench")
     p.set_defaults(func=cmd_bench)

@@ -50,6 +50,8 @@ class BenchConfig(BaseModel):
     temperature: float = 0.0
     prompts: list[Any]
     converge_s: float = 20.0
+    emulate: tuple[float, ...] | None = None  # replayed acceptance (plugin emulator)
+    extra_args: tuple[str, ...] = ()
     out: Path
     log_dir: Path = Path("runs/logs")
 
@@ -120,7 +122,8 @@ async def run_table_policies(cfg: BenchConfig, rows: list[Row], bar: tqdm) -> di
     spec = SpeculativeSpec(method=cfg.profile.engine.method, num_speculative_tokens=K,
                            table=documented_table(K, n))
     server_cfg = ServerConfig(model=cfg.model, max_num_seqs=n, speculative=spec,
-                              env=plugin_env(admin_port, token=TOKEN))
+                              env=plugin_env(admin_port, token=TOKEN, emulate=cfg.emulate),
+                              extra_args=cfg.extra_args)
     converge_times: dict[str, float] = {}
     policies = [p for p in cfg.policies if p != "nospec"]
     async with launch(server_cfg, log_dir=cfg.log_dir) as server, aiohttp.ClientSession() as s:
@@ -145,7 +148,8 @@ async def run_table_policies(cfg: BenchConfig, rows: list[Row], bar: tqdm) -> di
 
 
 async def run_nospec(cfg: BenchConfig, rows: list[Row], bar: tqdm) -> None:
-    server_cfg = ServerConfig(model=cfg.model, max_num_seqs=cfg.profile.engine.max_num_seqs)
+    server_cfg = ServerConfig(model=cfg.model, max_num_seqs=cfg.profile.engine.max_num_seqs,
+                              extra_args=cfg.extra_args)
     async with launch(server_cfg, log_dir=cfg.log_dir) as server:
         for rep in range(cfg.repeats):
             for load in cfg.loads:

@@ -48,7 +48,8 @@ def tune_config(args: argparse.Namespace):  # -> TuneConfig
                           repeats=args.repeats, decode_tokens=args.decode_tokens,
                           temperature=args.temperature, acceptance_prompts=prompts[:args.num_prompts],
                           out=Path(args.out), fresh=args.fresh, tie=args.tie,
-                          extra_args=tuple(args.engine_arg or ()))
+                          extra_args=tuple(args.engine_arg or ()),
+                          emulate=tuple(_acceptance(args.emulate)) if args.emulate else None)
     except ValueError as exc:
         raise InvalidInput(str(exc)) from None
 
@@ -130,6 +131,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     p.add_argument("--engine-arg", action="append", metavar="ARG",
                    help="extra vLLM argument, repeatable: --engine-arg=--tensor-parallel-size=2 "
                         "--engine-arg=--load-format=dummy")
+    p.add_argument("--emulate", help="replay this acceptance (plugin emulator), e.g. 0.75,0.55,0.4; "
+                                     "for dummy weights that accept everything")
     p.add_argument("--preflight", action="store_true",
                    help="also time vLLM without speculation and warn where k=0 or any table loses")
     p.set_defaults(func=cmd_tune)

@@ -51,6 +51,9 @@ class TuneConfig(BaseModel):
     tie: float = Field(0.005, ge=0)
     fresh: bool = False
     extra_args: tuple[str, ...] = ()
+    # Replay this acceptance profile (plugin emulator) instead of the drafter's own: for dummy
+    # weights, which accept almost everything. Step times are measured under reject-all either way.
+    emulate: tuple[float, ...] | None = None
     log_dir: Path = Path("runs/logs")
 
     @model_validator(mode="after")
@@ -161,7 +164,8 @@ async def sweep_k(cfg: TuneConfig, profile: Profile, k: int, bar: tqdm) -> None:
             bar.set_description(f"k={k}: acceptance")
             profile.acceptance = await measure_acceptance(
                 server, admin_url, cfg.acceptance_prompts, cfg.num_speculative_tokens,
-                cfg.temperature, cfg.acceptance_max_tokens, concurrency=cfg.max_num_seqs)
+                cfg.temperature, cfg.acceptance_max_tokens, concurrency=cfg.max_num_seqs,
+                rates=cfg.emulate)
             profile.save(cfg.out)
     profile.timings_s[f"k{k}"] = profile.timings_s.get(f"k{k}", 0.0) + time.monotonic() - t0
 
