@@ -12,6 +12,9 @@ Stock vLLM series (required: a body without them is not a spec-decoding vLLM):
     vllm:num_requests_running (gauge, optional)
 TableTune plugin series (optional; absent means the plugin is not loaded):
     vllm:spec_decode_num_draft_tokens_per_pos_total{position}
+    tabletune_accepted_tokens_per_pos_total{position}   (preferred over vLLM's accepted series:
+        counted in the same place as the drafted series above, while vLLM's lags slightly)
+    tabletune_explore_steps_total
     tabletune_engine_steps_total{k}, tabletune_request_steps_total{k},
     tabletune_step_seconds_total{batch_size,k}, tabletune_steps_timed_total{batch_size,k},
     tabletune_table_version (gauge)
@@ -28,6 +31,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -36,6 +40,7 @@ from tuner.errors import ScrapeError
 __all__ = ["Snapshot", "SnapshotDelta", "delta", "is_reset", "parse"]
 
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+PLUGIN_ACCEPTED_PER_POS = "tabletune_accepted_tokens_per_pos_total"
 DRAFTED_PER_POS = "vllm:spec_decode_num_draft_tokens_per_pos_total"
 NUM_DRAFTS = "vllm:spec_decode_num_drafts_total"
 NUM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
@@ -46,9 +51,10 @@ REQUEST_STEPS = "tabletune_request_steps_total"
 STEP_SECONDS = "tabletune_step_seconds_total"
 STEPS_TIMED = "tabletune_steps_timed_total"
 TABLE_VERSION = "tabletune_table_version"
-WANTED = frozenset({ACCEPTED_PER_POS, DRAFTED_PER_POS, NUM_DRAFTS, NUM_DRAFT_TOKENS,
-                    NUM_ACCEPTED_TOKENS, NUM_REQUESTS_RUNNING, ENGINE_STEPS, REQUEST_STEPS,
-                    STEP_SECONDS, STEPS_TIMED, TABLE_VERSION})
+EXPLORE_STEPS = "tabletune_explore_steps_total"
+WANTED = frozenset({ACCEPTED_PER_POS, PLUGIN_ACCEPTED_PER_POS, DRAFTED_PER_POS, NUM_DRAFTS,
+                    NUM_DRAFT_TOKENS, NUM_ACCEPTED_TOKENS, NUM_REQUESTS_RUNNING, ENGINE_STEPS,
+                    REQUEST_STEPS, STEP_SECONDS, STEPS_TIMED, TABLE_VERSION, EXPLORE_STEPS})
 
 # (name, label values, value) for every wanted sample, grouped by name
 Samples = dict[str, list[tuple[dict[str, str], float]]]
@@ -56,7 +62,11 @@ Samples = dict[str, list[tuple[dict[str, str], float]]]
 
 @dataclass(slots=True, frozen=True)
 class Snapshot:
-    """The counters of one scrape, summed over engines; positions are 0-based."""
+    """The counters of one scrape, summed over engines; positions are 0-based.
+
+    ``accepted_per_pos`` is the plugin's exact series when present, else vLLM's own
+    (``accepted_source`` says which).
+    """
 
     accepted_per_pos: tuple[float, ...]
     drafted_per_pos: tuple[float, ...] | None
@@ -68,6 +78,8 @@ class Snapshot:
     request_steps: dict[int, float] = field(default_factory=dict)
     step_time: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
     table_version: int | None = None
+    explore_steps: float | None = None
+    accepted_source: Literal["plugin", "stock"] = "stock"
 
     @property
     def has_plugin(self) -> bool:
@@ -87,6 +99,7 @@ class SnapshotDelta:
     engine_steps: dict[int, float]
     request_steps: dict[int, float]
     step_time: dict[tuple[int, int], tuple[float, float]]
+    explore_steps: float = 0.0
 
 
 def _collect(text: str, model_name: str | None) -> Samples:
@@ -183,13 +196,16 @@ def parse(text: str, model_name: str | None = None) -> Snapshot:
     accepted = _per_position(ACCEPTED_PER_POS, samples)
     if accepted is None:
         raise ScrapeError(_missing(ACCEPTED_PER_POS, model_name))
+    for name in (DRAFTED_PER_POS, PLUGIN_ACCEPTED_PER_POS):
+        series = _per_position(name, samples)
+        if series is not None and len(series) != len(accepted):
+            raise ScrapeError(f"{name}: {len(series)} positions but "
+                              f"{ACCEPTED_PER_POS} has {len(accepted)}; they must match")
     drafted = _per_position(DRAFTED_PER_POS, samples)
-    if drafted is not None and len(drafted) != len(accepted):
-        raise ScrapeError(f"{DRAFTED_PER_POS}: {len(drafted)} positions but "
-                          f"{ACCEPTED_PER_POS} has {len(accepted)}; they must match")
+    exact = _per_position(PLUGIN_ACCEPTED_PER_POS, samples)
     version = _total(TABLE_VERSION, samples)
     return Snapshot(
-        accepted_per_pos=accepted,
+        accepted_per_pos=accepted if exact is None else exact,
         drafted_per_pos=drafted,
         num_drafts=_required(NUM_DRAFTS, samples, model_name),
         num_draft_tokens=_required(NUM_DRAFT_TOKENS, samples, model_name),
@@ -202,6 +218,8 @@ def parse(text: str, model_name: str | None = None) -> Snapshot:
                                  ("k",)).items()},
         step_time=_step_time(samples),
         table_version=None if version is None else int(version),
+        explore_steps=_total(EXPLORE_STEPS, samples),
+        accepted_source="stock" if exact is None else "plugin",
     )
 
 
@@ -213,6 +231,8 @@ def _monotone_pairs(snapshot: Snapshot) -> dict[str, float]:
     pairs.update({f"drafted[{i}]": v for i, v in enumerate(snapshot.drafted_per_pos or ())})
     pairs.update({f"engine_steps[{k}]": v for k, v in snapshot.engine_steps.items()})
     pairs.update({f"request_steps[{k}]": v for k, v in snapshot.request_steps.items()})
+    if snapshot.explore_steps is not None:
+        pairs["explore_steps"] = snapshot.explore_steps
     for (B, k), (seconds, count) in snapshot.step_time.items():
         pairs[f"step_seconds[{B},{k}]"] = seconds
         pairs[f"steps_timed[{B},{k}]"] = count
@@ -223,9 +243,10 @@ def is_reset(prev: Snapshot, cur: Snapshot) -> bool:
     """True if the engine restarted between the scrapes: a counter went down or vanished.
 
     A changed number of positions (a new num_speculative_tokens) or the plugin appearing or
-    vanishing also means a new engine run. ``table_version`` is a gauge: not compared.
+    vanishing (or the accepted series switching source) also means a new engine run.
+    ``table_version`` is a gauge: not compared.
     """
-    if (prev.has_plugin != cur.has_plugin
+    if (prev.has_plugin != cur.has_plugin or prev.accepted_source != cur.accepted_source
             or len(prev.accepted_per_pos) != len(cur.accepted_per_pos)):
         return True
     before, after = _monotone_pairs(prev), _monotone_pairs(cur)
@@ -251,6 +272,8 @@ def delta(prev: Snapshot, cur: Snapshot) -> SnapshotDelta:
         step_time={key: (s - prev.step_time.get(key, (0.0, 0.0))[0],
                          c - prev.step_time.get(key, (0.0, 0.0))[1])
                    for key, (s, c) in cur.step_time.items()},
+        explore_steps=(0.0 if prev.explore_steps is None or cur.explore_steps is None
+                       else cur.explore_steps - prev.explore_steps),
     )
 
 

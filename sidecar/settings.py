@@ -40,6 +40,8 @@ class SidecarSettings(BaseSettings):
     checkpoint: Path | None = Field(None, description="estimator state file, written atomically after every rebuild")
     drift_warn: float = Field(0.15, ge=0, description="warn when live steps are this much slower than the profile")
     timeout_s: float = Field(2.0, gt=0, description="timeout of every request to vLLM or the plugin")
+    retry_attempts: int = Field(3, ge=1, le=10, description="tries per admin request (connection errors, timeouts, 5xx; never 4xx)")
+    backoff_max_s: float = Field(10.0, gt=0, description="longest pause between scrapes while vLLM keeps failing")
     log_format: Literal["json", "plain"] = Field("json", description="log line format")
 
     @model_validator(mode="after")

@@ -234,3 +234,40 @@ def test_real_restart_is_detected_end_to_end() -> None:
     before = parse(exposition({("tiny", "0"): engine_counts(3, 5.0)}))
     after = parse(exposition({("tiny", "0"): engine_counts(3, 1.0)}))
     assert is_reset(before, after) and not is_reset(after, before)
+
+
+# --- the plugin's exact accepted series ---------------------------------------------------
+
+def with_plugin_accepted(text: str, values: list[float], explore: float | None = None) -> str:
+    lines = [f'tabletune_accepted_tokens_per_pos_total{{engine="0",model_name="tiny",'
+             f'position="{i}"}} {v}' for i, v in enumerate(values)]
+    if explore is not None:
+        lines.append(f'tabletune_explore_steps_total{{engine="0",model_name="tiny"}} {explore}')
+    return text + "\n".join(lines) + "\n"
+
+
+def test_plugin_accepted_series_is_preferred_over_vllms() -> None:
+    base = exposition({("tiny", "0"): engine_counts(3)})  # stock accepted: 3, 2, 1
+    assert parse(base).accepted_source == "stock"
+    snap = parse(with_plugin_accepted(base, [4.0, 3.0, 2.0], explore=5.0))
+    assert snap.accepted_per_pos == (4.0, 3.0, 2.0) and snap.accepted_source == "plugin"
+    assert snap.explore_steps == 5.0 and snap.num_accepted_tokens == 12.0  # stock total kept
+    assert parse(base).explore_steps is None
+
+
+def test_plugin_accepted_series_must_have_every_position() -> None:
+    base = exposition({("tiny", "0"): engine_counts(3)})
+    with pytest.raises(ScrapeError, match="tabletune_accepted_tokens_per_pos_total: 2 positions"):
+        parse(with_plugin_accepted(base, [4.0, 3.0]))
+
+
+def test_explore_steps_delta_and_reset() -> None:
+    prev, cur = snapshot(explore_steps=3.0), snapshot(explore_steps=7.0)
+    assert delta(prev, cur).explore_steps == 4.0
+    assert is_reset(cur, prev)
+    assert is_reset(snapshot(explore_steps=3.0), snapshot())  # the series vanished
+    assert delta(snapshot(), snapshot()).explore_steps == 0.0
+
+
+def test_switching_accepted_source_is_a_new_engine_run() -> None:
+    assert is_reset(snapshot(), snapshot(accepted_source="plugin"))

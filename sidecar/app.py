@@ -1,0 +1,175 @@
+"""The sidecar process: the only ``asyncio.run()``, logging, signals and the TaskGroup.
+
+Two root tasks run in one TaskGroup: the control loop (tick, then an interruptible sleep)
+and the HTTP server. SIGTERM/SIGINT only set the stop Event; whichever root task ends first
+sets it too, so everything stops together. Shutdown order (uvicorn's): let the running tick
+finish (at most STOP_GRACE_S, then cancel it), checkpoint, close the server and the client
+session; the whole takes well under a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from pydantic import ValidationError
+
+from sidecar import logs
+from sidecar.controller import Controller
+from sidecar.engine_client import EngineClient
+from sidecar.server import serve
+from sidecar.settings import SidecarSettings
+from tuner.errors import InvalidInput, ProfileMismatch, TableTuneError
+from tuner.profile import Profile, load
+
+__all__ = ["backoff_delay", "control_loop", "main", "run"]
+
+log = logging.getLogger("sidecar")
+STOP_GRACE_S = 0.5
+
+
+def backoff_delay(settings: SidecarSettings, failures: int) -> float:
+    """interval_s while scrapes succeed; doubling per consecutive failure up to backoff_max_s."""
+    if failures == 0:
+        return settings.interval_s
+    ceiling = max(settings.backoff_max_s, settings.interval_s)
+    return float(min(settings.interval_s * 2 ** min(failures, 16), ceiling))
+
+
+async def _tick_or_stop(controller: Controller, stop: asyncio.Event) -> None:
+    """One tick; on stop the running tick gets STOP_GRACE_S to finish, then is cancelled."""
+    tick = asyncio.create_task(controller.tick(), name="sidecar-tick")
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({tick, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not tick.done():
+            await asyncio.wait({tick}, timeout=STOP_GRACE_S)
+    finally:
+        stopping.cancel()
+        if not tick.done():
+            tick.cancel("sidecar stopping: tick exceeded the shutdown grace")
+            await asyncio.wait({tick})
+    if not tick.cancelled():
+        tick.result()  # re-raise what the tick raised
+
+
+async def control_loop(controller: Controller, stop: asyncio.Event) -> None:
+    """Tick, sleep interruptibly, repeat until ``stop``; only ProfileMismatch ends it."""
+    while not stop.is_set():
+        try:
+            await _tick_or_stop(controller, stop)
+        except ProfileMismatch:
+            raise
+        except Exception as exc:  # the edge of an eternal task: log with context, carry on
+            controller.stats.failures["tick_error"] += 1
+            controller.consecutive_failures += 1
+            controller.conditions.set("tick", f"error: {type(exc).__name__}",
+                                      "tick failed; carrying on", exc_info=True)
+        else:
+            controller.conditions.ok("tick", "ticks succeed again")
+        delay = backoff_delay(controller.settings, controller.consecutive_failures)
+        controller.loop_delay_s = delay
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay):
+                await stop.wait()
+
+
+async def _guard(name: str, coro: Coroutine[Any, Any, None], stop: asyncio.Event) -> None:
+    """Say how a root task ended; whatever ends it, stop the others (kopf's guard)."""
+    try:
+        await coro
+        if not stop.is_set():
+            log.warning(f"{name} has finished unexpectedly")
+    except asyncio.CancelledError:
+        log.debug(f"{name} is cancelled")
+        raise
+    except Exception as exc:
+        log.error(f"{name} has failed: {exc}", exc_info=not isinstance(exc, TableTuneError))
+        raise
+    finally:
+        stop.set()
+
+
+def _load_profile(settings: SidecarSettings) -> Profile:
+    try:
+        return load(settings.profile)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(p) for p in error["loc"])
+        raise InvalidInput(f"profile {settings.profile}: {where}: {error['msg']}") from None
+
+
+def _token(settings: SidecarSettings) -> str | None:
+    try:
+        return settings.token()
+    except OSError as exc:
+        raise InvalidInput(f"admin_token_file {settings.admin_token_file}: {exc.strerror}") from None
+
+
+def _install_signals(stop: asyncio.Event) -> Callable[[], None]:
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: signal.Signals) -> None:
+        log.info(f"signal {signum.name} received; stopping")
+        stop.set()
+
+    signums = (signal.SIGTERM, signal.SIGINT)
+    for signum in signums:
+        loop.add_signal_handler(signum, on_signal, signum)
+
+    def uninstall() -> None:
+        for signum in signums:
+            loop.remove_signal_handler(signum)
+
+    return uninstall
+
+
+async def main(settings: SidecarSettings, stop: asyncio.Event | None = None,
+               on_bound: Callable[[int], None] | None = None, handle_signals: bool = True) -> int:
+    """Run until ``stop`` (or SIGTERM/SIGINT); 0 on a clean stop, TableTuneError if refused."""
+    profile = _load_profile(settings)
+    stop = stop if stop is not None else asyncio.Event()
+    uninstall = _install_signals(stop) if handle_signals else (lambda: None)
+    log.info("starting", extra={"settings": settings.model_dump(
+        mode="json", exclude={"admin_token", "admin_token_file"})})
+    fatal: BaseException | None = None
+    try:
+        async with EngineClient(settings.engine_url, settings.admin_url, _token(settings),
+                                settings.timeout_s, settings.retry_attempts) as client:
+            controller = Controller(settings, profile, client)
+            try:
+                async with asyncio.TaskGroup() as tg:
+                    tg.create_task(_guard("control loop", control_loop(controller, stop), stop))
+                    tg.create_task(_guard("http server", serve(
+                        controller, settings.listen_host, settings.listen_port, stop,
+                        on_bound), stop))
+            except* Exception as group:
+                fatal = group.exceptions[0]
+            finally:
+                controller.save_checkpoint()
+    finally:
+        uninstall()
+    if fatal is not None:
+        raise fatal
+    log.info("stopped")
+    return 0
+
+
+def run(settings: SidecarSettings) -> int:
+    """`tabletune sidecar`: 0 on a clean stop, 2 if refused (e.g. ProfileMismatch), 1 on a crash."""
+    restore = logs.configure(settings.log_format)
+    try:
+        return asyncio.run(main(settings))
+    except TableTuneError as exc:
+        print(f"tabletune sidecar: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # e.g. the listen port is taken
+        print(f"tabletune sidecar: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        restore()

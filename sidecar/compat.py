@@ -1,0 +1,69 @@
+"""Does the profile fit the engine the sidecar drives, and which k may the table use?
+
+A table built from another engine's step times is wrong in ways no live counter shows, so a
+profile whose K (num_speculative_tokens) or max_num_seqs differs from the engine's, or whose
+model differs from ``--model-name``, is refused at start with what differs (ProfileMismatch).
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+
+from sidecar.engine_client import TableInfo
+from tuner.errors import ProfileMismatch
+from tuner.profile import Profile
+
+__all__ = ["check", "mismatches", "resolve_allowed_k"]
+
+
+def _same_model(profile_model: str, model_name: str) -> bool:
+    """The profile may name the model by path; its last component counts as its name."""
+    return model_name in (profile_model, PurePath(profile_model).name)
+
+
+def mismatches(profile: Profile, info: TableInfo | None, num_positions: int | None,
+               model_name: str | None) -> list[str]:
+    """Human-readable differences between the profile and the engine (empty: they match)."""
+    diffs = []
+    engine = profile.engine
+    if info is not None and info.num_speculative_tokens != engine.num_speculative_tokens:
+        diffs.append(f"num_speculative_tokens: profile has {engine.num_speculative_tokens}, "
+                     f"engine has {info.num_speculative_tokens}")
+    if info is not None and info.max_num_seqs != engine.max_num_seqs:
+        diffs.append(f"max_num_seqs: profile has {engine.max_num_seqs}, engine has "
+                     f"{info.max_num_seqs}")
+    if num_positions is not None and num_positions != engine.num_speculative_tokens:
+        diffs.append(f"num_speculative_tokens: profile has {engine.num_speculative_tokens}, "
+                     f"the engine's /metrics has {num_positions} draft positions")
+    if model_name is not None and not _same_model(engine.model, model_name):
+        diffs.append(f"model: profile has {engine.model!r}, --model-name is {model_name!r}")
+    return diffs
+
+
+def check(profile: Profile, info: TableInfo | None, num_positions: int | None = None,
+          model_name: str | None = None) -> None:
+    """Raise ProfileMismatch naming every difference; the fix is the right profile."""
+    diffs = mismatches(profile, info, num_positions, model_name)
+    if diffs:
+        raise ProfileMismatch("the profile does not match the engine (" + "; ".join(diffs) +
+                              "); run `tabletune tune` against this engine or pass the "
+                              "profile measured for it")
+
+
+def resolve_allowed_k(spec: str, info: TableInfo | None,
+                      num_speculative_tokens: int) -> set[int] | None:
+    """The k the table may use: None means every k = 0..K.
+
+    'startup' is the engine's startup table's K values (GET /v1/table); without the admin
+    endpoint (dry-run next to a stock vLLM) they are unknown and every k is allowed.
+    """
+    if spec == "all":
+        return None
+    if spec == "startup":
+        return set(info.startup_k) if info is not None and info.startup_k else None
+    ks = {int(x) for x in spec.split(",")}
+    too_big = sorted(k for k in ks if k > num_speculative_tokens)
+    if too_big:
+        raise ProfileMismatch(f"allowed_k={spec!r}: K={too_big} exceed the engine's "
+                              f"num_speculative_tokens={num_speculative_tokens}")
+    return ks

@@ -1,0 +1,94 @@
+"""What one rebuild decided, and why: the sidecar's decision log line and /v1/state.
+
+``Decision`` is logged once per rebuild as ``{"event": "rebuild", "decision": {...}}``.
+Its ``gains`` say, for each range of the new table, the predicted goodput change against the
+old table over that range: mean over B in the range of G(B, k_new) / G(B, k_old(B)) - 1, with
+G(B, k) = B·tau(k)/T(B, k) (eq. G, tuner/goodput.py) at the current estimate â.
+
+Pure: the functions take arrays and tables and return values.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict
+
+from tuner.table import Table
+
+__all__ = ["BIAS_NOTE", "Decision", "DriftCell", "RangeGain", "Outcome", "Source",
+           "range_gains"]
+
+Outcome = Literal["pushed", "dry_run", "unchanged", "rejected", "failed"]
+Source = Literal["plugin", "stock"]  # where accepted_i / drafted_i came from
+
+BIAS_NOTE = (
+    "no TableTune plugin series: drafted_i is approximated by vLLM's num_drafts, so "
+    "â_i = accepted_i / num_drafts is biased low when draft lengths vary (ngram no-match, "
+    "empty drafts, DSD K changes between batch sizes); install the plugin for exact counts")
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RangeGain(_Record):
+    """One range of the new table and its predicted goodput change (None: old unknown)."""
+
+    batch_size_start: int
+    batch_size_end: int
+    k: int
+    gain: float | None
+
+
+class DriftCell(_Record):
+    """Live step time at one (B bucket, k) against the profile's T at that B."""
+
+    batch_size: int
+    k: int
+    live_ms: float
+    profile_ms: float
+    ratio: float
+    steps: float
+
+
+class Decision(_Record):
+    """One rebuild: inputs, old and new table, predicted change, outcome and reason."""
+
+    event: Literal["rebuild"] = "rebuild"
+    time: float
+    outcome: Outcome
+    reason: str
+    source: Source
+    bias_note: str | None
+    steps: float
+    accepted: list[float]
+    drafted: list[float]
+    prior_weight: float
+    a_hat: list[float]
+    old_table: list[list[int]] | None
+    new_table: list[list[int]]
+    engine_version: int | None
+    gains: list[RangeGain]
+    drift: list[DriftCell]
+
+
+def range_gains(G: npt.NDArray[np.float64], old: Table | None, new: Table,
+                num_speculative_tokens: int) -> list[RangeGain]:
+    """Per range of ``new``: mean of G(B, k_new) / G(B, k_old(B)) - 1 over its B (eq. G).
+
+    ``G[b-1, k]`` is eq. G at B=b; k_old is looked up as vLLM does (clamped to K).
+    """
+    max_b = G.shape[0]
+    gains = []
+    for start, end, k in new.ranges:
+        rows = np.arange(start, min(end, max_b) + 1)
+        gain: float | None = None
+        if old is not None and rows.size:
+            k_new = min(k, num_speculative_tokens)
+            k_old = np.array([old.k_at(int(b), num_speculative_tokens) for b in rows])
+            gain = round(float(np.mean(G[rows - 1, k_new] / G[rows - 1, k_old] - 1.0)), 6)
+        gains.append(RangeGain(batch_size_start=start, batch_size_end=end, k=k, gain=gain))
+    return gains

@@ -1,0 +1,107 @@
+"""The sidecar's own Prometheus series, built at scrape time from the controller's state.
+
+| series | labels | meaning |
+|---|---|---|
+| tabletune_sidecar_acceptance | position | â_i (eq. â), position 0-based like vLLM's |
+| tabletune_sidecar_prior_weight | | w, after any decay |
+| tabletune_sidecar_live_drafted | position | live drafted_i since the last halving |
+| tabletune_sidecar_table_k | table, batch_size_start, batch_size_end | k per range of the engine's and the recommended table |
+| tabletune_sidecar_rebuilds_total | outcome | rebuilds by outcome |
+| tabletune_sidecar_pushes_total | | tables written to the engine (re-pushes included) |
+| tabletune_sidecar_failures_total | kind | scrape_unavailable, scrape_unreadable, push_rejected, ... |
+| tabletune_sidecar_engine_resets_total | | counter resets seen (engine restarts) |
+| tabletune_sidecar_scrape_seconds | | summary of successful /metrics scrapes |
+| tabletune_sidecar_step_time_drift_ratio | batch_size, k | live step time / profile T |
+| tabletune_sidecar_ready, _estimate_biased | | 1/0 |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, Metric,
+                                    SummaryMetricFamily)
+from prometheus_client.registry import CollectorRegistry
+
+from sidecar import probes
+from sidecar.controller import Controller
+from sidecar.estimator import estimate
+from tuner.table import Table
+
+__all__ = ["SidecarCollector", "registry_for"]
+
+
+def _gauge(name: str, doc: str, labels: list[str],
+           rows: list[tuple[list[str], float]]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc, labels=labels)
+    for values, value in rows:
+        family.add_metric(values, value)
+    return family
+
+
+def _counter(name: str, doc: str, labels: list[str],
+             rows: list[tuple[list[str], float]]) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, doc, labels=labels)
+    for values, value in rows:
+        family.add_metric(values, value)
+    return family
+
+
+def _table_rows(name: str, table: Table | None) -> list[tuple[list[str], float]]:
+    if table is None:
+        return []
+    return [([name, str(start), str(end)], float(k)) for start, end, k in table.ranges]
+
+
+class SidecarCollector:
+    """A prometheus Collector: everything is read from the controller when scraped."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+
+    def collect(self) -> Iterator[Metric]:
+        c = self.controller
+        positions = [str(i) for i in range(c.K)]
+        yield _gauge("tabletune_sidecar_acceptance", "Estimated acceptance a_i (eq. â).",
+                     ["position"], list(zip(([p] for p in positions),
+                                            estimate(c.state).tolist(), strict=True)))
+        yield _gauge("tabletune_sidecar_live_drafted", "Live drafted_i since the last halving.",
+                     ["position"], list(zip(([p] for p in positions),
+                                            c.state.drafted.tolist(), strict=True)))
+        yield _gauge("tabletune_sidecar_prior_weight", "Weight w of the prior.", [],
+                     [([], c.state.w)])
+        engine = c.info.parsed_table() if c.info is not None else None
+        yield _gauge("tabletune_sidecar_table_k", "k per range of the engine's table "
+                     "(table=engine) and of the recommended one (table=recommended).",
+                     ["table", "batch_size_start", "batch_size_end"],
+                     _table_rows("engine", engine) + _table_rows("recommended", c.recommended))
+        yield from self._counters()
+        yield _gauge("tabletune_sidecar_step_time_drift_ratio",
+                     "Live engine step time / the profile's T(B, k).", ["batch_size", "k"],
+                     [([str(x.batch_size), str(x.k)], x.ratio) for x in c.drift_cells])
+        yield _gauge("tabletune_sidecar_ready", "1 when /readyz answers 200.", [],
+                     [([], float(probes.ready(c)[0]))])
+        yield _gauge("tabletune_sidecar_estimate_biased", "1 while counting from vLLM's stock "
+                     "counters (no plugin): the estimate is biased low.", [],
+                     [([], float(c.source == "stock"))])
+
+    def _counters(self) -> Iterator[Metric]:
+        s = self.controller.stats
+        yield _counter("tabletune_sidecar_rebuilds", "Rebuilds by outcome.", ["outcome"],
+                       [([o], float(n)) for o, n in sorted(s.rebuilds.items())])
+        yield _counter("tabletune_sidecar_pushes", "Tables written to the engine.", [],
+                       [([], float(s.pushes))])
+        yield _counter("tabletune_sidecar_failures", "Failures by kind.", ["kind"],
+                       [([k], float(n)) for k, n in sorted(s.failures.items())])
+        yield _counter("tabletune_sidecar_engine_resets", "Engine counter resets seen.", [],
+                       [([], float(s.resets))])
+        yield SummaryMetricFamily("tabletune_sidecar_scrape_seconds",
+                                  "Duration of successful vLLM /metrics scrapes.",
+                                  count_value=s.scrapes, sum_value=s.scrape_seconds)
+
+
+def registry_for(controller: Controller) -> CollectorRegistry:
+    """A registry of our own (never the global one), so tests and processes stay isolated."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SidecarCollector(controller))
+    return registry

@@ -1,0 +1,108 @@
+"""The sidecar's HTTP server: /healthz, /readyz, /metrics, /v1/state (aiohttp AppRunner).
+
+| route | 200 | 503 |
+|---|---|---|
+| GET /healthz | the control loop ticked within 3 of its periods | with the reason |
+| GET /readyz | profile loaded, engine connected, one scrape succeeded | with the reason |
+| GET /metrics | the sidecar's own series (sidecar/metrics.py) | |
+| GET /v1/state | estimator, â, tables, last decision, conditions, bias note | |
+
+/healthz is deliberately not tied to vLLM being up: a vLLM restart must not restart the
+sidecar. Probes and /metrics are kept out of the access log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+from prometheus_client.aiohttp import make_aiohttp_handler
+
+from sidecar import probes
+from sidecar.controller import Controller
+from sidecar.decision import BIAS_NOTE
+from sidecar.estimator import estimate
+from sidecar.metrics import registry_for
+
+__all__ = ["build_app", "serve", "state_of"]
+
+QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+CONTROLLER = web.AppKey("controller", Controller)
+
+
+class _AccessLogger(AbstractAccessLogger):
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        if request.path not in QUIET_PATHS:
+            self.logger.info("access", extra={"method": request.method, "path": request.path,
+                                              "status": response.status,
+                                              "seconds": round(time, 6)})
+
+
+def state_of(c: Controller) -> dict[str, Any]:
+    """The controller's state as JSON for GET /v1/state."""
+    engine = c.info
+    return {
+        "ready": probes.ready(c)[1], "dry_run": c.settings.dry_run, "source": c.source,
+        "bias_note": BIAS_NOTE if c.source == "stock" else None,
+        "estimator": c.state.to_dict(),
+        "a_hat": estimate(c.state).tolist(),
+        "steps_since_rebuild": c.steps_since_rebuild,
+        "explore_steps_seen": c.stats.explore_steps,
+        "rebuild_every_steps": c.settings.rebuild_every_steps,
+        "allowed_k": sorted(c.allowed_k) if c.allowed_k is not None else "all",
+        "engine_table": engine.table if engine is not None else None,
+        "engine_table_version": engine.version if engine is not None else None,
+        "recommended_table": c.recommended.to_list() if c.recommended is not None else None,
+        "last_decision": (c.last_decision.model_dump(mode="json")
+                          if c.last_decision is not None else None),
+        "drift": [cell.model_dump() for cell in c.drift_cells],
+        "conditions": dict(c.conditions.states),
+    }
+
+
+async def _probe(check: Callable[[], tuple[bool, str]]) -> web.Response:
+    ok, reason = check()
+    return web.json_response({"ok": ok, "reason": reason}, status=200 if ok else 503)
+
+
+def build_app(controller: Controller) -> web.Application:
+    app = web.Application()
+    app[CONTROLLER] = controller
+
+    async def healthz(request: web.Request) -> web.Response:
+        return await _probe(lambda: probes.health(request.app[CONTROLLER]))
+
+    async def readyz(request: web.Request) -> web.Response:
+        return await _probe(lambda: probes.ready(request.app[CONTROLLER]))
+
+    async def state(request: web.Request) -> web.Response:
+        return web.json_response(state_of(request.app[CONTROLLER]))
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", make_aiohttp_handler(registry_for(controller)))
+    app.router.add_get("/v1/state", state)
+    return app
+
+
+async def serve(controller: Controller, host: str, port: int, stop: asyncio.Event,
+                on_bound: Callable[[int], None] | None = None) -> None:
+    """Serve until ``stop`` is set; ``on_bound(port)`` once listening (port 0: a free one)."""
+    runner = web.AppRunner(build_app(controller), handle_signals=False, shutdown_timeout=0.5,
+                           access_log_class=_AccessLogger,
+                           access_log=logging.getLogger("sidecar.access"))
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound = runner.addresses[0][1]
+        logging.getLogger("sidecar").info("listening", extra={"host": host, "port": bound})
+        if on_bound is not None:
+            on_bound(bound)
+        await stop.wait()
+    finally:
+        await asyncio.shield(runner.cleanup())

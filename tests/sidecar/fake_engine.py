@@ -1,0 +1,219 @@
+"""A tiny real aiohttp app standing in for vLLM's /metrics and the plugin's admin API.
+
+It exists for the faults a real engine cannot produce on demand: 500s, truncated bodies,
+garbage, hangs, missing series, counter resets, 4xx/5xx from the admin API. The happy path
+is tested against the real engine in test_end_to_end.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from sidecar.settings import SidecarSettings
+from tuner.profile import AcceptanceMeasurement, Cell, EngineInfo, Profile
+
+TOKEN = "fake-secret-token-987"
+STARTUP = [[1, 4, 3], [5, 16, 1]]
+# k=3 wins for B <= 8 and k=1 above, given high acceptance (a = 0.9, 0.8, 0.7)
+GRID = [1, 8, 9, 16]
+STEP_MS = {1: [10, 12, 16, 18], 8: [10, 12, 16, 18], 9: [10, 12, 24, 30], 16: [10, 12, 24, 30]}
+TUNED = [[1, 8, 3], [9, 16, 1]]
+
+
+def make_profile(K: int = 3, max_num_seqs: int = 16, a: tuple[float, ...] = (0.9, 0.8, 0.7),
+                 model: str = "tiny") -> Profile:
+    cells = [Cell(B=B, k=k, client_ms=float(ms[k]), engine_ms=float(ms[k]), wall_s=1.0)
+             for B, ms in STEP_MS.items() for k in range(K + 1)]
+    return Profile(
+        created_at=time.time(), grid=GRID, decode_tokens=32, repeats=1, cells=cells,
+        engine=EngineInfo(hardware="test", vllm_version="0.32.0", model=model, method="ngram",
+                          num_speculative_tokens=K, max_num_seqs=max_num_seqs),
+        acceptance=AcceptanceMeasurement(a=list(a), accepted=[0] * K, drafted=[0] * K,
+                                         source="plugin", num_prompts=1, temperature=0.0,
+                                         wall_s=1.0))
+
+
+def write_profile(path: Path, **kwargs: Any) -> Path:
+    make_profile(**kwargs).save(path)
+    return path
+
+
+def settings(profile: Path, engine_url: str, admin_url: str | None = None,
+             **overrides: Any) -> SidecarSettings:
+    values: dict[str, Any] = dict(
+        profile=profile, engine_url=engine_url, admin_url=admin_url or engine_url,
+        admin_token=TOKEN, interval_s=0.05, rebuild_every_steps=100, timeout_s=0.3,
+        retry_attempts=3, listen_port=0, explore_every=7, hysteresis=1, model_name="tiny")
+    values.update(overrides)
+    return SidecarSettings(**values)
+
+
+@dataclass
+class FakeEngine:
+    K: int = 3
+    max_num_seqs: int = 16
+    table: list[list[int]] = field(default_factory=lambda: [list(r) for r in STARTUP])
+    version: int = 1
+    plugin: bool = True
+    metrics_fault: str | None = None   # 500 | truncate | cut | garbage | hang | missing
+    admin_status: int | None = None    # force this status on admin PUTs (e.g. 422, 500)
+    admin_down: bool = False           # 503 on every admin request
+    url: str = ""
+    table_puts: list[Any] = field(default_factory=list)
+    policy_puts: list[Any] = field(default_factory=list)
+    auth_headers: list[str] = field(default_factory=list)
+    metrics_gets: int = 0
+
+    def __post_init__(self) -> None:
+        table = self.table
+        self.restart()
+        self.table = table
+
+    # -- simulated traffic ------------------------------------------------------------------
+    def restart(self) -> None:
+        """A new engine run: counters from zero, the startup table, version 1."""
+        self.accepted = [0.0] * self.K
+        self.drafted = [0.0] * self.K
+        self.stock_accepted = [0.0] * self.K
+        self.num_drafts = 0.0
+        self.engine_steps: dict[int, float] = {}
+        self.step_time: dict[tuple[int, int], list[float]] = {}
+        self.table, self.version = [list(r) for r in STARTUP], 1
+
+    def run(self, steps: int, a: tuple[float, ...] = (0.9, 0.8, 0.7), B: int = 4,
+            step_ms: float | None = None) -> None:
+        """``steps`` engine steps at batch size B and k=K, accepting prefix i with rate a_i."""
+        n = steps * B
+        self.num_drafts += n
+        for i in range(self.K):
+            self.drafted[i] += n
+            self.accepted[i] += round(n * a[i])
+            self.stock_accepted[i] += round(n * a[i] * 0.95)  # vLLM's lags slightly
+        self.engine_steps[self.K] = self.engine_steps.get(self.K, 0.0) + steps
+        if step_ms is not None:
+            cell = self.step_time.setdefault((B, self.K), [0.0, 0.0])
+            cell[0] += steps * step_ms / 1000
+            cell[1] += steps
+
+    # -- exposition ----------------------------------------------------------------------------
+    def metrics_text(self) -> str:
+        base = 'engine="0",model_name="tiny"'
+        lines = [
+            "# TYPE vllm:spec_decode_num_drafts_total counter",
+            f"vllm:spec_decode_num_drafts_total{{{base}}} {self.num_drafts}",
+            f"vllm:spec_decode_num_draft_tokens_total{{{base}}} {sum(self.drafted)}",
+            f"vllm:spec_decode_num_accepted_tokens_total{{{base}}} {sum(self.stock_accepted)}",
+        ]
+        lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{base},position="{i}"}} '
+                  f"{v}" for i, v in enumerate(self.stock_accepted)]
+        if self.plugin:
+            lines += self._plugin_lines(base)
+        return "\n".join(lines) + "\n"
+
+    def _plugin_lines(self, base: str) -> list[str]:
+        lines = [f'vllm:spec_decode_num_draft_tokens_per_pos_total{{{base},position="{i}"}} {v}'
+                 for i, v in enumerate(self.drafted)]
+        lines += [f'tabletune_accepted_tokens_per_pos_total{{{base},position="{i}"}} {v}'
+                  for i, v in enumerate(self.accepted)]
+        lines += [f'tabletune_engine_steps_total{{{base},k="{k}"}} {v}'
+                  for k, v in self.engine_steps.items()]
+        for (B, k), (seconds, count) in self.step_time.items():
+            lines.append(f'tabletune_step_seconds_total{{{base},batch_size="{B}",k="{k}"}} '
+                         f"{seconds}")
+            lines.append(f'tabletune_steps_timed_total{{{base},batch_size="{B}",k="{k}"}} '
+                         f"{count}")
+        lines.append(f"tabletune_explore_steps_total{{{base}}} 0")
+        lines.append(f"tabletune_table_version{{{base}}} {self.version}")
+        return lines
+
+    # -- handlers ----------------------------------------------------------------------------
+    async def metrics(self, request: web.Request) -> web.StreamResponse:
+        self.metrics_gets += 1
+        fault, text = self.metrics_fault, self.metrics_text()
+        if fault == "500":
+            return web.Response(status=500, text="Internal Server Error")
+        if fault == "hang":
+            await asyncio.sleep(30)
+        if fault == "garbage":
+            return web.Response(body=b"\x00\xff<html>502 Bad Gateway</html> {{{\n")
+        if fault == "missing":
+            text = "\n".join(line for line in text.splitlines()
+                             if "accepted_tokens_per_pos" not in line) + "\n"
+        if fault == "cut":  # a body cut mid-line but delivered completely
+            text = text[: len(text) // 2]
+        if fault == "truncate":  # the connection dies mid-body
+            response = web.StreamResponse(headers={"Content-Length": str(len(text) + 100)})
+            await response.prepare(request)
+            await response.write(text[:50].encode())
+            assert request.transport is not None
+            request.transport.close()
+            return response
+        return web.Response(text=text)
+
+    def _table_reply(self) -> dict[str, Any]:
+        return {"table": self.table, "num_speculative_tokens": self.K,
+                "max_num_seqs": self.max_num_seqs, "startup_k": sorted({r[2] for r in STARTUP}),
+                "version": self.version, "swapped_at": None, "restrict_k": False,
+                "swap_latency_s": None}
+
+    async def get_table(self, request: web.Request) -> web.Response:
+        if self.admin_down:
+            return web.json_response({"error": "down"}, status=503)
+        return web.json_response(self._table_reply())
+
+    async def put_table(self, request: web.Request) -> web.Response:
+        self.auth_headers.append(request.headers.get("Authorization", ""))
+        body = await request.json()
+        self.table_puts.append(body)
+        if self.admin_down or self.admin_status is not None:
+            status = 503 if self.admin_down else self.admin_status
+            return web.json_response({"error": "table: K=3 is not allowed here",
+                                      "field": "table"}, status=status)
+        self.table, self.version = body["table"], self.version + 1
+        return web.json_response(self._table_reply())
+
+    async def put_policy(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.policy_puts.append(body)
+        if self.admin_down:
+            return web.json_response({"error": "down"}, status=503)
+        return web.json_response({"explore_every": body.get("explore_every", 0),
+                                  "hysteresis": body.get("hysteresis", 0)})
+
+
+@asynccontextmanager
+async def running(engine: FakeEngine | None = None) -> AsyncIterator[FakeEngine]:
+    """Serve a FakeEngine on a free loopback port; ``engine.url`` is its base URL."""
+    engine = engine or FakeEngine()
+    app = web.Application()
+    app.router.add_get("/metrics", engine.metrics)
+    app.router.add_get("/v1/table", engine.get_table)
+    app.router.add_put("/v1/table", engine.put_table)
+    app.router.add_put("/v1/policy", engine.put_policy)
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.1, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    engine.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        yield engine
+    finally:
+        await runner.cleanup()
+
+
+def closed_port_url() -> str:
+    """A loopback URL nothing listens on (connection refused)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"

@@ -1,0 +1,186 @@
+"""The whole sidecar process: HTTP endpoints, stop Event, SIGTERM, checkpoint, exit codes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from sidecar import checkpoint
+from sidecar.app import backoff_delay, main, run
+from sidecar.controller import Controller
+from sidecar.probes import health, ready
+from sidecar.engine_client import EngineClient
+from tests.sidecar.fake_engine import TOKEN, TUNED, FakeEngine, make_profile, running, settings
+from tests.sidecar.fake_engine import write_profile
+from tuner.launcher import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def get(url: str) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as s, s.get(url) as r:
+        body = await r.text()
+        return r.status, json.loads(body) if r.content_type == "application/json" else body
+
+
+async def until(predicate: Any, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.05)
+
+
+async def test_main_serves_probes_metrics_state_and_stops_within_a_second(tmp_path: Path) -> None:
+    async with running(FakeEngine()) as fake:
+        path = tmp_path / "ckpt" / "estimator.json"
+        s = settings(write_profile(tmp_path / "p.json"), fake.url, checkpoint=path)
+        stop, bound = asyncio.Event(), asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(main(s, stop, bound.set_result, handle_signals=False))
+        base = f"http://127.0.0.1:{await asyncio.wait_for(bound, 5)}"
+        assert (await get(base + "/healthz"))[0] == 200
+
+        async def is_ready() -> bool:
+            return (await get(base + "/readyz"))[0] == 200
+        await until(is_ready)
+        fake.run(150)
+
+        async def rebuilt() -> bool:
+            return (await get(base + "/v1/state"))[1]["last_decision"] is not None
+        await until(rebuilt)
+        _, state = await get(base + "/v1/state")
+        assert state["last_decision"]["outcome"] == "pushed" and fake.table == TUNED
+        assert state["recommended_table"] == TUNED and state["engine_table"] == TUNED
+        assert state["bias_note"] is None and state["source"] == "plugin"
+
+        status, text = await get(base + "/metrics")
+        assert status == 200
+        for line in ['tabletune_sidecar_acceptance{position="0"}',
+                     'tabletune_sidecar_table_k{batch_size_end="16",batch_size_start="9",'
+                     'table="recommended"} 1.0',
+                     'tabletune_sidecar_rebuilds_total{outcome="pushed"} 1.0',
+                     "tabletune_sidecar_pushes_total 1.0", "tabletune_sidecar_scrape_seconds_count",
+                     "tabletune_sidecar_ready 1.0", "tabletune_sidecar_estimate_biased 0.0"]:
+            assert line in text, line
+
+        started = time.monotonic()
+        stop.set()
+        assert await asyncio.wait_for(task, 2) == 0
+        assert time.monotonic() - started < 1.0
+        restored = checkpoint.load(path)
+        assert restored is not None and restored.to_dict() == state["estimator"]
+
+
+async def test_stop_during_a_hanging_scrape_still_exits_within_a_second(tmp_path: Path) -> None:
+    async with running(FakeEngine()) as fake:
+        s = settings(write_profile(tmp_path / "p.json"), fake.url, timeout_s=30.0)
+        stop, bound = asyncio.Event(), asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(main(s, stop, bound.set_result, handle_signals=False))
+        base = f"http://127.0.0.1:{await asyncio.wait_for(bound, 5)}"
+
+        async def is_ready() -> bool:
+            return (await get(base + "/readyz"))[0] == 200
+        await until(is_ready)
+        fake.metrics_fault = "hang"
+        gets = fake.metrics_gets
+        while fake.metrics_gets == gets:
+            await asyncio.sleep(0.01)
+        assert (await get(base + "/healthz"))[0] == 200  # a slow vLLM is not a dead sidecar
+        started = time.monotonic()
+        stop.set()
+        assert await asyncio.wait_for(task, 2) == 0
+        assert time.monotonic() - started < 1.0
+
+
+async def test_healthz_goes_stale_without_ticks_but_not_when_vllm_is_down(tmp_path: Path) -> None:
+    now = [1000.0]
+    s = settings(write_profile(tmp_path / "p.json"), "http://127.0.0.1:9", interval_s=1.0)
+    async with EngineClient(s.engine_url, s.admin_url, None, 0.1, 1) as client:
+        c = Controller(s, make_profile(), client, clock=lambda: now[0])
+        assert health(c) == (True, "ok")
+        await c.tick()  # vLLM is down: still a tick
+        assert health(c)[0] and not ready(c)[0]
+        now[0] += 2.9
+        assert health(c)[0]
+        now[0] += 0.2
+        ok, reason = health(c)
+        assert not ok and "has not ticked for 3.1 s" in reason
+        c.loop_delay_s = 10.0  # backing off: the allowance follows the loop's period
+        assert health(c)[0]
+
+
+def test_backoff_doubles_up_to_the_ceiling(tmp_path: Path) -> None:
+    s = settings(tmp_path / "p.json", "http://x", interval_s=1.0, backoff_max_s=5.0)
+    assert [backoff_delay(s, n) for n in range(5)] == [1.0, 2.0, 4.0, 5.0, 5.0]
+
+
+def sidecar_cmd(profile: Path, url: str, port: int, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "tuner.cli", "sidecar", "--profile", str(profile),
+            "--engine-url", url, "--admin-url", url, "--listen-port", str(port),
+            "--interval-s", "0.05", "--rebuild-every-steps", "100", "--model-name", "tiny",
+            *extra]
+
+
+async def test_sigterm_stops_the_process_within_a_second_with_state_saved(tmp_path: Path) -> None:
+    async with running(FakeEngine()) as fake:
+        port, ckpt = free_port(), tmp_path / "estimator.json"
+        env = {**os.environ, "TABLETUNE_SIDECAR_ADMIN_TOKEN": TOKEN}
+        proc = await asyncio.create_subprocess_exec(
+            *sidecar_cmd(write_profile(tmp_path / "p.json"), fake.url, port,
+                         "--checkpoint", str(ckpt)),
+            cwd=ROOT, env=env, stderr=asyncio.subprocess.PIPE)
+        try:
+            async def is_ready() -> bool:  # ready: the baseline scrape is done
+                try:
+                    return (await get(f"http://127.0.0.1:{port}/readyz"))[0] == 200
+                except aiohttp.ClientConnectionError:
+                    return False
+            await until(is_ready, 30)
+            fake.run(150)
+
+            async def pushed() -> bool:
+                return fake.table == TUNED
+            await until(pushed)
+            started = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), 5) == 0
+            assert time.monotonic() - started < 1.0
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        assert proc.stderr is not None
+        lines = [json.loads(line) for line in (await proc.stderr.read()).decode().splitlines()]
+        assert TOKEN not in json.dumps(lines)
+        events = [line["event"] for line in lines]
+        assert "rebuild" in events and "signal SIGTERM received; stopping" in events
+        assert events[-1] == "stopped"
+        rebuild = next(line for line in lines if line["event"] == "rebuild")
+        assert rebuild["decision"]["outcome"] == "pushed" and rebuild["level"] == "INFO"
+        assert checkpoint.load(ckpt) is not None
+
+
+async def test_a_mismatching_profile_exits_2_saying_what_differs(tmp_path: Path) -> None:
+    async with running(FakeEngine(max_num_seqs=32)) as fake:
+        proc = await asyncio.create_subprocess_exec(
+            *sidecar_cmd(write_profile(tmp_path / "p.json"), fake.url, free_port()),
+            cwd=ROOT, stderr=asyncio.subprocess.PIPE)
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 2
+    assert "tabletune sidecar: the profile does not match the engine (max_num_seqs: profile has " \
+           "16, engine has 32)" in err.decode()
+
+
+def test_run_returns_2_for_a_missing_profile(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    s = settings(tmp_path / "missing.json", "http://127.0.0.1:9")
+    assert run(s) == 2
+    assert f"tabletune sidecar: profile {tmp_path / 'missing.json'}:" in capsys.readouterr().err

@@ -1,0 +1,278 @@
+"""Controller.tick against a tiny real aiohttp app (tests/sidecar/fake_engine.py).
+
+The fake serves canned /metrics and a fake admin API, so the faults a real engine cannot
+produce on demand (500s, truncated bodies, garbage, hangs, resets, 4xx) are exercised here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from sidecar import checkpoint
+from sidecar.controller import Controller
+from sidecar.probes import health, ready
+from sidecar.decision import BIAS_NOTE
+from sidecar.engine_client import EngineClient
+from sidecar.server import state_of
+from tests.sidecar.fake_engine import (STARTUP, TOKEN, TUNED, FakeEngine, closed_port_url,
+                                       running, settings, write_profile)
+from tuner.errors import ProfileMismatch
+from tuner.profile import load
+
+
+@asynccontextmanager
+async def controller_for(engine: FakeEngine, tmp_path: Path, admin_url: str | None = None,
+                         profile: dict[str, Any] | None = None,
+                         **overrides: Any) -> AsyncIterator[tuple[Controller, FakeEngine]]:
+    async with running(engine) as fake:
+        path = write_profile(tmp_path / "profile.json", **(profile or {}))
+        s = settings(path, fake.url, admin_url, **overrides)
+        async with EngineClient(s.engine_url, s.admin_url, s.token(), s.timeout_s,
+                                s.retry_attempts, max_wait_s=0.05) as client:
+            yield Controller(s, load(path), client), fake
+
+
+def records(caplog: pytest.LogCaptureFixture, condition: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if getattr(r, "condition", None) == condition]
+
+
+async def rebuild_once(c: Controller, fake: FakeEngine, steps: int = 150,
+                       a: tuple[float, ...] = (0.9, 0.8, 0.7)) -> Any:
+    if c.prev is None:
+        assert await c.tick() is None  # first scrape: a baseline, no delta yet
+    fake.run(steps, a)
+    return await c.tick()
+
+
+# --- the happy path --------------------------------------------------------------------------
+
+async def test_rebuild_pushes_the_profile_table_with_the_token(tmp_path: Path) -> None:
+    async with controller_for(FakeEngine(), tmp_path) as (c, fake):
+        decision = await rebuild_once(c, fake)
+        assert decision is not None and decision.outcome == "pushed", decision
+        assert fake.table == TUNED and fake.table_puts == [{"table": TUNED}]
+        assert fake.auth_headers == [f"Bearer {TOKEN}"]
+        assert fake.policy_puts == [{"explore_every": 7, "hysteresis": 1}]
+        assert decision.old_table == STARTUP and decision.new_table == TUNED
+        assert decision.source == "plugin" and decision.bias_note is None
+        # live counts (600 drafts a position) are in the decision, before halving
+        assert decision.drafted == [600.0] * 3 and decision.accepted == [540.0, 480.0, 420.0]
+        # B=5..8 moves from k=1 to k=3: a predicted gain; B=1..4 and 9..16 keep their k
+        gains = {(g.batch_size_start, g.batch_size_end): g.gain for g in decision.gains}
+        assert gains[(9, 16)] == pytest.approx(0.0)
+        assert gains[(1, 8)] > 0
+        assert c.info is not None and c.info.version == 2
+
+
+async def test_no_push_when_the_engine_already_runs_the_table(tmp_path: Path) -> None:
+    async with controller_for(FakeEngine(table=TUNED), tmp_path) as (c, fake):
+        decision = await rebuild_once(c, fake)
+        assert decision is not None and decision.outcome == "unchanged"
+        assert fake.table_puts == []
+
+
+async def test_waits_for_rebuild_every_steps(tmp_path: Path) -> None:
+    async with controller_for(FakeEngine(), tmp_path) as (c, fake):
+        assert await rebuild_once(c, fake, steps=60) is None  # 60 < 100 steps
+        assert c.steps_since_rebuild == 60
+        fake.run(40)
+        assert await c.tick() is not None and c.steps_since_rebuild == 0
+
+
+async def test_halving_and_prior_decay_in_the_flow(tmp_path: Path) -> None:
+    async with controller_for(FakeEngine(), tmp_path, prior_weight=1000.0, prior_decay=0.5,
+                              profile={"a": (0.5, 0.25, 0.1)}) as (c, fake):
+        decision = await rebuild_once(c, fake, a=(0.9, 0.8, 0.7))
+        # â_1 = (1000·0.5 + 540) / (1000 + 600), eq. â with the counts before halving
+        assert decision.a_hat[0] == pytest.approx((500 + 540) / 1600, abs=1e-6)
+        assert decision.prior_weight == 1000.0
+        np.testing.assert_allclose(c.state.drafted, [300.0] * 3)
+        np.testing.assert_allclose(c.state.accepted, [270.0, 240.0, 210.0])
+        assert c.state.w == 500.0
+        second = await rebuild_once(c, fake, a=(0.9, 0.8, 0.7))
+        assert second.prior_weight == 500.0 and second.drafted == [900.0] * 3
+
+
+async def test_low_live_acceptance_moves_the_table(tmp_path: Path) -> None:
+    async with controller_for(FakeEngine(table=TUNED), tmp_path, prior_weight=10.0) as (c, fake):
+        decision = await rebuild_once(c, fake, a=(0.3, 0.1, 0.0))
+        assert decision.outcome == "pushed" and decision.new_table == [[1, 16, 1]]
+        assert decision.gains[0].gain is not None and decision.gains[0].gain > 0
+
+
+# --- dry-run ---------------------------------------------------------------------------------
+
+async def test_dry_run_never_writes(tmp_path: Path) -> None:
+    async with controller_for(FakeEngine(), tmp_path, dry_run=True) as (c, fake):
+        decision = await rebuild_once(c, fake)
+        assert decision.outcome == "dry_run" and decision.new_table == TUNED
+        fake.restart()  # even a reset does not make a dry run push
+        await c.tick()
+        fake.run(150)
+        assert (await c.tick()).outcome == "dry_run"
+        assert fake.table_puts == [] and fake.policy_puts == [] and fake.table == STARTUP
+        assert state_of(c)["recommended_table"] == TUNED
+
+
+async def test_dry_run_next_to_stock_vllm_says_the_estimate_is_biased(tmp_path: Path) -> None:
+    async with controller_for(FakeEngine(plugin=False), tmp_path, admin_url=closed_port_url(),
+                              dry_run=True, prior_weight=0.0) as (c, fake):
+        decision = await rebuild_once(c, fake, steps=150)
+        assert decision.outcome == "dry_run" and decision.source == "stock"
+        assert decision.bias_note == BIAS_NOTE and "biased low" in BIAS_NOTE
+        assert decision.old_table is None and all(g.gain is None for g in decision.gains)
+        # drafted_i ≈ num_drafts; accepted_i is vLLM's own (lagging) series
+        assert decision.drafted == [600.0] * 3
+        assert decision.accepted == [513.0, 456.0, 399.0]
+        state = state_of(c)
+        assert state["bias_note"] == BIAS_NOTE and state["recommended_table"] is not None
+        assert state["conditions"]["admin"] == "absent"
+
+
+async def test_without_dry_run_the_admin_endpoint_is_awaited(tmp_path: Path) -> None:
+    async with controller_for(FakeEngine(), tmp_path, admin_url=closed_port_url()) as (c, fake):
+        for _ in range(3):
+            assert await c.tick() is None
+        assert ready(c) == (False, f"waiting for the plugin's admin endpoint at "
+                                    f"{c.settings.admin_url}")
+        assert fake.metrics_gets == 0
+
+
+# --- faults ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fault", ["500", "truncate", "cut", "garbage", "hang", "missing"])
+async def test_metrics_faults_never_crash_and_log_once(tmp_path: Path, fault: str,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "sidecar")
+    async with controller_for(FakeEngine(), tmp_path) as (c, fake):
+        await rebuild_once(c, fake)
+        fake.metrics_fault = fault
+        for _ in range(3):
+            fake.run(100)
+            assert await c.tick() is None
+        assert c.consecutive_failures == 3
+        logged = records(caplog, "scrape")
+        assert len(logged) == 1 and logged[0].levelno == logging.WARNING
+        assert fake.table == TUNED  # the last good table stays in the engine
+        fake.metrics_fault = None
+        await c.tick()
+        logged = records(caplog, "scrape")
+        assert len(logged) == 2 and logged[1].state == "ok" and c.consecutive_failures == 0
+
+
+async def test_vllm_down_is_not_a_crash(tmp_path: Path) -> None:
+    async with controller_for(FakeEngine(), tmp_path, dry_run=True) as (c, fake):
+        c.settings = c.settings.model_copy(update={"engine_url": closed_port_url()})
+        c.client.engine_url = c.settings.engine_url
+        assert await c.tick() is None
+        assert c.stats.failures["scrape_unavailable"] == 1
+        assert ready(c)[0] is False and "no successful scrape" in ready(c)[1]
+
+
+async def test_a_4xx_is_logged_with_its_reason_and_not_retried(tmp_path: Path) -> None:
+    async with controller_for(FakeEngine(admin_status=422), tmp_path) as (c, fake):
+        decision = await rebuild_once(c, fake)
+        assert decision.outcome == "rejected"
+        assert "422" in decision.reason and "K=3 is not allowed here" in decision.reason
+        assert "(field table)" in decision.reason
+        assert len(fake.table_puts) == 1 and fake.table == STARTUP
+        assert c.stats.failures["push_rejected"] == 1 and not c.needs_sync
+
+
+async def test_a_5xx_is_retried_then_pushed_once_the_engine_recovers(tmp_path: Path) -> None:
+    async with controller_for(FakeEngine(admin_status=500), tmp_path) as (c, fake):
+        decision = await rebuild_once(c, fake)
+        assert decision.outcome == "failed" and "500" in decision.reason
+        assert len(fake.table_puts) == 3  # retry_attempts
+        assert fake.table == STARTUP and c.needs_sync
+        fake.admin_status = None
+        fake.run(10)
+        assert await c.tick() is None  # not a rebuild: the pending push is synced
+        assert fake.table == TUNED and not c.needs_sync
+
+
+async def test_counter_reset_re_pushes_table_and_policy(tmp_path: Path,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "sidecar")
+    async with controller_for(FakeEngine(), tmp_path) as (c, fake):
+        await rebuild_once(c, fake)
+        assert fake.table == TUNED and len(fake.policy_puts) == 1
+        fake.restart()
+        assert fake.table == STARTUP
+        assert await c.tick() is None
+        assert fake.table == TUNED and len(fake.policy_puts) == 2 and c.stats.resets == 1
+        assert any(r.getMessage() == "table re-pushed" for r in caplog.records)
+        # the live counts survive the restart; the next interval counts again
+        fake.run(150)
+        assert (await c.tick()).outcome == "unchanged"
+
+
+async def test_profile_that_does_not_match_the_engine_is_refused(tmp_path: Path) -> None:
+    async with controller_for(FakeEngine(max_num_seqs=32), tmp_path) as (c, _):
+        with pytest.raises(ProfileMismatch, match="max_num_seqs: profile has 16, engine has 32"):
+            await c.tick()
+    async with controller_for(FakeEngine(K=2), tmp_path, profile={"K": 3},
+                              dry_run=True, admin_url=closed_port_url()) as (c, _):
+        with pytest.raises(ProfileMismatch, match="/metrics has 2 draft positions"):
+            await c.tick()
+    with pytest.raises(ProfileMismatch, match="model: profile has 'tiny', --model-name is 'x'"):
+        async with controller_for(FakeEngine(), tmp_path, model_name="x"):
+            pass
+
+
+async def test_drift_is_reported_per_cell_and_warned_once(tmp_path: Path,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "sidecar")
+    async with controller_for(FakeEngine(), tmp_path, drift_warn=0.15) as (c, fake):
+        await c.tick()
+        fake.run(50, B=4, step_ms=27.0)  # profile T(4, 3) = 18 ms: 1.5x slower
+        await c.tick()
+        fake.run(100, B=4, step_ms=27.0)
+        decision = await c.tick()
+        assert [(d.batch_size, d.k, d.ratio) for d in decision.drift] == [(4, 3, 1.5)]
+        assert len(records(caplog, "drift")) == 1
+        fake.run(2000, B=4, step_ms=18.0)
+        await c.tick()
+        assert c.drift_cells[0].ratio < 1.15
+        assert [r.state for r in records(caplog, "drift")] == ["slow", "ok"]
+
+
+async def test_checkpoint_after_every_rebuild_restores(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "estimator.json"
+    async with controller_for(FakeEngine(), tmp_path, checkpoint=path, prior_decay=0.5) as (c, fake):
+        await rebuild_once(c, fake)
+        assert path.exists() and not list(path.parent.glob(".*.tmp"))
+        saved = checkpoint.load(path)
+        assert saved is not None and saved.w == c.state.w == 1000.0
+        np.testing.assert_allclose(saved.drafted, c.state.drafted)
+        async with EngineClient(fake.url, fake.url, None, 1.0) as client:
+            again = Controller(c.settings, c.profile, client)
+        assert again.state.w == 1000.0
+        np.testing.assert_allclose(again.state.accepted, c.state.accepted)
+
+
+async def test_a_corrupt_checkpoint_starts_from_the_prior(tmp_path: Path) -> None:
+    path = tmp_path / "estimator.json"
+    path.write_text("{not json")
+    async with controller_for(FakeEngine(), tmp_path, checkpoint=path) as (c, _):
+        assert c.state.w == 2000.0 and c.state.drafted.tolist() == [0.0] * 3
+
+
+async def test_the_token_is_never_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with controller_for(FakeEngine(admin_status=500), tmp_path) as (c, fake):
+        await rebuild_once(c, fake)
+        fake.admin_status = 401
+        fake.restart()
+        await c.tick()
+        assert any("401" in r.getMessage() or "401" in str(getattr(r, "error", ""))
+                   for r in caplog.records)
+        assert TOKEN not in caplog.text and TOKEN not in repr(c.settings)
+        assert TOKEN not in repr(c.client)
