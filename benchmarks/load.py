@@ -18,6 +18,8 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from tuner.serve import fresh_connections
+
 GEN_TOKENS = "vllm:generation_tokens_total"
 RUNNING = "vllm:num_requests_running"
 
@@ -62,7 +64,7 @@ async def closed_loop(url: str, prompts: list[Any], concurrency: int, max_tokens
     done: list[float] = []
     timeout = aiohttp.ClientTimeout(total=warmup_s + window_s + 300)
     async with aiohttp.ClientSession(timeout=timeout,
-                                     connector=aiohttp.TCPConnector(limit=0)) as s:
+                                     connector=fresh_connections()) as s:
         workers = [asyncio.create_task(_worker(s, url, cycle, max_tokens, temperature, model, done))
                    for _ in range(concurrency)]
         try:

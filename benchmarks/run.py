@@ -27,6 +27,7 @@ from benchmarks.analysis import Row
 from benchmarks.baselines import turbospec_table
 from benchmarks.load import closed_loop
 from tuner.engine_defaults import plugin_env
+from tuner.serve import fresh_connections
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.profile import Profile
 from tuner.table import Table, documented_table, shrink
@@ -126,7 +127,7 @@ async def run_table_policies(cfg: BenchConfig, rows: list[Row], bar: tqdm) -> di
                               extra_args=cfg.extra_args)
     converge_times: dict[str, float] = {}
     policies = [p for p in cfg.policies if p != "nospec"]
-    async with launch(server_cfg, log_dir=cfg.log_dir) as server, aiohttp.ClientSession() as s:
+    async with launch(server_cfg, log_dir=cfg.log_dir) as server, aiohttp.ClientSession(connector=fresh_connections()) as s:
         admin = Admin(f"http://127.0.0.1:{admin_port}", s)
         for rep in range(cfg.repeats):
             for policy in policies if rep % 2 == 0 else policies[::-1]:

@@ -19,7 +19,7 @@ from tuner.acceptance import per_position, stock_estimate
 from tuner.launcher import VllmServer
 from tuner.profile import AcceptanceMeasurement
 from tuner.prompts import Prompt
-from tuner.serve import complete
+from tuner.serve import complete, fresh_connections
 
 STOCK_NOTE = ("vLLM's stock accepted_i / num_drafts: biased low when draft lengths vary (ngram "
               "no-match, DSD), because num_drafts counts drafts that never had position i")
@@ -43,7 +43,8 @@ async def measure_acceptance(server: VllmServer, admin_url: str | None, prompts:
                              concurrency: int,
                              rates: tuple[float, ...] | None = None) -> AcceptanceMeasurement:
     t0 = time.monotonic()
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as s:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600),
+                                     connector=fresh_connections()) as s:
         if admin_url:  # lift the timing mode's reject-all: real (or replayed) acceptance from here
             body = {"rates": list(rates) if rates else [1.0] * K}
             async with s.put(admin_url + "/v1/emulation", json=body) as r:

@@ -31,6 +31,12 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
                                                          emulate=emulate))
 
 
+def fresh_connections() -> aiohttp.TCPConnector:
+    """No keep-alive: uvicorn closes idle connections after 5 s, and a request racing that close
+    fails with ServerDisconnectedError (seen between tuner cells on the GPU)."""
+    return aiohttp.TCPConnector(limit=0, force_close=True)
+
+
 async def complete(session: aiohttp.ClientSession, url: str, prompt: Any, max_tokens: int,
                    temperature: float = 0.0, model: str = "tiny") -> dict[str, Any]:
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens,

@@ -20,7 +20,7 @@ import aiohttp
 from tuner.errors import EngineUnavailable
 from tuner.launcher import VllmServer, log_tail
 from tuner.profile import StepSample
-from tuner.serve import complete
+from tuner.serve import complete, fresh_connections
 
 PromptSource = Callable[[int, int], list[Any]]  # (n, seed) -> prompts
 
@@ -65,7 +65,7 @@ class CellTimer:
 
     async def __aenter__(self) -> CellTimer:
         self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600),
-                                             connector=aiohttp.TCPConnector(limit=0))
+                                             connector=fresh_connections())
         return self
 
     async def __aexit__(self, *exc: object) -> None:
