@@ -28,7 +28,7 @@ test-fast: setup
 	$(PY) -m pytest -q -m "not engine"
 
 bench: setup
-	$(VENV)/bin/tabletune bench --out benchmarks/results/cpu-tiny
+	bash benchmarks/cpu_suite.sh
 
 lint: setup
 	$(PY) -m mypy tuner sidecar vllm_patch

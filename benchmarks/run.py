@@ -52,6 +52,7 @@ class BenchConfig(BaseModel):
     prompts: list[Any]
     converge_s: float = 20.0
     emulate: tuple[float, ...] | None = None  # replayed acceptance (plugin emulator)
+    sidecar_args: tuple[str, ...] = ()
     extra_args: tuple[str, ...] = ()
     out: Path
     log_dir: Path = Path("runs/logs")
@@ -88,7 +89,8 @@ async def sidecar(cfg: BenchConfig, engine_url: str, admin_url: str) -> AsyncIte
     port = free_port()
     cmd = [sys.executable, "-m", "tuner.cli", "sidecar", "--profile", str(cfg.profile_path),
            "--engine-url", engine_url, "--admin-url", admin_url, "--interval-s", "0.5",
-           "--rebuild-every-steps", "100", "--listen-port", str(port), "--allowed-k", "all"]
+           "--rebuild-every-steps", "100", "--listen-port", str(port), "--allowed-k", "all",
+           *cfg.sidecar_args]
     cfg.log_dir.mkdir(parents=True, exist_ok=True)
     with open(cfg.log_dir / f"sidecar-{port}.log", "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,

@@ -38,6 +38,12 @@ def _sidecar(args: argparse.Namespace) -> int:
     return run(from_args(args))
 
 
+def _demo(args: argparse.Namespace) -> int:
+    from tuner.demo import run
+
+    return run(Path(args.out), seconds=args.seconds, load=args.load)
+
+
 def _add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="model path (default: the embedded tiny Llama)")
     p.add_argument("--method", default="ngram", choices=["ngram", "draft_model"])
@@ -66,6 +72,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--emulate", default=None, help="acceptance emulator rates, e.g. 0.7,0.5,0.3")
     p.add_argument("--smoke", action="store_true", help="send a few completions, print, and stop")
     p.set_defaults(func=_serve)
+
+    p = sub.add_parser("demo", help="the whole loop on the tiny model: tune, serve, sidecar, traffic shift")
+    p.add_argument("--out", default="runs/demo", help="profile, report, logs (the profile is reused)")
+    p.add_argument("--seconds", type=float, default=40.0, help="length of each traffic phase")
+    p.add_argument("--load", type=int, default=8, help="open requests")
+    p.set_defaults(func=_demo)
 
     from tuner.commands import add_parsers
 

@@ -104,8 +104,14 @@ class Profile(_Model):
         return {k for k in range(self.K + 1)
                 if all(any(c.B == b and c.k == k for c in self.cells) for b in self.grid)}
 
-    def step_time_matrix(self, source: Literal["best", "client", "engine"] = "best") -> np.ndarray:
-        """T[g, k] in ms for grid point g; raises if a cell is missing."""
+    def step_time_matrix(self, source: Literal["best", "client", "engine"] = "best",
+                         monotone: bool = True) -> np.ndarray:
+        """T[g, k] in ms for grid point g; raises if a cell is missing.
+
+        monotone: make T non-decreasing in k (running max over k). Drafting and verifying more
+        tokens never makes a step cheaper on the V1 runner; a measured T(B,3) < T(B,0) is noise,
+        and with near-zero acceptance (equal τ) noise alone would otherwise pick k=3.
+        """
         T = np.full((len(self.grid), self.K + 1), np.nan)
         index = {b: g for g, b in enumerate(self.grid)}
         for c in self.cells:
@@ -116,7 +122,7 @@ class Profile(_Model):
             missing = sorted(set(range(self.K + 1)) - self.finished_k())
             raise InvalidInput(f"profile: step times missing for k={missing}; rerun "
                                "`tabletune tune` with the same --out to finish the sweep")
-        return T
+        return np.maximum.accumulate(T, axis=1) if monotone else T
 
     def build(self, a: list[float] | None = None, allowed_k: set[int] | None = None) -> TableChoice:
         acc = a if a is not None else (self.acceptance.a if self.acceptance else None)

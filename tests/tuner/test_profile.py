@@ -82,3 +82,14 @@ def test_tuner_input_errors(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="no-such"):
         tune_config(args(prompts=str(tmp_path / "no-such.jsonl")))
     assert tune_config(args()).grid == [1, 4]
+
+
+def test_step_times_are_made_monotone_in_k() -> None:
+    p = paper_profile()
+    for c in p.cells:
+        if c.B == 1 and c.k == 3:
+            c.engine_ms = 3.0  # noise: cheaper than k=0
+    assert p.step_time_matrix(monotone=False)[0, 3] == 3.0
+    assert p.step_time_matrix()[0, 3] == p.step_time_matrix()[0, 2]
+    # With zero acceptance every k keeps 1 token; noise must not pick k=3.
+    assert p.build([0.0, 0.0, 0.0]).table.to_list() == [[1, 16, 0]]

@@ -1,0 +1,168 @@
+"""What TableTune costs: plugin hooks per step, throughput with vs without the plugin, the
+sidecar's rebuild time, CPU and memory, and the swap latency (stored -> first engine step).
+
+    python -m benchmarks.overhead --out benchmarks/results/cpu-tiny-overhead
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import timeit
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from benchmarks.load import closed_loop
+from tests.tuner.test_profile import paper_profile  # a small real Profile for the sidecar
+from tuner.engine_defaults import default_model, plugin_env
+from tuner.goodput import choose_table
+from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
+from tuner.prompts import repetitive
+from tuner.table import Table
+from vllm_patch.hooks import count_step
+from vllm_patch.policy import PolicyLookup
+from vllm_patch.state import Counters, EngineState, Policy, TableState
+
+TOKEN = "overhead-token"
+
+
+def hook_us_per_step(B: int, K: int = 3, n: int = 2000) -> float:
+    """Median µs of the plugin's per-step Python work (lookup + counting) at batch size B."""
+    dense = tuple([K] * (B + 1))
+    engine = EngineState(table=TableState(Table.from_list([[1, B, K]]), dense, 1, time.time()),
+                         policy=Policy(50, 2), num_speculative_tokens=K, max_num_seqs=B,
+                         model_name="m", startup_k=frozenset({K}), restrict_k=False,
+                         counters=Counters(num_positions=K), applied_version=1)
+    lookup = PolicyLookup(engine, lambda e: None)
+    ids = [f"r{i}" for i in range(B)]
+    so = SimpleNamespace(num_scheduled_tokens={r: K + 1 for r in ids}, num_spec_tokens_to_schedule=K,
+                         scheduled_spec_decode_tokens={r: [1] * K for r in ids})
+    gen = {r: 2 for r in ids}
+    offered = {r: K for r in ids}
+
+    def step() -> None:
+        lookup[B]
+        count_step(engine.counters, so, gen, offered, 0.01)
+
+    runs = timeit.repeat(step, number=n, repeat=5)
+    return statistics.median(runs) / n * 1e6
+
+
+def rebuild_us(max_num_seqs: int = 1024, K: int = 8) -> float:
+    rng = np.random.default_rng(0)
+    T = np.sort(rng.uniform(5, 50, size=(max_num_seqs, K + 1)), axis=0) + np.arange(K + 1) * 0.5
+    a = np.sort(rng.uniform(0.2, 0.9, size=K))[::-1]
+    runs = timeit.repeat(lambda: choose_table(T, a), number=200, repeat=5)
+    return statistics.median(runs) / 200 * 1e6
+
+
+def proc_usage(pid: int) -> tuple[float, float]:
+    """(CPU seconds, RSS MB) of a process from /proc."""
+    stat = Path(f"/proc/{pid}/stat").read_text().split()
+    cpu = (int(stat[13]) + int(stat[14])) / os.sysconf("SC_CLK_TCK")
+    rss = next(int(l.split()[1]) for l in Path(f"/proc/{pid}/status").read_text().splitlines()
+               if l.startswith("VmRSS")) / 1024
+    return cpu, rss
+
+
+async def throughput(with_plugin: bool, loads: list[int], window_s: float, out: Path,
+                     sidecar_s: float) -> dict[str, Any]:
+    paths = default_model()
+    vocab = json.loads((paths.target / "config.json").read_text())["vocab_size"]
+    admin_port = free_port()
+    env = plugin_env(admin_port, token=TOKEN) if with_plugin else {"VLLM_PLUGINS": "none"}
+    cfg = ServerConfig(model=paths.target, max_num_seqs=16, env=env,
+                       speculative=SpeculativeSpec(num_speculative_tokens=3,
+                                                   table=Table.from_list([[1, 16, 3]])))
+    prompts = repetitive(64, vocab, seed=5)
+    result: dict[str, Any] = {"plugin": with_plugin, "tokens_per_s": {}}
+    async with launch(cfg, log_dir=out / "logs") as server:
+        for n in loads:
+            runs = []
+            for _ in range(3):
+                runs.append((await closed_loop(server.url, prompts, n, 48, 2.0, window_s)).tokens_per_s)
+            result["tokens_per_s"][n] = runs
+        if with_plugin:
+            result["sidecar"] = await sidecar_usage(server.url, f"http://127.0.0.1:{admin_port}",
+                                                    prompts, out, sidecar_s)
+    return result
+
+
+async def sidecar_usage(url: str, admin_url: str, prompts: list[Any], out: Path,
+                        seconds: float) -> dict[str, Any]:
+    """Run the real sidecar (1 s interval) under load; its CPU share, RSS, swap latency."""
+    profile = paper_profile()
+    profile.table = [[1, 16, 1]]
+    profile.save(out / "profile.json")
+    async with aiohttp.ClientSession() as s:  # start from a table the sidecar will change
+        await s.put(admin_url + "/v1/table", json={"table": [[1, 16, 0]]},
+                    headers={"Authorization": f"Bearer {TOKEN}"})
+    proc = subprocess.Popen([sys.executable, "-m", "tuner.cli", "sidecar", "--profile",
+                             str(out / "profile.json"), "--engine-url", url, "--admin-url", admin_url,
+                             "--interval-s", "1", "--listen-port", str(free_port()), "--allowed-k", "all"],
+                            stdout=open(out / "sidecar.log", "wb"), stderr=subprocess.STDOUT,
+                            env={**os.environ, "TABLETUNE_SIDECAR_ADMIN_TOKEN": TOKEN})
+    try:
+        await asyncio.sleep(3.0)  # imports and first scrape are not steady state
+        cpu0, _ = proc_usage(proc.pid)
+        t0 = time.monotonic()
+        await closed_loop(url, prompts, 8, 48, 0.0, seconds)
+        cpu1, rss = proc_usage(proc.pid)
+        async with aiohttp.ClientSession() as s, s.get(admin_url + "/v1/table") as r:
+            table = await r.json()
+        return {"cpu_share_of_one_core": (cpu1 - cpu0) / (time.monotonic() - t0), "rss_mb": rss,
+                "swap_latency_s": table["swap_latency_s"], "table_version": table["version"]}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    loads = [int(x) for x in args.loads.split(",")]
+    report: dict[str, Any] = {
+        "hook_us_per_step": {B: round(hook_us_per_step(B), 1) for B in (1, 16, 64, 256)},
+        "rebuild_us_1024x9": round(rebuild_us(), 1)}
+    runs = []
+    for with_plugin in (False, True, False, True):  # alternate: drift on a 2-core box cancels
+        runs.append(await throughput(with_plugin, loads, args.window_s, out, args.sidecar_s))
+    ratio = {}
+    for n in loads:
+        on = [t for r in runs if r["plugin"] for t in r["tokens_per_s"][n]]
+        off = [t for r in runs if not r["plugin"] for t in r["tokens_per_s"][n]]
+        ratio[n] = {"with": round(statistics.median(on), 1), "without": round(statistics.median(off), 1),
+                    "ratio": round(statistics.median(on) / statistics.median(off), 4),
+                    "spread_with": round((max(on) - min(on)) / statistics.median(on), 3),
+                    "spread_without": round((max(off) - min(off)) / statistics.median(off), 3)}
+    report["throughput_with_vs_without_plugin"] = ratio
+    report["sidecar"] = [r["sidecar"] for r in runs if "sidecar" in r]
+    return report
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", default="runs/overhead")
+    ap.add_argument("--loads", default="1,8")
+    ap.add_argument("--window-s", type=float, default=6.0)
+    ap.add_argument("--sidecar-s", type=float, default=30.0)
+    args = ap.parse_args()
+    report = asyncio.run(main_async(args))
+    text = json.dumps(report, indent=1)
+    (Path(args.out) / "overhead.json").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

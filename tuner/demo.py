@@ -1,0 +1,154 @@
+"""`tabletune demo` / `make demo`: the whole TableTune loop on the embedded tiny model.
+
+1. a short tune (the cached profile is reused on a second run);
+2. vLLM with the plugin and the tuned table;
+3. the sidecar beside it, its decisions printed as they happen;
+4. load that shifts from high acceptance (greedy, repetitive prompts) to low (random prompts
+   sampled at temperature 1.5);
+5. a closing summary. Everything it starts is stopped on exit, error or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from benchmarks.load import closed_loop
+from tuner.engine_defaults import default_model, plugin_env
+from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
+from tuner.profile import Profile
+from tuner.prompts import random_tokens, repetitive
+from tuner.report import write_report
+from tuner.table import Table
+from tuner.tune import TuneConfig, tune
+
+TOKEN = "demo-token"
+PHASES = (("high acceptance: greedy, repetitive prompts", "repetitive", 0.0),
+          ("low acceptance: random prompts, temperature 1.5", "random", 1.5))
+
+
+def say(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+async def tuned_profile(out: Path) -> Profile:
+    paths = default_model()
+    vocab = json.loads((paths.target / "config.json").read_text())["vocab_size"]
+    cfg = TuneConfig(model=paths.target, num_speculative_tokens=3, max_num_seqs=16,
+                     grid=[1, 2, 4, 8, 12, 16], repeats=1, decode_tokens=17,
+                     acceptance_prompts=repetitive(48, vocab, seed=42), acceptance_max_tokens=48,
+                     out=out, log_dir=out.parent / "logs")
+    say(f"1/4 tuning (K=3, B up to 16) -> {out}" + (" (resuming)" if out.exists() else ""))
+    profile = await tune(cfg)
+    md, png = write_report(profile, out.with_suffix(""))
+    say(f"    tuned table {profile.table}, a_i = {[round(a, 2) for a in profile.acceptance.a]}"
+        if profile.acceptance else "")
+    say(f"    report: {md}, plot: {png}")
+    return profile
+
+
+@contextlib.asynccontextmanager
+async def sidecar(profile_path: Path, engine_url: str, admin_url: str, log: Path) -> AsyncIterator[subprocess.Popen[bytes]]:
+    cmd = [sys.executable, "-m", "tuner.cli", "sidecar", "--profile", str(profile_path),
+           "--engine-url", engine_url, "--admin-url", admin_url, "--interval-s", "0.5",
+           "--rebuild-every-steps", "60", "--prior-decay", "0.5", "--allowed-k", "all",
+           "--listen-port", str(free_port()), "--checkpoint", str(log.with_suffix(".state.json"))]
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
+                                env={**os.environ, "TABLETUNE_SIDECAR_ADMIN_TOKEN": TOKEN})
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+        if proc.poll() is None:
+            proc.kill()
+
+
+def new_decisions(log: Path, seen: int) -> tuple[list[dict[str, Any]], int]:
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    out = []
+    for line in lines[seen:]:
+        with contextlib.suppress(ValueError):
+            rec = json.loads(line)
+            if rec.get("event") == "rebuild":
+                out.append(rec["decision"])
+    return out, len(lines)
+
+
+def describe(d: dict[str, Any]) -> str:
+    a_hat = ", ".join(f"{a:.2f}" for a in d.get("a_hat", []))
+    change = (f"{d.get('old_table')} -> {d.get('new_table')}" if d["outcome"] == "pushed"
+              else f"{d.get('new_table')}")
+    return f"    sidecar: {d['outcome']:<9} â=[{a_hat}] table {change}"
+
+
+async def run_phases(url: str, admin_url: str, log: Path, vocab: int, seconds: float,
+                     load: int) -> list[dict[str, Any]]:
+    results, seen, shown = [], 0, None
+    for label, kind, temp in PHASES:
+        say(f"3/4 traffic: {label}, {load} open requests, {seconds:.0f} s")
+        prompts = (repetitive if kind == "repetitive" else random_tokens)(64, vocab, seed=3)
+        tps = []
+        t_end = time.monotonic() + seconds
+        while time.monotonic() < t_end:
+            res = await closed_loop(url, prompts, load, 48, 0.5, 5.0, temp)
+            tps.append(res.tokens_per_s)
+            decisions, seen = new_decisions(log, seen)
+            for d in decisions:  # every push; an unchanged rebuild only when â moved
+                a_hat = d.get("a_hat", [])
+                if d["outcome"] != "unchanged" or shown is None or max(
+                        (abs(x - y) for x, y in zip(a_hat, shown)), default=0) > 0.05:
+                    say(describe(d))
+                    shown = a_hat
+            say(f"    {res.tokens_per_s:6.0f} tokens/s")
+        async with aiohttp.ClientSession() as s, s.get(admin_url + "/v1/table") as r:
+            table = (await r.json())["table"]
+        results.append({"phase": label, "tokens_per_s": tps, "table_after": table})
+    return results
+
+
+async def demo(out_dir: Path, seconds: float, load: int) -> int:
+    t0 = time.monotonic()
+    profile = await tuned_profile(out_dir / "profile.json")
+    paths = default_model()
+    vocab = json.loads((paths.target / "config.json").read_text())["vocab_size"]
+    admin_port = free_port()
+    assert profile.table is not None
+    start_table = Table.from_list(profile.table)
+    cfg = ServerConfig(model=paths.target, max_num_seqs=16,
+                       speculative=SpeculativeSpec(num_speculative_tokens=3, table=start_table),
+                       env=plugin_env(admin_port, token=TOKEN))
+    say(f"2/4 starting vLLM with the plugin and the tuned table {start_table.to_list()}")
+    async with launch(cfg, log_dir=out_dir / "logs") as server:
+        say(f"    vLLM ready at {server.url} after {server.ready_after_s:.0f}s")
+        admin = f"http://127.0.0.1:{admin_port}"
+        log = out_dir / "sidecar.log"
+        async with sidecar(out_dir / "profile.json", server.url, admin, log):
+            say(f"    sidecar started (log: {log})")
+            results = await run_phases(server.url, admin, log, vocab, seconds, load)
+    say("4/4 summary (vLLM and the sidecar are stopped)")
+    print(f"    tuned table (start):            {start_table.to_list()}")
+    for r in results:
+        tps = r["tokens_per_s"]
+        print(f"    {r['phase']:<50} median {sorted(tps)[len(tps) // 2]:6.0f} tokens/s, "
+              f"table after: {r['table_after']}")
+    print(f"    tuner report: {out_dir / 'profile-report.md'} and .png; sidecar decisions: "
+          f"{out_dir / 'sidecar.log'}\n    total {time.monotonic() - t0:.0f} s")
+    return 0
+
+
+def run(out_dir: Path, seconds: float = 40.0, load: int = 8) -> int:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return asyncio.run(demo(out_dir, seconds, load))
