@@ -23,7 +23,7 @@ import aiohttp
 import numpy as np
 
 from benchmarks.load import closed_loop
-from tests.tuner.test_profile import paper_profile  # a small real Profile for the sidecar
+from benchmarks.synthetic import paper_profile
 from tuner.engine_defaults import default_model, plugin_env
 from tuner.goodput import choose_table
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch

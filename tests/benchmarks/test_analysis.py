@@ -6,7 +6,7 @@ import pytest
 
 from benchmarks.analysis import Row, markdown, summarize
 from benchmarks.baselines import linear_fit, turbospec_table
-from tests.tuner.test_profile import paper_profile
+from benchmarks.synthetic import paper_profile
 
 
 def rows(policy: str, load: int, *tps: float) -> list[Row]:

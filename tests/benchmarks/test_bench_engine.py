@@ -10,7 +10,7 @@ import pytest
 from benchmarks.analysis import summarize
 from benchmarks.report import write
 from benchmarks.run import BenchConfig, bench
-from tests.tuner.test_profile import paper_profile
+from benchmarks.synthetic import paper_profile
 from tuner.engine_defaults import default_model
 from tuner.prompts import repetitive
 

