@@ -7,14 +7,10 @@ given table. Policy order alternates across repeats; warm-up is excluded from ev
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import csv
 import json
-import subprocess
-import sys
 import time
-from collections.abc import AsyncIterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -27,6 +23,7 @@ from benchmarks.analysis import Row
 from benchmarks.baselines import turbospec_table
 from benchmarks.load import closed_loop
 from tuner.engine_defaults import plugin_env
+from sidecar.process import sidecar_process
 from tuner.serve import fresh_connections
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.profile import Profile
@@ -84,26 +81,12 @@ class Admin:
             return await r.json()  # type: ignore[no-any-return]
 
 
-@contextlib.asynccontextmanager
-async def sidecar(cfg: BenchConfig, engine_url: str, admin_url: str) -> AsyncIterator[None]:
+def sidecar(cfg: BenchConfig, engine_url: str, admin_url: str) -> Any:
     port = free_port()
-    cmd = [sys.executable, "-m", "tuner.cli", "sidecar", "--profile", str(cfg.profile_path),
-           "--engine-url", engine_url, "--admin-url", admin_url, "--interval-s", "0.5",
-           "--rebuild-every-steps", "100", "--listen-port", str(port), "--allowed-k", "all",
-           *cfg.sidecar_args]
-    cfg.log_dir.mkdir(parents=True, exist_ok=True)
-    with open(cfg.log_dir / f"sidecar-{port}.log", "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                env={**__import__("os").environ,
-                                     "TABLETUNE_SIDECAR_ADMIN_TOKEN": TOKEN})
-    try:
-        yield
-    finally:
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=10)
-        if proc.poll() is None:
-            proc.kill()
+    return sidecar_process(cfg.profile_path, engine_url, admin_url, TOKEN,
+                           cfg.log_dir / f"sidecar-{port}.log",
+                           ("--interval-s", "0.5", "--rebuild-every-steps", "100",
+                            "--listen-port", str(port), "--allowed-k", "all", *cfg.sidecar_args))
 
 
 async def converge(cfg: BenchConfig, url: str, admin: Admin) -> float:

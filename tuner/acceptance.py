@@ -114,7 +114,6 @@ def from_histogram(H: Mapping[tuple[int, int], float] | Any) -> tuple[FloatArray
     behind a_i in eq. tau (and accepted_i, drafted_i in the estimator's eq. â).
     """
     array = _histogram_array(H)
-    num_positions = array.shape[0] - 1
     per_d = array.sum(axis=1)
     per_acc = array.sum(axis=0)
     # reverse cumulative sums: entry i counts all lengths >= i; drop i=0 to get "> i"

@@ -13,17 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import subprocess
-import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from benchmarks.load import closed_loop
+from sidecar.process import sidecar_process
 from tuner.engine_defaults import default_model, plugin_env
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.profile import Profile
@@ -57,23 +54,11 @@ async def tuned_profile(out: Path) -> Profile:
     return profile
 
 
-@contextlib.asynccontextmanager
-async def sidecar(profile_path: Path, engine_url: str, admin_url: str, log: Path) -> AsyncIterator[subprocess.Popen[bytes]]:
-    cmd = [sys.executable, "-m", "tuner.cli", "sidecar", "--profile", str(profile_path),
-           "--engine-url", engine_url, "--admin-url", admin_url, "--interval-s", "0.5",
-           "--rebuild-every-steps", "60", "--prior-decay", "0.5", "--allowed-k", "all",
-           "--listen-port", str(free_port()), "--checkpoint", str(log.with_suffix(".state.json"))]
-    with open(log, "wb") as f:
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
-                                env={**os.environ, "TABLETUNE_SIDECAR_ADMIN_TOKEN": TOKEN})
-    try:
-        yield proc
-    finally:
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
-        if proc.poll() is None:
-            proc.kill()
+def sidecar(profile_path: Path, engine_url: str, admin_url: str, log: Path) -> Any:
+    return sidecar_process(profile_path, engine_url, admin_url, TOKEN, log, (
+        "--interval-s", "0.5", "--rebuild-every-steps", "60", "--prior-decay", "0.5",
+        "--allowed-k", "all", "--listen-port", str(free_port()),
+        "--checkpoint", str(log.with_suffix(".state.json"))))
 
 
 def new_decisions(log: Path, seen: int) -> tuple[list[dict[str, Any]], int]:

@@ -80,9 +80,9 @@ def markdown(profile: Profile, png_name: str) -> str:
              f"- speculative config: `{profile.speculative_config(tuned)}`",
              f"- predicted worst-case loss vs the best k: tuned {loss_tuned.max() * 100:.1f}%, "
              f"documented `{doc.to_list()}` {loss_doc.max() * 100:.1f}%",
-             f"- client vs engine step time, median gap: "
+             "- client vs engine step time, median gap: "
              + ("n/a" if gap is None else f"{gap * 100:.1f}%"),
-             f"- tuning wall time: " + ", ".join(f"{k} {v:.0f}s" for k, v in profile.timings_s.items()),
+             "- tuning wall time: " + ", ".join(f"{k} {v:.0f}s" for k, v in profile.timings_s.items()),
              "", f"![report]({png_name})", "",
              "| B | " + " | ".join(f"T(k={k}) ms" for k in range(profile.K + 1)) + " | tuned k | loss tuned | loss documented |",
              "|---" * (profile.K + 5) + "|"]

@@ -17,7 +17,7 @@ import pytest
 
 from sidecar import checkpoint
 from sidecar.controller import Controller
-from sidecar.probes import health, ready
+from sidecar.probes import ready
 from sidecar.decision import BIAS_NOTE
 from sidecar.engine_client import EngineClient
 from sidecar.server import state_of
