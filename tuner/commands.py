@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,9 @@ from tuner.prompts import load_file, repetitive
 from tuner.sweep import default_grid
 from tuner.table import Table
 
+if TYPE_CHECKING:
+    from tuner.tune import TuneConfig
+
 
 def _grid(raw: str | None, max_num_seqs: int) -> list[int]:
     if not raw:
@@ -26,7 +30,7 @@ def _grid(raw: str | None, max_num_seqs: int) -> list[int]:
         raise InvalidInput(f"--grid={raw!r}: expected batch sizes like 1,2,4,8,16") from None
 
 
-def tune_config(args: argparse.Namespace):  # -> TuneConfig
+def tune_config(args: argparse.Namespace) -> "TuneConfig":
     from tuner.tune import TuneConfig
 
     if args.num_speculative_tokens < 1:
@@ -49,7 +53,7 @@ def tune_config(args: argparse.Namespace):  # -> TuneConfig
                           temperature=args.temperature, acceptance_prompts=prompts[:args.num_prompts],
                           out=Path(args.out), fresh=args.fresh, tie=args.tie,
                           extra_args=tuple(args.engine_arg or ()),
-                          emulate=tuple(_acceptance(args.emulate)) if args.emulate else None)
+                          emulate=tuple(_acceptance(args.emulate) or ()) or None)
     except ValueError as exc:
         raise InvalidInput(str(exc)) from None
 

@@ -76,7 +76,7 @@ class Preflight(_Model):
 
     B: list[int]
     nospec_ms: list[float]
-    k0_ms: list[float | None]
+    k0_ms: list[float]
     warnings: list[str]
 
 

@@ -19,10 +19,11 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-TARGET_SHAPE = dict(hidden_size=512, intermediate_size=1376, num_hidden_layers=4,
+TARGET_SHAPE: dict[str, Any] = dict(hidden_size=512, intermediate_size=1376, num_hidden_layers=4,
                     num_attention_heads=4, num_key_value_heads=2)
-DRAFTER_SHAPE = dict(hidden_size=64, intermediate_size=172, num_hidden_layers=1,
+DRAFTER_SHAPE: dict[str, Any] = dict(hidden_size=64, intermediate_size=172, num_hidden_layers=1,
                      num_attention_heads=2, num_key_value_heads=1)
 VOCAB_SIZE = 2048
 MAX_POSITION_EMBEDDINGS = 2048
@@ -52,7 +53,7 @@ def _corpus(seed: int, num_lines: int = 20000) -> list[str]:
     return lines
 
 
-def _train_tokenizer(seed: int):  # -> tokenizers.Tokenizer
+def _train_tokenizer(seed: int) -> Any:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
@@ -65,10 +66,10 @@ def _train_tokenizer(seed: int):  # -> tokenizers.Tokenizer
     return tok
 
 
-def _llama_config(vocab_size: int, shape: dict[str, int]):  # -> transformers.LlamaConfig
+def _llama_config(vocab_size: int, shape: dict[str, Any]) -> Any:
     from transformers import LlamaConfig
 
-    return LlamaConfig(vocab_size=vocab_size, max_position_embeddings=MAX_POSITION_EMBEDDINGS,
+    return LlamaConfig(vocab_size=vocab_size, max_position_embeddings=MAX_POSITION_EMBEDDINGS,  # type: ignore[call-arg]
                        bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
                        rms_norm_eps=1e-5, torch_dtype="float32", **shape)
 
@@ -80,7 +81,7 @@ def successor_map(vocab_size: int, seed: int) -> list[int]:
     return [rng.randrange(first, vocab_size) for _ in range(vocab_size)]
 
 
-def _plant_bigram(model, successor: list[int]) -> None:
+def _plant_bigram(model: Any, successor: list[int]) -> None:
     """Make the logits peak at f(last token) with height BIGRAM_LOGIT.
 
     Embeddings are random vectors u_t (RMS 1); lm_head row j is (S/d)·Σ_{t: f(t)=j} u_t, so after
@@ -106,17 +107,17 @@ def _plant_bigram(model, successor: list[int]) -> None:
                 p.mul_(LAYER_OUTPUT_SCALE)
 
 
-def _save_model(out: Path, tokenizer, shape: dict[str, int], seed: int) -> None:
+def _save_model(out: Path, tokenizer: Any, shape: dict[str, Any], seed: int) -> None:
     import torch
     from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     config = _llama_config(tokenizer.get_vocab_size(), shape)
-    model = LlamaForCausalLM(config)
+    model = LlamaForCausalLM(config)  # type: ignore[no-untyped-call]
     _plant_bigram(model, successor_map(tokenizer.get_vocab_size(), BIGRAM_SEED))
     model.save_pretrained(out, safe_serialization=True)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>",
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>",  # type: ignore[no-untyped-call]
                                    unk_token="<unk>")
     fast.model_max_length = MAX_POSITION_EMBEDDINGS
     fast.save_pretrained(out)

@@ -97,4 +97,4 @@ def _publish_metrics(settings: Any) -> None:
     from vllm_patch.metrics import PluginCollector
 
     url = f"http://{settings.admin_host}:{settings.admin_port}/v1/stats"
-    REGISTRY.register(PluginCollector(url))  # type: ignore[arg-type]
+    REGISTRY.register(PluginCollector(url))
