@@ -57,21 +57,29 @@ async def wait_idle(s: aiohttp.ClientSession, url: str, timeout_s: float = 30.0)
         await asyncio.sleep(0.2)
 
 
-async def closed_loop(url: str, prompts: list[Any], concurrency: int, max_tokens: int,
+async def _total(s: aiohttp.ClientSession, urls: list[str], name: str) -> float:
+    return sum([await _sample(s, u, name) for u in urls])
+
+
+async def closed_loop(url: str | list[str], prompts: list[Any], concurrency: int, max_tokens: int,
                       warmup_s: float, window_s: float, temperature: float = 0.0,
                       model: str = "tiny") -> LoadResult:
+    """`url` may list several replicas: worker i talks to replica i mod n (round robin, as a
+    gateway does for equal replicas) and throughput is summed over them."""
+    urls = [url] if isinstance(url, str) else list(url)
     cycle = itertools.cycle(prompts)
     done: list[float] = []
     timeout = aiohttp.ClientTimeout(total=warmup_s + window_s + 300)
     async with aiohttp.ClientSession(timeout=timeout,
                                      connector=fresh_connections()) as s:
-        workers = [asyncio.create_task(_worker(s, url, cycle, max_tokens, temperature, model, done))
-                   for _ in range(concurrency)]
+        workers = [asyncio.create_task(_worker(s, urls[i % len(urls)], cycle, max_tokens,
+                                               temperature, model, done))
+                   for i in range(concurrency)]
         try:
             await asyncio.sleep(warmup_s)
-            t0, g0 = time.monotonic(), await _sample(s, url, GEN_TOKENS)
+            t0, g0 = time.monotonic(), await _total(s, urls, GEN_TOKENS)
             await asyncio.sleep(window_s)
-            t1, g1 = time.monotonic(), await _sample(s, url, GEN_TOKENS)
+            t1, g1 = time.monotonic(), await _total(s, urls, GEN_TOKENS)
             for w in workers:
                 if w.done() and w.exception() is not None:
                     raise w.exception()  # type: ignore[misc]
@@ -81,6 +89,7 @@ async def closed_loop(url: str, prompts: list[Any], concurrency: int, max_tokens
             for w in workers:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await w
-            await wait_idle(s, url)
+            for u in urls:
+                await wait_idle(s, u)
     completed = sum(1 for t in done if t0 <= t <= t1)
     return LoadResult(concurrency, (g1 - g0) / (t1 - t0), completed, t1 - t0)
