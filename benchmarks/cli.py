@@ -14,7 +14,7 @@ from tuner.errors import InvalidInput
 from tuner.profile import load
 from tuner.prompts import random_tokens, repetitive
 
-DEFAULT_POLICIES = ("nospec,fixed-k*,documented,tuned,quarter,turbospec-style,"
+DEFAULT_POLICIES = ("nospec,fixed-k*,documented,tuned,quarter,turbospec-style,nightjar-style,"
                     "sidecar-from-quarter,sidecar-from-documented")
 
 

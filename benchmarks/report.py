@@ -9,6 +9,7 @@ from benchmarks.analysis import Summary, markdown
 
 STYLE = {"nospec": ("#888888", ":"), "documented": ("#d62728", "-"), "tuned": ("#2ca02c", "-"),
          "quarter": ("#ff7f0e", "--"), "turbospec-style": ("#9467bd", "-."),
+         "nightjar-style": ("#e377c2", "-."),
          "sidecar-from-quarter": ("#17becf", "-"), "sidecar-from-documented": ("#8c564b", "-")}
 
 

@@ -63,6 +63,7 @@ def policy_tables(profile: Profile) -> dict[str, Table]:
     if profile.table:
         tables["tuned"] = Table.from_list(profile.table)
     tables["turbospec-style"] = turbospec_table(profile)
+    tables["nightjar-style"] = tables["documented"]  # unused: the plugin's bandit picks k per step
     return tables
 
 
@@ -75,6 +76,12 @@ class Admin:
                               headers={"Authorization": f"Bearer {TOKEN}"}) as r:
             if r.status != 200:
                 raise RuntimeError(f"table swap refused: {await r.text()}")
+
+    async def put_policy(self, body: dict[str, Any]) -> None:
+        async with self.s.put(self.url + "/v1/policy", json=body,
+                              headers={"Authorization": f"Bearer {TOKEN}"}) as r:
+            if r.status != 200:
+                raise RuntimeError(f"policy refused: {await r.text()}")
 
     async def table(self) -> dict[str, Any]:
         async with self.s.get(self.url + "/v1/table") as r:
@@ -119,6 +126,9 @@ async def run_table_policies(cfg: BenchConfig, rows: list[Row], bar: tqdm) -> di
                 start = tables[SIDECAR_POLICIES.get(policy, policy)]
                 await admin.put_table(start)
                 async with contextlib.AsyncExitStack() as stack:
+                    if policy == "nightjar-style":  # a fresh bandit per (policy, repeat)
+                        await admin.put_policy({"baseline": "nightjar"})
+                        stack.push_async_callback(admin.put_policy, {"baseline": "none"})
                     if policy in SIDECAR_POLICIES:
                         await stack.enter_async_context(sidecar(cfg, server.url, admin.url))
                         converge_times[f"{policy}#{rep}"] = await converge(cfg, server.url, admin)

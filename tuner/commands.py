@@ -53,7 +53,8 @@ def tune_config(args: argparse.Namespace) -> "TuneConfig":
                           temperature=args.temperature, acceptance_prompts=prompts[:args.num_prompts],
                           out=Path(args.out), fresh=args.fresh, tie=args.tie,
                           extra_args=tuple(args.engine_arg or ()),
-                          emulate=tuple(_acceptance(args.emulate) or ()) or None)
+                          emulate=tuple(_acceptance(args.emulate) or ()) or None,
+                          one_server=args.one_server)
     except ValueError as exc:
         raise InvalidInput(str(exc)) from None
 
@@ -137,6 +138,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                         "--engine-arg=--load-format=dummy")
     p.add_argument("--emulate", help="replay this acceptance (plugin emulator), e.g. 0.75,0.55,0.4; "
                                      "for dummy weights that accept everything")
+    p.add_argument("--one-server", action="store_true",
+                   help="one vLLM for all k, tables swapped through the plugin (CPU, GPU V1 runner; "
+                        "not the V2 runner); saves K server starts")
     p.add_argument("--preflight", action="store_true",
                    help="also time vLLM without speculation and warn where k=0 or any table loses")
     p.set_defaults(func=cmd_tune)

@@ -18,15 +18,17 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
 from tuner.acceptance_run import measure_acceptance
 from tuner.engine_defaults import plugin_env
-from tuner.errors import InvalidInput
-from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
+from tuner.errors import EngineUnavailable, InvalidInput
+from tuner.launcher import ServerConfig, SpeculativeSpec, VllmServer, free_port, launch
 from tuner.profile import Cell, EngineInfo, Profile, StepSample, load
 from tuner.prompts import Prompt, repetitive
+from tuner.serve import fresh_connections
 from tuner.sweep import CellTimer
 from tuner.table import Table
 
@@ -54,6 +56,7 @@ class TuneConfig(BaseModel):
     # Replay this acceptance profile (plugin emulator) instead of the drafter's own: for dummy
     # weights, which accept almost everything. Step times are measured under reject-all either way.
     emulate: tuple[float, ...] | None = None
+    one_server: bool = False  # swap the per-k tables into one vLLM instead of one vLLM per k
     log_dir: Path = Path("runs/logs")
 
     @model_validator(mode="after")
@@ -133,11 +136,42 @@ def record_cell(profile: Profile, samples: list[StepSample], wall_s: float) -> N
                               wall_s=wall_s))
 
 
-async def sweep_k(cfg: TuneConfig, profile: Profile, k: int, bar: tqdm) -> None:
-    """Time every unfinished cell of one k on its own server; measure acceptance at k = K."""
+def todo_for(cfg: TuneConfig, profile: Profile, k: int) -> tuple[list[int], bool]:
     done = {c.B for c in profile.cells if c.k == k}
-    todo = [B for B in cfg.grid if B not in done]
     need_acceptance = k == cfg.num_speculative_tokens and profile.acceptance is None
+    return [B for B in cfg.grid if B not in done], need_acceptance
+
+
+async def measure_k(cfg: TuneConfig, profile: Profile, k: int, bar: tqdm, server: VllmServer,
+                    admin_url: str) -> None:
+    """Time every unfinished cell of one k on a running server; acceptance at k = K."""
+    todo, need_acceptance = todo_for(cfg, profile, k)
+    vocab = cfg.vocab_size
+    timing_prompts = lambda n, seed: repetitive(n, vocab, length=32, seed=seed)  # noqa: E731
+    async with CellTimer(server, admin_url, timing_prompts) as timer:
+        bar.set_description(f"k={k}: warm-up")
+        await timer.warm_up(sorted({cfg.grid[0], cfg.grid[-1]}))
+        for B in todo:
+            bar.set_description(f"k={k} B={B}")
+            c0 = time.monotonic()
+            samples = []
+            for rep in range(cfg.repeats):
+                samples.append(await timer.time_cell(B, k, rep, cfg.decode_tokens))
+                bar.update(1)
+            record_cell(profile, samples, time.monotonic() - c0)
+            profile.save(cfg.out)  # each cell lands on disk at once
+    if need_acceptance:
+        bar.set_description(f"k={k}: acceptance")
+        profile.acceptance = await measure_acceptance(
+            server, admin_url, cfg.acceptance_prompts, cfg.num_speculative_tokens,
+            cfg.temperature, cfg.acceptance_max_tokens, concurrency=cfg.max_num_seqs,
+            rates=cfg.emulate)
+        profile.save(cfg.out)
+
+
+async def sweep_k(cfg: TuneConfig, profile: Profile, k: int, bar: tqdm) -> None:
+    """The paper's way: one vLLM per k, started with the one-range table [[1, max, k]]."""
+    todo, need_acceptance = todo_for(cfg, profile, k)
     if not todo and not need_acceptance:
         return
     admin_port = free_port()
@@ -145,29 +179,32 @@ async def sweep_k(cfg: TuneConfig, profile: Profile, k: int, bar: tqdm) -> None:
     bar.set_description(f"k={k}: starting vLLM")
     async with launch(server_for(cfg, k, admin_port, reject_all=True), log_dir=cfg.log_dir) as server:
         profile.timings_s[f"server_start_k{k}"] = server.ready_after_s or 0.0
-        vocab = cfg.vocab_size
-        admin_url = f"http://127.0.0.1:{admin_port}"
-        timing_prompts = lambda n, seed: repetitive(n, vocab, length=32, seed=seed)  # noqa: E731
-        async with CellTimer(server, admin_url, timing_prompts) as timer:
-            bar.set_description(f"k={k}: warm-up")
-            await timer.warm_up(sorted({cfg.grid[0], cfg.grid[-1]}))
-            for B in todo:
-                bar.set_description(f"k={k} B={B}")
-                c0 = time.monotonic()
-                samples = []
-                for rep in range(cfg.repeats):
-                    samples.append(await timer.time_cell(B, k, rep, cfg.decode_tokens))
-                    bar.update(1)
-                record_cell(profile, samples, time.monotonic() - c0)
-                profile.save(cfg.out)  # each cell lands on disk at once
-        if need_acceptance:
-            bar.set_description(f"k={k}: acceptance")
-            profile.acceptance = await measure_acceptance(
-                server, admin_url, cfg.acceptance_prompts, cfg.num_speculative_tokens,
-                cfg.temperature, cfg.acceptance_max_tokens, concurrency=cfg.max_num_seqs,
-                rates=cfg.emulate)
-            profile.save(cfg.out)
+        await measure_k(cfg, profile, k, bar, server, f"http://127.0.0.1:{admin_port}")
     profile.timings_s[f"k{k}"] = profile.timings_s.get(f"k{k}", 0.0) + time.monotonic() - t0
+
+
+async def sweep_one_server(cfg: TuneConfig, profile: Profile, bar: tqdm) -> None:
+    """--one-server: one vLLM at K, the one-range table of each k swapped in through the plugin.
+    The same serving path wherever any K <= num_speculative_tokens runs on the startup graphs
+    (vLLM CPU; the GPU V1 runner, whose DSD graphs are piecewise). Not for the V2 runner: it
+    captures full graphs only for the startup table's K."""
+    ks = [k for k in range(cfg.num_speculative_tokens + 1) if any(todo_for(cfg, profile, k))]
+    if not ks:
+        return
+    admin_port = free_port()
+    admin_url = f"http://127.0.0.1:{admin_port}"
+    bar.set_description("starting vLLM")
+    async with launch(server_for(cfg, ks[-1], admin_port, reject_all=True), log_dir=cfg.log_dir) as server:
+        profile.timings_s["server_start_shared"] = server.ready_after_s or 0.0
+        async with aiohttp.ClientSession(connector=fresh_connections()) as s:
+            for k in ks:
+                t0 = time.monotonic()
+                async with s.put(admin_url + "/v1/table",
+                                 json={"table": [[1, cfg.max_num_seqs, k]]}) as r:
+                    if r.status != 200:
+                        raise EngineUnavailable(f"the plugin refused the k={k} table: {await r.text()}")
+                await measure_k(cfg, profile, k, bar, server, admin_url)
+                profile.timings_s[f"k{k}"] = profile.timings_s.get(f"k{k}", 0.0) + time.monotonic() - t0
 
 
 async def tune(cfg: TuneConfig, with_preflight: bool = False) -> Profile:
@@ -179,7 +216,9 @@ async def tune(cfg: TuneConfig, with_preflight: bool = False) -> Profile:
                     for k in range(cfg.num_speculative_tokens + 1)) * cfg.repeats
     t0 = time.monotonic()
     with tqdm(total=remaining, unit="cell-rep", dynamic_ncols=True) as bar:
-        for k in range(cfg.num_speculative_tokens + 1):
+        if cfg.one_server:
+            await sweep_one_server(cfg, profile, bar)
+        for k in range(cfg.num_speculative_tokens + 1):  # (with --one-server: nothing left)
             await sweep_k(cfg, profile, k, bar)
     assert profile.acceptance is not None
     choice = profile.build()

@@ -7,7 +7,7 @@ Routes (JSON in and out; PUTs need `Authorization: Bearer <token>` when a token 
 | GET  /healthz      |                                             | {"ok": true}                            |
 | GET  /v1/table     |                                             | TableReply                              |
 | PUT  /v1/table     | {"table": [[s, e, K], ...]}                 | swap at the next step; TableReply       |
-| GET  /v1/policy    |                                             | {"explore_every", "hysteresis"}         |
+| GET  /v1/policy    |                                             | {"explore_every", "hysteresis", ...}    |
 | PUT  /v1/policy    | {"explore_every"?: int, "hysteresis"?: int} | PolicyReply                             |
 | GET  /v1/stats     |                                             | the counters (StatsReply)               |
 | GET  /v1/emulation |                                             | {"enabled", "rates"}                    |
@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -53,6 +53,7 @@ class PolicyBody(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     explore_every: int | None = Field(default=None, ge=0, le=1_000_000)
     hysteresis: int | None = Field(default=None, ge=0, le=1_000_000)
+    baseline: Literal["nightjar", "none"] | None = None  # benchmarks only; "none" turns it off
 
 
 class EmulationBody(BaseModel):
@@ -97,6 +98,9 @@ def stats_reply(engine: EngineState) -> dict[str, Any]:
             "step_times": [[b, k, s, c.steps_timed[(b, k)]]
                            for (b, k), s in sorted(c.step_seconds.items())],
             "swap_latency_s": engine.swap_latency_s, "hook_errors": engine.hook_errors,
+            "bandit": None if engine.bandit is None else
+            [[b, k, round(m, 1), engine.bandit.pulls[(b, k)]]
+             for (b, k), m in sorted(engine.bandit.means.items())],
         }
 
 
@@ -131,13 +135,17 @@ def put_policy(engine: EngineState, body: dict[str, Any]) -> dict[str, Any]:
     except ValidationError as exc:
         raise _validation_error(exc) from None
     old = engine.policy
+    baseline = old.baseline if p.baseline is None else (None if p.baseline == "none" else p.baseline)
+    if baseline != old.baseline:
+        engine.bandit = None  # a fresh bandit each time the baseline is switched on
     engine.policy = Policy(old.explore_every if p.explore_every is None else p.explore_every,
-                           old.hysteresis if p.hysteresis is None else p.hysteresis)
+                           old.hysteresis if p.hysteresis is None else p.hysteresis, baseline)
     return policy_reply(engine)
 
 
 def policy_reply(engine: EngineState) -> dict[str, Any]:
-    return {"explore_every": engine.policy.explore_every, "hysteresis": engine.policy.hysteresis}
+    return {"explore_every": engine.policy.explore_every, "hysteresis": engine.policy.hysteresis,
+            "baseline": engine.policy.baseline}
 
 
 def put_emulation(engine: EngineState, body: dict[str, Any]) -> dict[str, Any]:

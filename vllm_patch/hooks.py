@@ -74,7 +74,7 @@ def install(scheduler: Any, engine: EngineState) -> None:
         scheduler.dynamic_sd_lookup = PolicyLookup(engine, lambda e: guard("lookup", e))
     orig_schedule = scheduler.schedule
     orig_update = scheduler.update_from_output
-    marks: dict[str, Any] = {"t_sched": None, "offered": {}}
+    marks: dict[str, Any] = {"t_sched": None, "offered": {}, "arm": None}
 
     def schedule(*args: Any, **kwargs: Any) -> Any:
         out = orig_schedule(*args, **kwargs)
@@ -96,12 +96,25 @@ def install(scheduler: Any, engine: EngineState) -> None:
                 with engine.lock:
                     marks["offered"] = count_step(engine.counters, scheduler_output,
                                                   num_generated, marks["offered"], elapsed)
+                reward_bandit(engine, marks, num_generated, elapsed)
             except Exception as exc:
                 guard("update_from_output", exc)
         return result
 
     scheduler.schedule = schedule
     scheduler.update_from_output = update_from_output
+
+
+def reward_bandit(engine: EngineState, marks: dict[str, Any], num_generated: dict[str, int],
+                  elapsed: float | None) -> None:
+    """Nightjar baseline: this step verified the drafts of the arm chosen one step earlier."""
+    bandit = engine.bandit
+    if bandit is None or engine.policy.baseline != "nightjar":
+        marks["arm"] = None
+        return
+    if marks["arm"] is not None and elapsed:
+        bandit.reward(marks["arm"], sum(num_generated.values()) / elapsed)
+    marks["arm"] = bandit.pending
 
 
 def generated_lengths(so: Any, mro: Any) -> dict[str, int]:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import SupportsIndex, overload
 
+from vllm_patch.bandit import Bandit
 from vllm_patch.state import EngineState, Policy
 
 log = logging.getLogger("vllm.tabletune")
@@ -41,6 +42,15 @@ class PolicyLookup(list[int]):
         self._engine = engine
         self._on_error = on_error
 
+    def _bandit(self) -> Bandit:
+        engine = self._engine
+        if engine.bandit is None:
+            arms = sorted(engine.startup_k) if engine.restrict_k else list(
+                range(engine.num_speculative_tokens + 1))
+            engine.bandit = Bandit(arms=tuple(arms))
+        bandit: Bandit = engine.bandit
+        return bandit
+
     @overload
     def __getitem__(self, i: SupportsIndex) -> int: ...
     @overload
@@ -54,8 +64,11 @@ class PolicyLookup(list[int]):
         try:
             assert state is not None
             explore_k = max(engine.startup_k) if engine.restrict_k else engine.num_speculative_tokens
-            k, explored = choose_k(state.dense, int(i), engine.current_k, engine.steps,
-                                   engine.policy, explore_k)
+            if engine.policy.baseline == "nightjar":
+                k, explored = self._bandit().choose(int(i)), False
+            else:
+                k, explored = choose_k(state.dense, int(i), engine.current_k, engine.steps,
+                                       engine.policy, explore_k)
             engine.steps += 1
             if state.version != engine.applied_version:  # first step on a swapped table
                 engine.applied_version = state.version

@@ -11,6 +11,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from tuner.table import Table
 
@@ -27,6 +28,7 @@ class TableState:
 class Policy:
     explore_every: int = 0  # one step at the largest allowed K every N steps; 0 = off
     hysteresis: int = 0     # keep the current K while B is within h of its range's edge
+    baseline: str | None = None  # "nightjar": the per-batch-size bandit baseline decides K
 
 
 def step_bucket(batch_size: int) -> int:
@@ -93,3 +95,4 @@ class EngineState:
     hook_errors: int = 0
     emulation: tuple[float, ...] | None = None
     emulation_enabled: bool = False
+    bandit: Any = None  # vllm_patch.bandit.Bandit while the nightjar baseline is on

@@ -53,7 +53,7 @@ def args(**kw: object) -> argparse.Namespace:
     base = dict(model=None, method="ngram", drafter=None, num_speculative_tokens=2, max_num_seqs=16,
                 grid="1,4", repeats=1, decode_tokens=17, temperature=0.0, prompts=None,
                 num_prompts=8, out="runs/x.json", fresh=False, tie=0.005, preflight=False,
-                engine_arg=None, emulate=None)
+                engine_arg=None, emulate=None, one_server=False)
     return argparse.Namespace(**{**base, **kw})
 
 

@@ -76,3 +76,15 @@ async def test_resume_skips_finished_k(tuned: tuple[TuneConfig, Profile], tmp_pa
     assert resumed.finished_k() == {0, 1, 2} and resumed.table is not None
     assert len(list((tmp_path / "logs").glob("vllm-*.log"))) == 1  # only k=2's server started
     assert [c for c in resumed.cells if c.k < 2] == [c for c in profile.cells if c.k < 2]
+
+
+async def test_one_server_measures_every_k_on_one_vllm(tmp_path: Path) -> None:
+    cfg = config(tmp_path / "profile.json", tmp_path / "logs").model_copy(
+        update={"one_server": True, "grid": [1, 4]})
+    profile = await tune(cfg)
+    assert profile.finished_k() == {0, 1, 2} and profile.table is not None
+    assert len(list((tmp_path / "logs").glob("vllm-*.log"))) == 1
+    assert "server_start_shared" in profile.timings_s
+    # k shows in the step times: drafting and verifying 2 tokens costs more than none at B=4.
+    T = profile.step_time_matrix(monotone=False)
+    assert T[1, 2] > T[1, 0]

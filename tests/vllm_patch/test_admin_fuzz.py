@@ -81,3 +81,12 @@ def test_token_and_size_limits(admin: tuple[str, EngineState]) -> None:
     status, reply = put(url + "/v1/table", good)
     assert status == 200 and reply["table"] == [[1, 16, 2]]
     assert put(url + "/v1/emulation", json.dumps({"rates": [0.5]}).encode())[0] == 409
+
+
+def test_policy_baseline_switch(admin: tuple[str, EngineState]) -> None:
+    url, engine = admin
+    status, reply = put(url + "/v1/policy", json.dumps({"baseline": "nightjar"}).encode())
+    assert status == 200 and reply["baseline"] == "nightjar" and engine.policy.baseline == "nightjar"
+    assert put(url + "/v1/policy", json.dumps({"baseline": "ucb"}).encode())[0] == 422
+    status, reply = put(url + "/v1/policy", json.dumps({"baseline": "none"}).encode())
+    assert status == 200 and reply["baseline"] is None

@@ -19,7 +19,8 @@ pytestmark = pytest.mark.engine
 async def engine_defaults(engine: Engine) -> AsyncIterator[None]:
     yield
     assert (await engine.admin("PUT", "/v1/table", {"table": STARTUP_TABLE}))[0] == 200
-    assert (await engine.admin("PUT", "/v1/policy", {"explore_every": 0, "hysteresis": 0}))[0] == 200
+    assert (await engine.admin("PUT", "/v1/policy", {"explore_every": 0, "hysteresis": 0,
+                                                    "baseline": "none"}))[0] == 200
     assert (await engine.admin("PUT", "/v1/emulation", {"rates": [1.0, 1.0, 1.0]}))[0] == 200
 
 
@@ -136,3 +137,16 @@ async def test_emulator_replays_an_acceptance_profile(engine: Engine) -> None:
     for got, want in zip(measured, rates):
         assert abs(got - want) < 0.12, (measured, rates)
     assert (await engine.admin("PUT", "/v1/emulation", {"rates": [0.5, 0.6]}))[0] == 422
+
+
+async def test_nightjar_baseline_learns_per_batch_size(engine: Engine) -> None:
+    await engine.admin("PUT", "/v1/table", {"table": [[1, 16, 3]]})
+    status, body = await engine.admin("PUT", "/v1/policy", {"baseline": "nightjar"})
+    assert status == 200 and body["baseline"] == "nightjar"
+    before = await engine.stats()
+    await burst(engine.url, prompts(engine, 4, seed=13), max_tokens=40)
+    after = await engine.stats()
+    steps = delta(after, before, "engine_steps_per_k")
+    assert sum(1 for n in steps.values() if n > 0) >= 2  # it tried more than the table's k=3
+    assert after["bandit"] and all(mean > 0 for _, _, mean, _ in after["bandit"])
+    assert (await engine.admin("PUT", "/v1/policy", {"baseline": "none"}))[1]["baseline"] is None

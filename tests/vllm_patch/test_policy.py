@@ -86,3 +86,14 @@ def test_count_step_uses_the_k_offered_the_step_before() -> None:
 
 def test_step_buckets() -> None:
     assert [step_bucket(b) for b in (1, 16, 17, 24, 25)] == [1, 16, 24, 24, 32]
+
+
+def test_bandit_tries_every_arm_then_exploits_per_batch_size() -> None:
+    from vllm_patch.bandit import Bandit
+
+    b = Bandit(arms=(0, 1, 2), epsilon=0.0)
+    for expected in (0, 1, 2):  # untried arms first
+        assert b.choose(4) == expected
+        b.reward(b.pending, {0: 10.0, 1: 30.0, 2: 20.0}[expected])
+    assert b.choose(4) == 1
+    assert b.choose(40) == 0  # another bucket learns on its own
