@@ -69,18 +69,20 @@ async def run(profile_path: Path, out: Path, load_n: int, temp_a: float, temp_b:
     vocab = json.loads((model / "config.json").read_text())["vocab_size"]
     prompts = repetitive(64, vocab, seed=11)
     K, n = profile.K, profile.engine.max_num_seqs
-    table_a = Table.from_list(profile.table or [[1, n, K]])
     admin_port = free_port()
     cfg = ServerConfig(model=model, max_num_seqs=n, env=plugin_env(admin_port, token=TOKEN),
-                       speculative=SpeculativeSpec(num_speculative_tokens=K, table=table_a))
+                       speculative=SpeculativeSpec(num_speculative_tokens=K,
+                                                   table=Table.from_list([[1, n, K]])))
     bench_cfg = BenchConfig(profile=profile, profile_path=profile_path, model=model, loads=[load_n],
                             policies=[], prompts=prompts, out=out, log_dir=out / "logs",
                             sidecar_args=("--prior-decay", "0.5"))
     async with launch(cfg, log_dir=out / "logs") as server, \
             aiohttp.ClientSession(connector=fresh_connections()) as s:
         admin = Admin(f"http://127.0.0.1:{admin_port}", s)
-        await admin.put_table(Table.from_list([[1, n, K]]))
+        # Each workload's own best table: the profile's step times with its measured a_i.
+        a_a = await measure_a(server.url, admin.url, prompts, load_n, temp_a, s)
         a_b = await measure_a(server.url, admin.url, prompts, load_n, temp_b, s)
+        table_a = profile.build([max(0.0, x) for x in a_a]).table
         table_b = profile.build([max(0.0, x) for x in a_b]).table
         await admin.put_table(table_a)
         stale = await windows(server.url, prompts, load_n, temp_b, 3)
@@ -95,7 +97,7 @@ async def run(profile_path: Path, out: Path, load_n: int, temp_a: float, temp_b:
     st, bt = statistics.median(stale), statistics.median(best)
     recovery = (statistics.mean(traj) - st) / (bt - st) if bt > st else None
     return {"load": load_n, "workload_a": f"repetitive prompts, temperature {temp_a}",
-            "workload_b": f"repetitive prompts, temperature {temp_b}", "a_b": a_b,
+            "workload_b": f"repetitive prompts, temperature {temp_b}", "a_a": a_a, "a_b": a_b,
             "table_a": table_a.to_list(), "table_b": table_b.to_list(), "table_after": after_table,
             "stale_tps": stale, "best_tps": best, "before_switch_tps": before,
             "controller_tps": traj, "stale_loss": 1 - st / bt if bt else None,
