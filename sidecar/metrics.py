@@ -31,20 +31,23 @@ from tuner.table import Table
 __all__ = ["SidecarCollector", "registry_for"]
 
 
-def _gauge(name: str, doc: str, labels: list[str],
-           rows: list[tuple[list[str], float]]) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(name, doc, labels=labels)
+Rows = list[tuple[list[str], float]]
+
+
+def _family(cls: type[GaugeMetricFamily] | type[CounterMetricFamily], name: str, doc: str,
+            labels: list[str], rows: Rows) -> GaugeMetricFamily | CounterMetricFamily:
+    family = cls(name, doc, labels=labels)
     for values, value in rows:
         family.add_metric(values, value)
     return family
 
 
-def _counter(name: str, doc: str, labels: list[str],
-             rows: list[tuple[list[str], float]]) -> CounterMetricFamily:
-    family = CounterMetricFamily(name, doc, labels=labels)
-    for values, value in rows:
-        family.add_metric(values, value)
-    return family
+def _gauge(name: str, doc: str, labels: list[str], rows: Rows) -> GaugeMetricFamily | CounterMetricFamily:
+    return _family(GaugeMetricFamily, name, doc, labels, rows)
+
+
+def _counter(name: str, doc: str, labels: list[str], rows: Rows) -> GaugeMetricFamily | CounterMetricFamily:
+    return _family(CounterMetricFamily, name, doc, labels, rows)
 
 
 def _table_rows(name: str, table: Table | None) -> list[tuple[list[str], float]]:
