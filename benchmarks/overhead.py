@@ -29,7 +29,7 @@ from tuner.goodput import choose_table
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.prompts import repetitive
 from tuner.table import Table
-from vllm_patch.hooks import count_step
+from vllm_patch.hooks import count_step, generated_lengths
 from vllm_patch.policy import PolicyLookup
 from vllm_patch.state import Counters, EngineState, Policy, TableState
 
@@ -37,7 +37,8 @@ TOKEN = "overhead-token"
 
 
 def hook_us_per_step(B: int, K: int = 3, n: int = 2000) -> float:
-    """Median µs of the plugin's per-step Python work (lookup + counting) at batch size B."""
+    """Median µs of the plugin's per-step Python work at batch size B: the table lookup, the
+    per-request token lengths and the counting (everything the hooks add between two steps)."""
     dense = tuple([K] * (B + 1))
     engine = EngineState(table=TableState(Table.from_list([[1, B, K]]), dense, 1, time.time()),
                          policy=Policy(50, 2), num_speculative_tokens=K, max_num_seqs=B,
@@ -47,12 +48,13 @@ def hook_us_per_step(B: int, K: int = 3, n: int = 2000) -> float:
     ids = [f"r{i}" for i in range(B)]
     so = SimpleNamespace(num_scheduled_tokens={r: K + 1 for r in ids}, num_spec_tokens_to_schedule=K,
                          scheduled_spec_decode_tokens={r: [1] * K for r in ids})
-    gen = {r: 2 for r in ids}
+    mro = SimpleNamespace(req_id_to_index={r: i for i, r in enumerate(ids)},
+                          sampled_token_ids=[[1, 2]] * B)
     offered = {r: K for r in ids}
 
     def step() -> None:
         lookup[B]
-        count_step(engine.counters, so, gen, offered, 0.01)
+        count_step(engine.counters, so, generated_lengths(so, mro), offered, 0.01)
 
     runs = timeit.repeat(step, number=n, repeat=5)
     return statistics.median(runs) / n * 1e6
@@ -134,6 +136,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {
         "hook_us_per_step": {B: round(hook_us_per_step(B), 1) for B in (1, 16, 64, 256)},
         "rebuild_us_1024x9": round(rebuild_us(), 1)}
+    if args.hooks_only:  # e.g. on a GPU box, where the per-step figure is set against T(B, k)
+        return report
     runs = []
     for with_plugin in (False, True, False, True):  # alternate: drift on a 2-core box cancels
         runs.append(await throughput(with_plugin, loads, args.window_s, out, args.sidecar_s))
@@ -156,6 +160,8 @@ def main() -> int:
     ap.add_argument("--loads", default="1,8")
     ap.add_argument("--window-s", type=float, default=6.0)
     ap.add_argument("--sidecar-s", type=float, default=30.0)
+    ap.add_argument("--hooks-only", action="store_true",
+                    help="only the per-step hook cost and the rebuild time: no vLLM is started")
     args = ap.parse_args()
     report = asyncio.run(main_async(args))
     text = json.dumps(report, indent=1)

@@ -121,31 +121,32 @@ def generated_lengths(so: Any, mro: Any) -> dict[str, int]:
     """Tokens each scheduled request got this step (0 for a prefill chunk)."""
     index = mro.req_id_to_index
     sampled = mro.sampled_token_ids
-    out = {}
-    for req_id in so.num_scheduled_tokens:
-        i = index.get(req_id)
-        out[req_id] = len(sampled[i]) if (sampled and i is not None and i < len(sampled)) else 0
-    return out
+    if not sampled:
+        return dict.fromkeys(so.num_scheduled_tokens, 0)
+    n = len(sampled)
+    return {r: len(sampled[i]) if (i := index.get(r)) is not None and i < n else 0
+            for r in so.num_scheduled_tokens}
 
 
 def count_step(counters: Counters, so: Any, num_generated: dict[str, int],
                offered: dict[str, int], elapsed: float | None) -> dict[str, int]:
-    """Count this step's request-steps; return the K offered to each request for the next step."""
+    """Count this step's request-steps; return the K offered to each request for the next step.
+
+    Runs between two engine steps for every request in the batch, hence the shape: one
+    comprehension that builds keys, one C-level Counter.update, one dict.fromkeys."""
     scheduled = so.num_scheduled_tokens
     if not scheduled:
         return offered
     k_now = int(getattr(so, "num_spec_tokens_to_schedule", 0) or 0)
-    spec = so.scheduled_spec_decode_tokens
-    next_offered: dict[str, int] = {}
-    for req_id in scheduled:
-        generated = num_generated.get(req_id, 0)
-        if not generated:
-            continue  # a prefill chunk: no token, no draft proposed after it
-        k_prev = offered.get(req_id)
-        if k_prev is not None:
-            drafted = len(spec.get(req_id, ()))
-            accepted = generated - 1 if drafted else 0
-            counters.record_request_step(k_prev, drafted, accepted)
-        next_offered[req_id] = k_now
+    spec_get = so.scheduled_spec_decode_tokens.get
+    offered_get = offered.get
+    # a prefill chunk generated no token and had no draft proposed after it: skipped
+    decoding = [(r, g) for r, g in num_generated.items() if g and r in scheduled]
+    counters.request_steps.update(
+        (k, d, g - 1 if d else 0)
+        for r, g in decoding
+        if (k := offered_get(r)) is not None
+        for d in (len(spec_get(r, ())),))
+    next_offered = dict.fromkeys([r for r, _ in decoding], k_now)
     counters.record_step(len(scheduled), k_now, elapsed)
     return next_offered

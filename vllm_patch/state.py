@@ -38,33 +38,57 @@ def step_bucket(batch_size: int) -> int:
 
 @dataclass(slots=True)
 class Counters:
-    """Exact spec-decode counts vLLM does not export (positions are 0-based, like vLLM's)."""
+    """Exact spec-decode counts vLLM does not export (positions are 0-based, like vLLM's).
+
+    The engine thread only tallies one key per request-step, (offered K, drafted, accepted), in a
+    Counter (C-speed `update`): the per-position series are derived when someone reads them, so
+    the per-step cost stays a dict lookup per request, not a Python loop per position.
+    """
 
     num_positions: int
-    drafted_per_pos: list[int] = field(default_factory=list)   # request-steps offered K > i
-    accepted_per_pos: list[int] = field(default_factory=list)  # ... whose first i+1 drafts were accepted
-    histogram: Counter[tuple[int, int]] = field(default_factory=Counter)  # (drafted, accepted)
-    request_steps_per_k: Counter[int] = field(default_factory=Counter)
+    request_steps: Counter[tuple[int, int, int]] = field(default_factory=Counter)
     engine_steps_per_k: Counter[int] = field(default_factory=Counter)
     explore_steps: int = 0
     step_seconds: dict[tuple[int, int], float] = field(default_factory=dict)  # (bucket, K) -> s
     steps_timed: Counter[tuple[int, int]] = field(default_factory=Counter)
 
-    def __post_init__(self) -> None:
-        self.drafted_per_pos = [0] * self.num_positions
-        self.accepted_per_pos = [0] * self.num_positions
-
     def record_request_step(self, offered_k: int, drafted: int, accepted: int) -> None:
-        self.request_steps_per_k[offered_k] += 1
-        if offered_k == 0:
-            return
-        # An empty or short draft (ngram no-match) still counts as offered at every
-        # position < K: it is a chance the drafter had and did not take.
-        for i in range(min(offered_k, self.num_positions)):
-            self.drafted_per_pos[i] += 1
-        for i in range(min(accepted, self.num_positions)):
-            self.accepted_per_pos[i] += 1
-        self.histogram[(drafted, accepted)] += 1
+        self.request_steps[(offered_k, drafted, accepted)] += 1
+
+    @property
+    def drafted_per_pos(self) -> list[int]:
+        """Request-steps offered K > i. An empty or short draft (ngram no-match) still counts at
+        every position < K: it is a chance the drafter had and did not take."""
+        out = [0] * self.num_positions
+        for (k, _, _), n in self.request_steps.items():
+            for i in range(min(k, self.num_positions)):
+                out[i] += n
+        return out
+
+    @property
+    def accepted_per_pos(self) -> list[int]:
+        """... whose first i+1 drafts were all accepted."""
+        out = [0] * self.num_positions
+        for (k, _, a), n in self.request_steps.items():
+            for i in range(min(a, self.num_positions) if k else 0):
+                out[i] += n
+        return out
+
+    @property
+    def histogram(self) -> Counter[tuple[int, int]]:
+        """(drafted, accepted) -> request-steps, over steps that offered K > 0."""
+        h: Counter[tuple[int, int]] = Counter()
+        for (k, d, a), n in self.request_steps.items():
+            if k:
+                h[(d, a)] += n
+        return h
+
+    @property
+    def request_steps_per_k(self) -> Counter[int]:
+        per_k: Counter[int] = Counter()
+        for (k, _, _), n in self.request_steps.items():
+            per_k[k] += n
+        return per_k
 
     def record_step(self, batch_size: int, k: int, seconds: float | None) -> None:
         self.engine_steps_per_k[k] += 1

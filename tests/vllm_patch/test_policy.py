@@ -84,6 +84,26 @@ def test_count_step_uses_the_k_offered_the_step_before() -> None:
     assert c.engine_steps_per_k == {3: 1, 1: 1}
 
 
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5), st.integers(0, 6)), max_size=60))
+def test_derived_series_equal_counting_per_position(steps: list[tuple[int, int, int]]) -> None:
+    """The counters keep one key per request-step and derive the series on read: the result must
+    equal counting position by position, as the plugin did before (positions capped at K=3)."""
+    c = Counters(num_positions=3)
+    drafted, accepted, per_k = [0, 0, 0], [0, 0, 0], {}
+    for k, d, a in steps:
+        c.record_request_step(k, d, a)
+        per_k[k] = per_k.get(k, 0) + 1
+        if k:
+            for i in range(min(k, 3)):
+                drafted[i] += 1
+            for i in range(min(a, 3)):
+                accepted[i] += 1
+    assert c.drafted_per_pos == drafted
+    assert c.accepted_per_pos == accepted
+    assert c.request_steps_per_k == per_k
+    assert sum(c.histogram.values()) == sum(1 for k, _, _ in steps if k)
+
+
 def test_step_buckets() -> None:
     assert [step_bucket(b) for b in (1, 16, 17, 24, 25)] == [1, 16, 24, 24, 32]
 
