@@ -139,6 +139,7 @@ async def run_table_policies(cfg: BenchConfig, rows: list[Row], bar: tqdm) -> di
                         table = (await admin.table())["table"]
                         rows.append(Row(policy, load, rep, res.tokens_per_s, res.completed,
                                         res.window_s, json.dumps(table)))
+                        write_rows(rows, cfg.out / "cells.csv")  # a cut run keeps every cell
                         bar.update(1)
     return converge_times
 
@@ -154,15 +155,18 @@ async def run_nospec(cfg: BenchConfig, rows: list[Row], bar: tqdm) -> None:
                                         cfg.warmup_s, cfg.window_s, cfg.temperature)
                 rows.append(Row("nospec", load, rep, res.tokens_per_s, res.completed,
                                 res.window_s, "[]"))
+                write_rows(rows, cfg.out / "cells.csv")
                 bar.update(1)
 
 
 def write_rows(rows: list[Row], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
+    tmp = path.with_suffix(".tmp")  # a kill mid-write leaves the previous file whole
+    with open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(asdict(rows[0]).keys()))
         w.writeheader()
         w.writerows(asdict(r) for r in rows)
+    tmp.replace(path)
 
 
 async def bench(cfg: BenchConfig) -> tuple[list[Row], dict[str, float]]:
@@ -170,7 +174,6 @@ async def bench(cfg: BenchConfig) -> tuple[list[Row], dict[str, float]]:
     total = len(cfg.policies) * len(cfg.loads) * cfg.repeats
     with tqdm(total=total, unit="cell", dynamic_ncols=True) as bar:
         converge_times = await run_table_policies(cfg, rows, bar)
-        write_rows(rows, cfg.out / "cells.csv")
         if "nospec" in cfg.policies:
             await run_nospec(cfg, rows, bar)
     write_rows(rows, cfg.out / "cells.csv")
