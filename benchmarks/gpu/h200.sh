@@ -1,40 +1,65 @@
 #!/bin/bash
 # TableTune on a GPU machine with vLLM 0.26.0 unpacked in /tmp/site (see ../shared/gpu/README.md:
-# `bash ../shared/gpu/prepare.sh` here, then `.gpu/bin/device_run.sh recv unpack` there).
-# Run from the repo root on the GPU machine:  bash benchmarks/gpu/h200.sh STAGE [STAGE...]
-#   install  the project (no deps, no network) into /tmp/tt, missing wheels from .whl/ into /tmp/whl
-#   tune     tabletune tune on the 32B-shaped dummy model, ngram K=3, emulated a=0.75/0.55/0.40
-#            (resumable: a stage killed by its time budget continues on the next call)
-#   bench    tabletune bench against that profile
-# env: MODEL_DIR (model32), OUT (results), TUNE_S / BENCH_S (time budgets), LOADS, POLICIES
+# `bash ../shared/gpu/prepare.sh` and `bash benchmarks/gpu/prepare_settings.sh` here, then
+# `.gpu/bin/device_run.sh recv unpack` there).
+# Run from the repo root on the GPU machine:  SETTING=... bash benchmarks/gpu/h200.sh STAGE [STAGE...]
+#   install      the project (no deps, no network) into /tmp/tt, missing wheels from .whl/ into /tmp/whl
+#   moe-kernels  put vLLM's MoE kernels (carried as .gpu/moe_kernels.xz) into /tmp/site/vllm
+#   tune         tabletune tune for the setting, K=3, emulated a=0.75/0.55/0.40 (resumable: a stage
+#                killed by its time budget continues on the next call)
+#   bench        tabletune bench against that profile
+#   hooks        the plugin's per-step Python cost on this machine's CPU (no server)
+# SETTING (model, drafter, runner):
+#   32b-ngram        32B-shaped dense Llama, ngram, V1 runner, one vLLM per k (the first run)
+#   moe30b-ngram     Qwen3-30B-A3B-shaped MoE, ngram, V1 runner
+#   3b-draft-v1      Llama-3.2-3B-shaped, draft_model (4-layer dummy drafter), V1 runner
+# env: OUT (results), TUNE_S / BENCH_S (time budgets), LOADS, POLICIES, GRID, REPEATS, EMULATE,
+#      ONE_SERVER (1: one vLLM, tables swapped; default 1 except 32b-ngram), GPU_UTIL
 set -u
-O=${OUT:-/tmp/out}; mkdir -p "$O" runs/h200
+SETTING=${SETTING:-32b-ngram}
+case $SETTING in
+  32b-ngram)    MODEL_DIR=model32; SPEC=(--method ngram);                                   ONE=${ONE_SERVER:-0} ;;
+  moe30b-ngram) MODEL_DIR=moe30b;  SPEC=(--method ngram);                                   ONE=${ONE_SERVER:-1} ;;
+  3b-draft-v1)  MODEL_DIR=model;   SPEC=(--method draft_model --drafter /tmp/model/drafter); ONE=${ONE_SERVER:-1} ;;
+  *) echo "unknown SETTING $SETTING"; exit 2 ;;
+esac
+O=${OUT:-/tmp/out}/$SETTING; R=runs/h200-$SETTING; mkdir -p "$O" "$R"
 export PYTHONPATH=/tmp/site:/tmp/tt:/tmp/whl HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
        VLLM_NO_USAGE_STATS=1 VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_CACHE_ROOT=/tmp/vllm_cache \
        PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false TABLETUNE_CACHE=/tmp/tabletune
-MODEL=/tmp/${MODEL_DIR:-model32}
+MODEL=/tmp/$MODEL_DIR
 EMULATE=${EMULATE:-0.75,0.55,0.40}
 ENGINE=(--engine-arg=--load-format=dummy --engine-arg=--dtype=bfloat16
         --engine-arg=--gpu-memory-utilization=${GPU_UTIL:-0.85} --engine-arg=--max-model-len=2048
         --engine-arg=--attention-backend=FLASH_ATTN)
+[ "$ONE" = 1 ] && ONE_FLAG=(--one-server) || ONE_FLAG=()
 keep() { cp -r "$@" "$O/" 2>/dev/null; true; }
 for stage in "$@"; do case $stage in
  install)
   python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/tt . 2>&1 | tail -3
   [ -d .whl ] && python3 -m pip install -q --no-deps --no-index --target /tmp/whl .whl/*.whl 2>&1 | tail -3
   python3 -c "import tuner.cli, sidecar.settings, vllm_patch.plugin; print('tabletune importable')" ;;
+ moe-kernels)
+  [ -f /tmp/site/vllm/_moe_C_stable_libtorch.abi3.so ] || xz -dc .gpu/moe_kernels.xz > /tmp/site/vllm/_moe_C_stable_libtorch.abi3.so
+  ls -la /tmp/site/vllm/_moe_C_stable_libtorch.abi3.so
+  for m in moe30b; do [ -d .gpu/$m ] && { rm -rf /tmp/$m; cp -r .gpu/$m /tmp/$m; }; done; true ;;
  tune)
-  timeout "${TUNE_S:-520}" python3 -m tuner.cli tune --model "$MODEL" -K 3 --max-num-seqs 256 \
+  /usr/bin/time -f "tune wall %e s" timeout "${TUNE_S:-520}" python3 -m tuner.cli tune --model "$MODEL" \
+     "${SPEC[@]}" -K 3 --max-num-seqs 256 "${ONE_FLAG[@]}" \
      --grid "${GRID:-1,4,8,16,32,64,96,128,192,256}" --repeats "${REPEATS:-2}" --decode-tokens 33 \
-     --num-prompts 64 --emulate "$EMULATE" --out runs/h200/profile.json "${ENGINE[@]}" 2>&1 \
+     --num-prompts 64 --emulate "$EMULATE" --out $R/profile.json "${ENGINE[@]}" 2>&1 \
      | tr '\r' '\n' | grep -v "cell-rep/s\]$" | tail -40
-  keep runs/h200/profile.json runs/h200/profile-report.md runs/h200/profile-report.png ;;
+  keep $R/profile.json $R/profile-report.md $R/profile-report.png ;;
  bench)
-  timeout "${BENCH_S:-540}" python3 -m tuner.cli bench --profile runs/h200/profile.json \
-     --loads "${LOADS:-1,8,32,64,128,256}" --policies "${POLICIES:-fixed-k*,documented,tuned,nospec}" \
-     --repeats 1 --warmup-s 2 --window-s 4 --max-tokens 128 --emulate "$EMULATE" \
-     --out runs/h200/bench "${ENGINE[@]}" 2>&1 | tr '\r' '\n' | grep -v "cell/s\]$" | tail -40
-  keep runs/h200/bench/cells.csv runs/h200/bench/summary.md runs/h200/bench/throughput.png ;;
+  timeout "${BENCH_S:-540}" python3 -m tuner.cli bench --profile $R/profile.json \
+     --loads "${LOADS:-1,16,64,128,256}" \
+     --policies "${POLICIES:-fixed-k*,documented,tuned,sidecar-from-quarter,nospec}" \
+     --repeats "${BENCH_REPEATS:-1}" --warmup-s 2 --window-s "${WINDOW_S:-4}" --max-tokens 128 \
+     --emulate "$EMULATE" --out $R/bench "${ENGINE[@]}" 2>&1 | tr '\r' '\n' | grep -v "cell/s\]$" | tail -40
+  keep $R/bench/cells.csv $R/bench/summary.md $R/bench/throughput.png ;;
+ hooks)
+  python3 -m benchmarks.overhead --hooks-only --out $R/overhead | tail -12
+  keep $R/overhead/overhead.json ;;
  *) echo "unknown stage $stage" ;;
 esac; done
-ls runs/logs 2>/dev/null | tail -3; for f in $(ls -t runs/logs/vllm-*.log 2>/dev/null | head -1); do grep -E "Error|error" "$f" | tail -5; done
+for f in $(ls -t runs/logs/vllm-*.log 2>/dev/null | head -1); do grep -E "Error|error" "$f" | tail -5; done

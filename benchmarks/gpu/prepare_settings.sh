@@ -1,0 +1,48 @@
+#!/bin/bash
+# Run here (not on the GPU machine), after `bash ../shared/gpu/prepare.sh` built .gpu/ (its model/
+# holds the tokenizer and the Llama-3.2-3B-shaped config). Adds what the other GPU settings need:
+#   .gpu/moe30b/           Qwen3-30B-A3B-shaped config (48 layers, 128 experts, top-8, d=2048) +
+#                          the same tokenizer; dummy weights at serve time
+#   .gpu/model/eagle3/     a one-layer EAGLE-3 drafter config for the 3B target (V2 runner: 0.26's
+#                          V2 refuses draft_model and ngram, it runs eagle/eagle3/mtp only)
+#   .gpu/moe_kernels.xz    vLLM's MoE kernels (_moe_C_stable_libtorch.abi3.so, 47 MB -> ~12 MB),
+#                          which prepare.sh leaves out of the tarball; carried beside c2
+set -euo pipefail
+S=$(git rev-parse --show-toplevel); G=$S/.gpu
+[ -f "$G/model/config.json" ] || { echo "run bash ../shared/gpu/prepare.sh first (no $G/model)"; exit 1; }
+mkdir -p "$G/moe30b" "$G/model/eagle3"
+cp "$G"/model/tokenizer*.json "$G/model/generation_config.json" "$G/moe30b/"
+cp "$G"/model/tokenizer*.json "$G/model/generation_config.json" "$G/model/eagle3/"
+python3 - "$G" <<'EOF'
+import json, sys
+G = sys.argv[1]
+base = json.load(open(f"{G}/model/config.json"))
+vocab = base["vocab_size"]  # our locally trained tokenizer (Qwen3's real vocab is 151936)
+moe = dict(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", hidden_act="silu",
+           hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+           num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+           num_experts=128, num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1,
+           mlp_only_layers=[], attention_bias=False, attention_dropout=0.0, rms_norm_eps=1e-6,
+           rope_theta=1000000.0, rope_scaling=None, max_position_embeddings=40960,
+           max_window_layers=48, use_sliding_window=False, sliding_window=None,
+           tie_word_embeddings=False, torch_dtype="bfloat16", use_cache=True,
+           output_router_logits=False, router_aux_loss_coef=0.001, initializer_range=0.02,
+           bos_token_id=base["bos_token_id"], eos_token_id=base["eos_token_id"], vocab_size=vocab)
+json.dump(moe, open(f"{G}/moe30b/config.json", "w"), indent=1)
+# EAGLE-3 head for the 3B target: one decoder layer at the target's width, full draft vocab
+# (draft_vocab_size == vocab_size keeps d2t at zeros = identity under dummy weights)
+eagle3 = {k: base[k] for k in ("hidden_act", "rms_norm_eps", "rope_theta", "rope_scaling",
+                               "max_position_embeddings", "bos_token_id", "eos_token_id",
+                               "num_attention_heads", "num_key_value_heads", "head_dim",
+                               "hidden_size", "intermediate_size", "vocab_size")}
+eagle3.update(architectures=["LlamaForCausalLMEagle3"], model_type="llama", num_hidden_layers=1,
+              draft_vocab_size=vocab, tie_word_embeddings=False, torch_dtype="bfloat16",
+              attention_bias=False, mlp_bias=False, initializer_range=0.02)
+json.dump(eagle3, open(f"{G}/model/eagle3/config.json", "w"), indent=1)
+print("configs: moe30b, model/eagle3")
+EOF
+if [ ! -f "$G/moe_kernels.xz" ]; then
+  W=$(ls "$G"/dl/vllm-0.26.0-*.whl)
+  unzip -p "$W" vllm/_moe_C_stable_libtorch.abi3.so | xz -6 -T0 > "$G/moe_kernels.xz"
+fi
+ls -la "$G/moe_kernels.xz"; du -sh "$G/moe30b" "$G/model"
