@@ -13,6 +13,7 @@ from pathlib import Path
 from tuner.errors import InvalidInput
 from tuner.profile import load
 from tuner.prompts import random_tokens, repetitive
+from tuner.replay import Replay
 
 DEFAULT_POLICIES = ("nospec,fixed-k*,documented,tuned,quarter,turbospec-style,nightjar-style,"
                     "sidecar-from-quarter,sidecar-from-documented")
@@ -39,10 +40,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         cfg = BenchConfig(profile=profile, profile_path=Path(args.profile), model=model,
                           loads=[int(x) for x in args.loads.split(",")],
                           policies=policies(args.policies, profile.K), repeats=args.repeats,
-                          warmup_s=args.warmup_s, window_s=args.window_s,
+                          warmup_s=args.warmup_s, window_s=args.window_s, prime_s=args.prime_s,
                           max_tokens=args.max_tokens, temperature=args.temperature,
                           prompts=make(64, vocab, seed=7), converge_s=args.converge_s, out=out,
-                          emulate=tuple(float(x) for x in args.emulate.split(",")) if args.emulate else None,
+                          emulate=Replay.parse(args.emulate, args.emulate_with) if args.emulate else None,
                           extra_args=tuple(args.engine_arg or ()))
     except ValueError as exc:
         raise InvalidInput(str(exc)) from None
@@ -66,12 +67,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help=f"comma list; fixed-k* expands to k=0..K (default: {DEFAULT_POLICIES})")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--warmup-s", type=float, default=2.0)
+    p.add_argument("--prime-s", type=float, default=2.0,
+                   help="before measuring, run every load this long under k=0 and k=K (one-off "
+                        "JIT and allocation costs off the first policy's cells); 0 = off")
     p.add_argument("--window-s", type=float, default=6.0)
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--prompts", choices=["repetitive", "random"], default="repetitive")
     p.add_argument("--converge-s", type=float, default=20.0, help="sidecar warm-up before measuring")
-    p.add_argument("--emulate", help="replay this acceptance with the plugin's emulator, e.g. 0.75,0.55,0.4")
+    p.add_argument("--emulate", help="replay this acceptance instead of the drafter's own, e.g. 0.75,0.55,0.4")
+    p.add_argument("--emulate-with", choices=["plugin", "vllm"], default="plugin",
+                   help="plugin: the plugin's emulator (can only lower acceptance); vllm: vLLM's "
+                        "synthetic rejection sampling (forces it; GPU builds only)")
     p.add_argument("--engine-arg", action="append", metavar="ARG", help="extra vLLM argument, repeatable")
     p.add_argument("--out", default="runs/bench")
     p.set_defaults(func=cmd_bench)

@@ -27,7 +27,8 @@ from sidecar.process import sidecar_process
 from tuner.serve import fresh_connections
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.profile import Profile
-from tuner.table import Table, documented_table, shrink
+from tuner.replay import Replay
+from tuner.table import Table, documented_table, every_k_table, shrink
 
 TOKEN = "bench-token"
 SIDECAR_POLICIES = {"sidecar-from-quarter": "quarter", "sidecar-from-documented": "documented"}
@@ -43,12 +44,16 @@ class BenchConfig(BaseModel):
     policies: list[str]
     repeats: int = Field(2, ge=1)
     warmup_s: float = 2.0
+    # Before the first measured cell, every load under k=0 and k=K for this long, unmeasured: the
+    # first batch of each shape pays one-off costs (Triton JIT of MoE kernels, allocator growth)
+    # that would otherwise land on whichever policy happens to run first.
+    prime_s: float = Field(2.0, ge=0)
     window_s: float = 6.0
     max_tokens: int = 64
     temperature: float = 0.0
     prompts: list[Any]
     converge_s: float = 20.0
-    emulate: tuple[float, ...] | None = None  # replayed acceptance (plugin emulator)
+    emulate: Replay | None = None  # replayed acceptance, see tuner/replay.py
     sidecar_args: tuple[str, ...] = ()
     extra_args: tuple[str, ...] = ()
     out: Path
@@ -108,19 +113,31 @@ async def converge(cfg: BenchConfig, url: str, admin: Admin) -> float:
     return last_change
 
 
+async def prime(cfg: BenchConfig, url: str) -> None:
+    if cfg.prime_s > 0:
+        for load in cfg.loads:
+            await closed_loop(url, cfg.prompts, load, cfg.max_tokens, 0.0, cfg.prime_s, cfg.temperature)
+
+
 async def run_table_policies(cfg: BenchConfig, rows: list[Row], bar: tqdm) -> dict[str, float]:
     tables = policy_tables(cfg.profile)
     admin_port = free_port()
     K, n = cfg.profile.K, cfg.profile.engine.max_num_seqs
     spec = SpeculativeSpec(method=cfg.profile.engine.method, num_speculative_tokens=K,
-                           table=documented_table(K, n))
+                           table=every_k_table(K, n), draft_model=cfg.profile.engine.drafter,
+                           extra=cfg.emulate.speculative_extra() if cfg.emulate else {})
     server_cfg = ServerConfig(model=cfg.model, max_num_seqs=n, speculative=spec,
-                              env=plugin_env(admin_port, token=TOKEN, emulate=cfg.emulate),
+                              env=plugin_env(admin_port, token=TOKEN,
+                                             emulate=cfg.emulate.emulator_rates() if cfg.emulate else None),
                               extra_args=cfg.extra_args)
     converge_times: dict[str, float] = {}
     policies = [p for p in cfg.policies if p != "nospec"]
     async with launch(server_cfg, log_dir=cfg.log_dir) as server, aiohttp.ClientSession(connector=fresh_connections()) as s:
         admin = Admin(f"http://127.0.0.1:{admin_port}", s)
+        for k in sorted({0, K}):
+            await admin.put_table(tables[f"fixed-k{k}"])
+            bar.set_description(f"priming k={k}")
+            await prime(cfg, server.url)
         for rep in range(cfg.repeats):
             for policy in policies if rep % 2 == 0 else policies[::-1]:
                 start = tables[SIDECAR_POLICIES.get(policy, policy)]
@@ -148,6 +165,8 @@ async def run_nospec(cfg: BenchConfig, rows: list[Row], bar: tqdm) -> None:
     server_cfg = ServerConfig(model=cfg.model, max_num_seqs=cfg.profile.engine.max_num_seqs,
                               extra_args=cfg.extra_args)
     async with launch(server_cfg, log_dir=cfg.log_dir) as server:
+        bar.set_description("priming nospec")
+        await prime(cfg, server.url)
         for rep in range(cfg.repeats):
             for load in cfg.loads:
                 bar.set_description(f"nospec N={load} rep {rep}")

@@ -19,6 +19,7 @@ from tuner.acceptance import per_position, stock_estimate
 from tuner.launcher import VllmServer
 from tuner.profile import AcceptanceMeasurement
 from tuner.prompts import Prompt
+from tuner.replay import Replay
 from tuner.serve import complete, fresh_connections
 
 STOCK_NOTE = ("vLLM's stock accepted_i / num_drafts: biased low when draft lengths vary (ngram "
@@ -41,12 +42,12 @@ async def _metrics(s: aiohttp.ClientSession, url: str) -> str:
 async def measure_acceptance(server: VllmServer, admin_url: str | None, prompts: list[Prompt],
                              K: int, temperature: float, max_tokens: int,
                              concurrency: int,
-                             rates: tuple[float, ...] | None = None) -> AcceptanceMeasurement:
+                             replay: Replay | None = None) -> AcceptanceMeasurement:
     t0 = time.monotonic()
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600),
                                      connector=fresh_connections()) as s:
         if admin_url:  # lift the timing mode's reject-all: real (or replayed) acceptance from here
-            body = {"rates": list(rates) if rates else [1.0] * K}
+            body = {"rates": list(replay.emulator_rates()) if replay else [1.0] * K}
             async with s.put(admin_url + "/v1/emulation", json=body) as r:
                 await r.read()
         stats0 = await _get_json(s, admin_url + "/v1/stats") if admin_url else None
@@ -68,7 +69,7 @@ async def measure_acceptance(server: VllmServer, admin_url: str | None, prompts:
         a = np.nan_to_num(per_position(accepted, drafted), nan=0.0)
         return AcceptanceMeasurement(a=[float(x) for x in a], accepted=accepted, drafted=drafted,
                                      source="plugin", num_prompts=len(prompts),
-                                     note=f"replayed by the plugin's emulator at {list(rates)}" if rates else "",
+                                     note=replay.describe() if replay else "",
                                      temperature=temperature, wall_s=wall)
     accepted = [int(b - a) for a, b in zip(m0.accepted_per_pos, m1.accepted_per_pos)]
     drafts = int(m1.num_drafts - m0.num_drafts)

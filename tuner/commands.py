@@ -14,6 +14,7 @@ from tuner.errors import InvalidInput
 from tuner.goodput import interpolate_step_times, predicted_loss
 from tuner.profile import Profile, load
 from tuner.prompts import load_file, repetitive
+from tuner.replay import Replay
 from tuner.sweep import default_grid
 from tuner.table import Table
 
@@ -53,7 +54,7 @@ def tune_config(args: argparse.Namespace) -> "TuneConfig":
                           temperature=args.temperature, acceptance_prompts=prompts[:args.num_prompts],
                           out=Path(args.out), fresh=args.fresh, tie=args.tie,
                           extra_args=tuple(args.engine_arg or ()),
-                          emulate=tuple(_acceptance(args.emulate) or ()) or None,
+                          emulate=Replay.parse(args.emulate, args.emulate_with) if args.emulate else None,
                           one_server=args.one_server)
     except ValueError as exc:
         raise InvalidInput(str(exc)) from None
@@ -120,8 +121,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("tune", help="measure T(B,k) and acceptance on vLLM, build the table")
     p.add_argument("--model", help="model path (default: the embedded tiny Llama)")
-    p.add_argument("--method", default="ngram", choices=["ngram", "draft_model"])
-    p.add_argument("--drafter", help="drafter path for draft_model (default: the tiny drafter)")
+    p.add_argument("--method", default="ngram", choices=["ngram", "draft_model", "eagle", "eagle3"])
+    p.add_argument("--drafter", help="drafter path for draft_model/eagle/eagle3 (default for "
+                                     "draft_model on the embedded model: the tiny drafter)")
     p.add_argument("--num-speculative-tokens", "-K", type=int, default=3)
     p.add_argument("--max-num-seqs", type=int, default=32)
     p.add_argument("--grid", help="batch sizes, e.g. 1,2,4,8,16 (default: every B to 16, then every 8)")
@@ -136,8 +138,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     p.add_argument("--engine-arg", action="append", metavar="ARG",
                    help="extra vLLM argument, repeatable: --engine-arg=--tensor-parallel-size=2 "
                         "--engine-arg=--load-format=dummy")
-    p.add_argument("--emulate", help="replay this acceptance (plugin emulator), e.g. 0.75,0.55,0.4; "
-                                     "for dummy weights that accept everything")
+    p.add_argument("--emulate", help="replay this acceptance instead of the drafter's own, e.g. "
+                                     "0.75,0.55,0.4: for dummy weights")
+    p.add_argument("--emulate-with", choices=["plugin", "vllm"], default="plugin",
+                   help="plugin: the plugin's emulator, which can only lower acceptance (ngram on "
+                        "repetitive output); vllm: vLLM's synthetic rejection sampling, which forces "
+                        "it (any drafter; GPU builds only)")
     p.add_argument("--one-server", action="store_true",
                    help="one vLLM for all k, tables swapped through the plugin (CPU, GPU V1 runner; "
                         "not the V2 runner); saves K server starts")

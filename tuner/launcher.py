@@ -39,6 +39,11 @@ LOG_TAIL_LINES = 25
 _CAUSE = re.compile(r"(\w+(Error|Exception)|error|Error|Killed|RuntimeError)[:\s]")
 
 
+# methods whose drafter is a model at a path (vLLM's speculative_config.model); EAGLE heads need
+# vLLM's V2 runner on 0.26 for full CUDA graphs per K (VLLM_USE_V2_MODEL_RUNNER=1)
+MODEL_DRAFTERS = ("draft_model", "eagle", "eagle3")
+
+
 class SpeculativeSpec(BaseModel):
     """The `--speculative-config` of one server, validated before anything starts."""
 
@@ -59,8 +64,8 @@ class SpeculativeSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> SpeculativeSpec:
-        if self.method == "draft_model" and not self.draft_model:
-            raise ValueError("method='draft_model' needs draft_model (the drafter's path)")
+        if self.method in MODEL_DRAFTERS and not self.draft_model:
+            raise ValueError(f"method={self.method!r} needs draft_model (the drafter's path)")
         return self
 
     def to_json(self) -> str:

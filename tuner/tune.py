@@ -25,12 +25,13 @@ from tqdm import tqdm
 from tuner.acceptance_run import measure_acceptance
 from tuner.engine_defaults import plugin_env
 from tuner.errors import EngineUnavailable, InvalidInput
-from tuner.launcher import ServerConfig, SpeculativeSpec, VllmServer, free_port, launch
+from tuner.launcher import MODEL_DRAFTERS, ServerConfig, SpeculativeSpec, VllmServer, free_port, launch
 from tuner.profile import Cell, EngineInfo, Profile, StepSample, load
 from tuner.prompts import Prompt, repetitive
+from tuner.replay import Replay
 from tuner.serve import fresh_connections
 from tuner.sweep import CellTimer
-from tuner.table import Table
+from tuner.table import Table, every_k_table
 
 log = logging.getLogger("tabletune.tune")
 
@@ -53,9 +54,9 @@ class TuneConfig(BaseModel):
     tie: float = Field(0.005, ge=0)
     fresh: bool = False
     extra_args: tuple[str, ...] = ()
-    # Replay this acceptance profile (plugin emulator) instead of the drafter's own: for dummy
-    # weights, which accept almost everything. Step times are measured under reject-all either way.
-    emulate: tuple[float, ...] | None = None
+    # Replay this acceptance profile instead of the drafter's own (dummy weights): see replay.py.
+    # Step times are measured under reject-all either way.
+    emulate: Replay | None = None
     one_server: bool = False  # swap the per-k tables into one vLLM instead of one vLLM per k
     log_dir: Path = Path("runs/logs")
 
@@ -66,10 +67,12 @@ class TuneConfig(BaseModel):
         if self.grid[-1] > self.max_num_seqs:
             raise ValueError(f"grid goes to B={self.grid[-1]} but max_num_seqs={self.max_num_seqs};"
                              " lower the grid or raise --max-num-seqs")
-        if self.method == "draft_model" and self.drafter is None:
-            raise ValueError("method=draft_model needs --drafter")
+        if self.method in MODEL_DRAFTERS and self.drafter is None:
+            raise ValueError(f"method={self.method} needs --drafter (the drafter model's path)")
         if not self.acceptance_prompts:
             raise ValueError("acceptance_prompts is empty")
+        if self.emulate is not None:
+            self.emulate.check_k(self.num_speculative_tokens)
         return self
 
     @property
@@ -116,10 +119,14 @@ def start_profile(cfg: TuneConfig) -> Profile:
                    decode_tokens=cfg.decode_tokens, repeats=cfg.repeats, tie=cfg.tie)
 
 
-def server_for(cfg: TuneConfig, k: int, admin_port: int, reject_all: bool) -> ServerConfig:
+def server_for(cfg: TuneConfig, k: int | None, admin_port: int, reject_all: bool) -> ServerConfig:
+    """The engine for k (one-range table [[1, max, k]]), or with k=None for every k, swapped later."""
+    table = (every_k_table(cfg.num_speculative_tokens, cfg.max_num_seqs) if k is None
+             else Table.from_list([[1, cfg.max_num_seqs, k]]))
     spec = SpeculativeSpec(method=cfg.method, num_speculative_tokens=cfg.num_speculative_tokens,
-                           table=Table.from_list([[1, cfg.max_num_seqs, k]]),
-                           draft_model=str(cfg.drafter) if cfg.drafter else None)
+                           table=table,
+                           draft_model=str(cfg.drafter) if cfg.drafter else None,
+                           extra=cfg.emulate.speculative_extra() if cfg.emulate else {})
     return ServerConfig(model=cfg.model, max_num_seqs=cfg.max_num_seqs, speculative=spec,
                         env=plugin_env(admin_port, reject_all=reject_all),
                         extra_args=("--no-enable-prefix-caching", *cfg.extra_args))
@@ -165,7 +172,7 @@ async def measure_k(cfg: TuneConfig, profile: Profile, k: int, bar: tqdm, server
         profile.acceptance = await measure_acceptance(
             server, admin_url, cfg.acceptance_prompts, cfg.num_speculative_tokens,
             cfg.temperature, cfg.acceptance_max_tokens, concurrency=cfg.max_num_seqs,
-            rates=cfg.emulate)
+            replay=cfg.emulate)
         profile.save(cfg.out)
 
 
@@ -184,17 +191,17 @@ async def sweep_k(cfg: TuneConfig, profile: Profile, k: int, bar: tqdm) -> None:
 
 
 async def sweep_one_server(cfg: TuneConfig, profile: Profile, bar: tqdm) -> None:
-    """--one-server: one vLLM at K, the one-range table of each k swapped in through the plugin.
-    The same serving path wherever any K <= num_speculative_tokens runs on the startup graphs
-    (vLLM CPU; the GPU V1 runner, whose DSD graphs are piecewise). Not for the V2 runner: it
-    captures full graphs only for the startup table's K."""
+    """--one-server: one vLLM, the one-range table of each k swapped in through the plugin. It
+    starts with a table that holds every k, so the GPU V2 runner (full CUDA graphs only for the
+    startup table's K values) has graphs for each; vLLM CPU and the V1 runner (piecewise graphs
+    under a DSD table) run any K on the same path anyway."""
     ks = [k for k in range(cfg.num_speculative_tokens + 1) if any(todo_for(cfg, profile, k))]
     if not ks:
         return
     admin_port = free_port()
     admin_url = f"http://127.0.0.1:{admin_port}"
     bar.set_description("starting vLLM")
-    async with launch(server_for(cfg, ks[-1], admin_port, reject_all=True), log_dir=cfg.log_dir) as server:
+    async with launch(server_for(cfg, None, admin_port, reject_all=True), log_dir=cfg.log_dir) as server:
         profile.timings_s["server_start_shared"] = server.ready_after_s or 0.0
         async with aiohttp.ClientSession(connector=fresh_connections()) as s:
             for k in ks:

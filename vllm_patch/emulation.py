@@ -74,48 +74,78 @@ class Capper:
             self.mtime, self.tensors = mtime, {}
         return self.rates
 
-    def cap(self, out: Any) -> Any:
+    def caps(self, rows: int, width: int, device: Any) -> Any:
+        """Per request-step, the most drafts it may keep: c = #{i : u < a_i}, shape [rows, 1]."""
         import torch
 
         rates = self.current()
-        width = out.shape[1] - 1  # max_spec_len
-        if width <= 0 or out.shape[0] == 0:
-            return out
-        key = (out.device, width)
+        key = (device, width)
         a = self.tensors.get(key)
         if a is None:
             padded = (list(rates) + [rates[-1] if rates else 0.0] * width)[:width]
-            a = self.tensors[key] = torch.tensor(padded, dtype=torch.float32, device=out.device)
-        u = torch.rand(out.shape[0], 1, device=out.device)
-        caps = (u < a.unsqueeze(0)).sum(dim=1, keepdim=True)           # [batch, 1]
+            a = self.tensors[key] = torch.tensor(padded, dtype=torch.float32, device=device)
+        u = torch.rand(rows, 1, device=device)
+        return (u < a.unsqueeze(0)).sum(dim=1, keepdim=True)
+
+    def cap(self, out: Any) -> Any:
+        """V1 runner: out[batch, max_spec_len + 1], -1 after the last kept token."""
+        import torch
+
+        width = out.shape[1] - 1  # max_spec_len
+        if width <= 0 or out.shape[0] == 0:
+            return out
+        caps = self.caps(out.shape[0], width, out.device)               # [batch, 1]
         cols = torch.arange(width + 1, device=out.device).unsqueeze(0)  # [1, width+1]
         return out.masked_fill(cols > caps, -1)                        # -1: vLLM's PLACEHOLDER
 
+    def cap_counts(self, sampled: Any, num_sampled: Any) -> Any:
+        """V2 runner: sampled[reqs, steps + 1] with num_sampled[reqs] valid tokens per row; keeping
+        at most c + 1 of them is the same cut (a prefill's 0 or 1 token is left as it is)."""
+        width = sampled.shape[1] - 1
+        if width <= 0 or num_sampled.shape[0] == 0:
+            return num_sampled
+        caps = self.caps(num_sampled.shape[0], width, num_sampled.device).squeeze(1)
+        return num_sampled.minimum((caps + 1).to(num_sampled.dtype))
+
 
 def install_sampler_wrapper(on_error: Any) -> bool:
-    """Wrap vLLM's module-level rejection_sample in this (worker) process."""
+    """Wrap vLLM's module-level rejection sampling in this (worker) process: the V1 runner's, and
+    the V2 runner's when VLLM_USE_V2_MODEL_RUNNER is set (its sampler returns token counts)."""
     import vllm.v1.sample.rejection_sampler as rs
 
-    if getattr(rs.rejection_sample, "_tabletune", False):
-        return True
-    if not hasattr(rs, "rejection_sample"):
-        log.error("TableTune: vllm.v1.sample.rejection_sampler.rejection_sample is missing in this "
-                  "vLLM; reject-all/emulation are off")
-        return False
     path = os.environ.get(ENV_FILE)
     if not path:
         return False
     capper = Capper(path)
-    orig = rs.rejection_sample
+    if not hasattr(rs, "rejection_sample"):
+        log.error("TableTune: vllm.v1.sample.rejection_sampler.rejection_sample is missing in this "
+                  "vLLM; reject-all/emulation are off")
+        return False
+    _wrap(rs, lambda out: capper.cap(out), on_error)
+    if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "0") not in ("", "0"):
+        try:
+            import vllm.v1.worker.gpu.spec_decode.rejection_sampler as rs2
+        except Exception as exc:  # not a GPU build, or a vLLM without the V2 runner
+            log.warning("TableTune: V2 rejection sampler not importable (%s); emulation covers "
+                        "the V1 runner only", exc)
+        else:
+            _wrap(rs2, lambda res: (res[0], capper.cap_counts(*res)), on_error)
+    return True
+
+
+def _wrap(module: Any, cap: Any, on_error: Any) -> None:
+    """Replace `module.rejection_sample` (looked up at call time by vLLM's sampler) once."""
+    orig = module.rejection_sample
+    if getattr(orig, "_tabletune", False):
+        return
 
     def rejection_sample(*args: Any, **kwargs: Any) -> Any:
         out = orig(*args, **kwargs)
         try:
-            return capper.cap(out)
+            return cap(out)
         except Exception as exc:  # fall back to vLLM's own acceptance for this step
             on_error(exc)
             return out
 
     rejection_sample._tabletune = True  # type: ignore[attr-defined]
-    rs.rejection_sample = rejection_sample
-    return True
+    module.rejection_sample = rejection_sample

@@ -13,6 +13,7 @@ from benchmarks.run import BenchConfig, bench
 from benchmarks.synthetic import paper_profile
 from tuner.engine_defaults import default_model
 from tuner.prompts import repetitive
+from tuner.replay import Replay
 
 pytestmark = pytest.mark.engine
 
@@ -38,3 +39,22 @@ async def test_reduced_bench_runs_end_to_end(tmp_path: Path) -> None:
     assert (cfg.out / "cells.csv").read_text().count("\n") == 7
     assert (cfg.out / "throughput.png").stat().st_size > 10_000
     assert "best fixed k" in (cfg.out / "summary.md").read_text()
+
+
+async def test_bench_runs_a_draft_model_profile(tmp_path: Path) -> None:
+    """A profile tuned with draft_model is benchmarked with its drafter (the spec needs the path)."""
+    paths = default_model()
+    vocab = json.loads((paths.target / "config.json").read_text())["vocab_size"]
+    profile = paper_profile()
+    profile.engine = profile.engine.model_copy(update={"method": "draft_model",
+                                                       "drafter": str(paths.drafter)})
+    profile.table = profile.build().table.to_list()
+    profile.save(tmp_path / "profile.json")
+    cfg = BenchConfig(profile=profile, profile_path=tmp_path / "profile.json", model=paths.target,
+                      loads=[2], policies=["fixed-k3"], repeats=1, warmup_s=0.5, window_s=2.0,
+                      max_tokens=24, prompts=repetitive(8, vocab), emulate=Replay(rates=(0.5, 0.3, 0.1)),
+                      out=tmp_path / "out", log_dir=tmp_path / "logs")
+    rows, _ = await bench(cfg)
+    assert [(r.policy, r.load) for r in rows] == [("fixed-k3", 2)] and rows[0].tokens_per_s > 0
+    log = next((tmp_path / "logs").glob("vllm-*.log")).read_text()
+    assert '"method":"draft_model"' in log and str(paths.drafter) in log

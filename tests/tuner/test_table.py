@@ -199,3 +199,12 @@ def test_validator_accepts_exactly_what_vllm_accepts(ranges: list[tuple[int, int
     except InvalidTable:
         we_accept = False
     assert we_accept == vllm_accepts
+
+
+def test_every_k_table_holds_each_k_once_and_covers_the_engine() -> None:
+    from tuner.table import every_k_table
+
+    t = every_k_table(3, 16)
+    assert t.to_list() == [[1, 1, 3], [2, 2, 2], [3, 3, 1], [4, 16, 0]]
+    with pytest.raises(InvalidInput, match="max_num_seqs=3"):
+        every_k_table(3, 3)
