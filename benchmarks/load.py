@@ -2,7 +2,9 @@
 
 Throughput is read from the engine's own `vllm:generation_tokens_total` over a steady-state window
 after a warm-up, so requests straddling the window edges are counted exactly (only the tokens
-generated inside it). Requests still in flight at the end are cancelled and the engine is left
+generated inside it). Each worker's first request is cut short by a different amount, so the
+N requests do not start and finish in lock-step: with equal lengths (ignore_eos) they would
+prefill and complete in waves, and a short window would catch one wave or two by chance. Requests still in flight at the end are cancelled and the engine is left
 idle before the next cell.
 """
 
@@ -39,11 +41,20 @@ async def _sample(s: aiohttp.ClientSession, url: str, name: str) -> float:
                for smp in fam.samples if smp.name == name)
 
 
+def first_lengths(concurrency: int, max_tokens: int) -> list[int]:
+    """Lengths of the workers' first requests, spread evenly over 1..max_tokens: after one request
+    lifetime the phases of the N workers are uniform, i.e. the load is in steady state."""
+    return [max(1, round((i + 1) / concurrency * max_tokens)) for i in range(concurrency)]
+
+
 async def _worker(s: aiohttp.ClientSession, url: str, prompts: itertools.cycle[Any],
-                  max_tokens: int, temperature: float, model: str, done: list[float]) -> None:
+                  max_tokens: int, temperature: float, model: str, done: list[float],
+                  first_max_tokens: int) -> None:
+    length = first_max_tokens
     while True:
-        body = {"model": model, "prompt": next(prompts), "max_tokens": max_tokens,
+        body = {"model": model, "prompt": next(prompts), "max_tokens": length,
                 "temperature": temperature, "ignore_eos": True}
+        length = max_tokens
         async with s.post(url + "/v1/completions", json=body) as r:
             await r.read()
             if r.status != 200:
@@ -73,8 +84,8 @@ async def closed_loop(url: str | list[str], prompts: list[Any], concurrency: int
     async with aiohttp.ClientSession(timeout=timeout,
                                      connector=fresh_connections()) as s:
         workers = [asyncio.create_task(_worker(s, urls[i % len(urls)], cycle, max_tokens,
-                                               temperature, model, done))
-                   for i in range(concurrency)]
+                                               temperature, model, done, first))
+                   for i, first in enumerate(first_lengths(concurrency, max_tokens))]
         try:
             await asyncio.sleep(warmup_s)
             t0, g0 = time.monotonic(), await _total(s, urls, GEN_TOKENS)

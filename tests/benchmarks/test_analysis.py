@@ -35,3 +35,12 @@ def test_turbospec_fits_the_linear_model_and_builds_a_table() -> None:
     assert alpha > 0 and beta > 0
     table = turbospec_table(p)
     assert table.to_list()[0][0] == 1 and table.to_list()[-1][1] == 16
+
+
+def test_first_requests_are_staggered_over_one_lifetime() -> None:
+    from benchmarks.load import first_lengths
+
+    assert first_lengths(1, 128) == [128]
+    lengths = first_lengths(4, 128)
+    assert lengths == [32, 64, 96, 128]  # evenly spread, the last one full length
+    assert min(first_lengths(256, 128)) == 1 and max(first_lengths(256, 128)) == 128
