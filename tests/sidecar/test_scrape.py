@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -271,3 +272,20 @@ def test_explore_steps_delta_and_reset() -> None:
 
 def test_switching_accepted_source_is_a_new_engine_run() -> None:
     assert is_reset(snapshot(), snapshot(accepted_source="plugin"))
+
+
+def test_a_real_vllm_body_reads_the_same_as_parsing_all_of_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the wanted lines are parsed (fast); the result equals parsing the whole ~50 KB body."""
+    import re
+
+    from sidecar import scrape
+
+    text = (Path(__file__).parent / "data" / "vllm-0.32-cpu-metrics.txt").read_text()
+    # give every wanted sample a distinct value, so the comparison is not between zeros
+    counter = iter(range(1, 10_000))
+    text = re.sub(r"^((?:vllm:spec_decode|tabletune_)\S*(?:\{[^}]*\})?) \S+$",
+                  lambda m: f"{m.group(1)} {next(counter)}.0", text, flags=re.M)
+    fast = parse(text)
+    monkeypatch.setattr(scrape, "_WANTED_LINE", re.compile(r"(?!x)x"))  # matches nothing
+    assert parse(text) == fast
+    assert fast.accepted_source == "plugin" and fast.num_drafts > 0 and fast.table_version is not None
