@@ -138,6 +138,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "rebuild_us_1024x9": round(rebuild_us(), 1)}
     if args.hooks_only:  # e.g. on a GPU box, where the per-step figure is set against T(B, k)
         return report
+    if args.sidecar_only:  # one engine with the plugin, the sidecar's CPU, RSS and swap latency
+        report["sidecar"] = [(await throughput(True, [], args.window_s, out, args.sidecar_s))["sidecar"]]
+        return report
     runs = []
     for with_plugin in (False, True, False, True):  # alternate: drift on a 2-core box cancels
         runs.append(await throughput(with_plugin, loads, args.window_s, out, args.sidecar_s))
@@ -160,6 +163,8 @@ def main() -> int:
     ap.add_argument("--loads", default="1,8")
     ap.add_argument("--window-s", type=float, default=6.0)
     ap.add_argument("--sidecar-s", type=float, default=30.0)
+    ap.add_argument("--sidecar-only", action="store_true",
+                    help="skip the with/without-plugin throughput runs (one vLLM start, not four)")
     ap.add_argument("--hooks-only", action="store_true",
                     help="only the per-step hook cost and the rebuild time: no vLLM is started")
     args = ap.parse_args()
