@@ -12,15 +12,23 @@
 # SETTING (model, drafter, runner):
 #   32b-ngram        32B-shaped dense Llama, ngram, V1 runner, one vLLM per k (the first run)
 #   moe30b-ngram     Qwen3-30B-A3B-shaped MoE, ngram, V1 runner
-#   3b-draft-v1      Llama-3.2-3B-shaped, draft_model (4-layer dummy drafter), V1 runner
+#   3b-ngram-v1      Llama-3.2-3B-shaped, ngram, V1 runner
+#   3b-draft-v1      Llama-3.2-3B-shaped, draft_model (4-layer dummy drafter), V1 runner; acceptance
+#                    forced by vLLM's synthetic sampling (a dummy drafter never agrees with its target)
+#   3b-eagle3-v2     Llama-3.2-3B-shaped, a one-layer dummy EAGLE-3 head, V2 runner (full CUDA graphs
+#                    per K of the startup table; 0.26's V2 refuses ngram and draft_model)
 # env: OUT (results), TUNE_S / BENCH_S (time budgets), LOADS, POLICIES, GRID, REPEATS, EMULATE,
 #      ONE_SERVER (1: one vLLM, tables swapped; default 1 except 32b-ngram), GPU_UTIL
 set -u
 SETTING=${SETTING:-32b-ngram}
+BY=plugin
 case $SETTING in
   32b-ngram)    MODEL_DIR=model32; SPEC=(--method ngram);                                   ONE=${ONE_SERVER:-0} ;;
   moe30b-ngram) MODEL_DIR=moe30b;  SPEC=(--method ngram);                                   ONE=${ONE_SERVER:-1} ;;
-  3b-draft-v1)  MODEL_DIR=model;   SPEC=(--method draft_model --drafter /tmp/model/drafter); ONE=${ONE_SERVER:-1} ;;
+  3b-ngram-v1)  MODEL_DIR=model;   SPEC=(--method ngram);                                   ONE=${ONE_SERVER:-1} ;;
+  3b-draft-v1)  MODEL_DIR=model;   SPEC=(--method draft_model --drafter /tmp/model/drafter); ONE=${ONE_SERVER:-1}; BY=vllm ;;
+  3b-eagle3-v2) MODEL_DIR=model;   SPEC=(--method eagle3 --drafter /tmp/model/eagle3);      ONE=${ONE_SERVER:-1}; BY=vllm
+                export VLLM_USE_V2_MODEL_RUNNER=1 ;;
   *) echo "unknown SETTING $SETTING"; exit 2 ;;
 esac
 O=${OUT:-/tmp/out}/$SETTING; R=runs/h200-$SETTING; mkdir -p "$O" "$R"
@@ -47,7 +55,7 @@ for stage in "$@"; do case $stage in
   /usr/bin/time -f "tune wall %e s" timeout "${TUNE_S:-520}" python3 -m tuner.cli tune --model "$MODEL" \
      "${SPEC[@]}" -K 3 --max-num-seqs 256 "${ONE_FLAG[@]}" \
      --grid "${GRID:-1,4,8,16,32,64,96,128,192,256}" --repeats "${REPEATS:-2}" --decode-tokens 33 \
-     --num-prompts 64 --emulate "$EMULATE" --out $R/profile.json "${ENGINE[@]}" 2>&1 \
+     --num-prompts 64 --emulate "$EMULATE" --emulate-with $BY --out $R/profile.json "${ENGINE[@]}" 2>&1 \
      | tr '\r' '\n' | grep -v "cell-rep/s\]$" | tail -40
   keep $R/profile.json $R/profile-report.md $R/profile-report.png ;;
  bench)
@@ -55,7 +63,7 @@ for stage in "$@"; do case $stage in
      --loads "${LOADS:-1,16,64,128,256}" \
      --policies "${POLICIES:-fixed-k*,documented,tuned,sidecar-from-quarter,nospec}" \
      --repeats "${BENCH_REPEATS:-1}" --warmup-s 2 --window-s "${WINDOW_S:-4}" --max-tokens 128 \
-     --emulate "$EMULATE" --out $R/bench "${ENGINE[@]}" 2>&1 | tr '\r' '\n' | grep -v "cell/s\]$" | tail -40
+     --emulate "$EMULATE" --emulate-with $BY --out $R/bench "${ENGINE[@]}" 2>&1 | tr '\r' '\n' | grep -v "cell/s\]$" | tail -40
   keep $R/bench/cells.csv $R/bench/summary.md $R/bench/throughput.png ;;
  hooks)
   python3 -m benchmarks.overhead --hooks-only --out $R/overhead | tail -12
