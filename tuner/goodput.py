@@ -28,8 +28,8 @@ import numpy.typing as npt
 from tuner.errors import InvalidInput
 from tuner.table import Table
 
-__all__ = ["TableChoice", "build_table", "choose_k", "choose_table", "goodput",
-           "interpolate_step_times", "predicted_loss", "tau"]
+__all__ = ["Cliff", "TableChoice", "build_table", "choose_k", "choose_table", "cliff_warnings",
+           "cliffs", "goodput", "interpolate_step_times", "predicted_loss", "tau"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -181,3 +181,41 @@ def predicted_loss(table: Table, T_dense: Any, a: Any, num_speculative_tokens: i
     masked = np.where(_allowed_mask(G.shape[1], allowed_k)[None, :], G, -np.inf)
     chosen = G[np.arange(G.shape[0]), ks]
     return 1.0 - chosen / masked.max(axis=1)  # type: ignore[no-any-return]
+
+
+@dataclass(slots=True, frozen=True)
+class Cliff:
+    """Between adjacent grid points B_lo < B_hi, T(B, k) jumps by ``ratio``: linear interpolation
+    puts a smooth ramp where the engine has a step (e.g. vLLM's CUDA graphs end at 512 tokens a
+    step, B·(k+1) > 512 runs eager), so a table edge inside (B_lo, B_hi) is a guess."""
+
+    B_lo: int
+    B_hi: int
+    k: int
+    ratio: float
+
+
+def cliffs(grid_B: Any, T_grid: Any, jump: float = 1.5) -> list[Cliff]:
+    """Every (adjacent grid pair, k) whose step time grows by ``jump`` or more between them."""
+    B = [int(b) for b in grid_B]
+    T = _floats("T_grid", T_grid, 2)
+    return [Cliff(B[g], B[g + 1], k, float(T[g + 1, k] / T[g, k]))
+            for g in range(len(B) - 1) if B[g + 1] - B[g] > 1
+            for k in range(T.shape[1]) if T[g, k] > 0 and T[g + 1, k] / T[g, k] >= jump]
+
+
+def cliff_warnings(table: Table, found: list[Cliff]) -> list[str]:
+    """One line per table edge that falls inside a cliff, past its last measured point: batch
+    sizes there may run a k whose step already tripled. (An edge on B_lo is the safe side.)"""
+    out = []
+    for start, _, k in table.to_list()[1:]:
+        edge = start - 1  # the last B of the range before
+        near = [c for c in found if c.B_lo < edge < c.B_hi]
+        if near:
+            ks = sorted({c.k for c in near})
+            lo, hi = min(c.B_lo for c in near), max(c.B_hi for c in near)
+            out.append(f"the edge at B={edge}/{start} lies in a step-time cliff: T(B, k={ks}) grows "
+                       f"x{max(c.ratio for c in near):.1f} between the grid points B={lo} and B={hi}, "
+                       f"so the true edge is anywhere in {lo + 1}..{hi}; add grid points there "
+                       f"(e.g. --grid ...,{lo},{(lo + hi) // 2},{hi},...) and tune again")
+    return out

@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tuner.errors import InvalidInput, ProfileMismatch
-from tuner.goodput import TableChoice, build_table
+from tuner.goodput import TableChoice, build_table, cliff_warnings, cliffs
 from tuner.table import Table
 
 SCHEMA_VERSION = 1
@@ -133,6 +133,13 @@ class Profile(_Model):
                                f"{self.K}; give a_1..a_{self.K}")
         return build_table(self.grid, self.step_time_matrix(), acc, self.engine.max_num_seqs,
                            tie=self.tie, allowed_k=allowed_k)
+
+    def cliff_warnings(self) -> list[str]:
+        """Table edges that interpolation placed inside a step-time jump (see goodput.cliffs)."""
+        if self.table is None:
+            return []
+        return cliff_warnings(Table.from_list(self.table),
+                              cliffs(self.grid, self.step_time_matrix(monotone=False)))
 
     def client_engine_gap(self) -> float | None:
         """Median |client - engine| / engine over cells that have both."""

@@ -93,6 +93,9 @@ def markdown(profile: Profile, png_name: str) -> str:
     if cells:
         lines += ["", f"Per-cell measuring time: median {np.median([c.wall_s for c in cells]):.1f}s "
                       f"over {len(cells)} cells ({profile.repeats} repeats each)."]
+    warnings = profile.cliff_warnings()
+    if warnings:
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in warnings]
     if profile.preflight:
         pf = profile.preflight
         lines += ["", "## Preflight: no speculation vs the table's k=0", "",

@@ -162,3 +162,18 @@ def test_zero_tie_reaches_the_best_goodput(profile: Profile) -> None:
     G = goodput(T_dense, a)
     # exact ties may keep the previous k, so compare goodput, not the index
     np.testing.assert_array_equal(G[np.arange(max_num_seqs), choice.ks], G.max(axis=1))
+
+
+def test_cliffs_flag_step_jumps_and_the_table_edges_inside_them() -> None:
+    from tuner.goodput import cliff_warnings, cliffs
+
+    grid = [1, 64, 128, 192, 256]
+    # k=0..2; k=2 runs out of CUDA graphs above 128 (B*(k+1) > 512 tokens here): x2.5
+    T = np.array([[10, 11, 12], [12, 13, 14], [14, 16, 18], [16, 19, 45], [18, 22, 50]], float)
+    found = cliffs(grid, T)
+    assert [(c.B_lo, c.B_hi, c.k) for c in found] == [(128, 192, 2)]
+    assert found[0].ratio == pytest.approx(2.5)
+    warn = cliff_warnings(Table.from_list([[1, 150, 2], [151, 256, 1]]), found)
+    assert len(warn) == 1 and "B=150/151" in warn[0] and "129..192" in warn[0]
+    assert cliff_warnings(Table.from_list([[1, 128, 2], [129, 256, 1]]), found) == []  # on a grid point
+    assert cliffs([1, 2], np.array([[1.0], [5.0]])) == []  # adjacent B: nothing to refine
