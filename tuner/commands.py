@@ -55,7 +55,7 @@ def tune_config(args: argparse.Namespace) -> "TuneConfig":
                           out=Path(args.out), fresh=args.fresh, tie=args.tie,
                           extra_args=tuple(args.engine_arg or ()),
                           emulate=Replay.parse(args.emulate, args.emulate_with) if args.emulate else None,
-                          one_server=args.one_server)
+                          one_server=args.one_server, refine=args.refine)
     except ValueError as exc:
         raise InvalidInput(str(exc)) from None
 
@@ -147,6 +147,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     p.add_argument("--one-server", action="store_true",
                    help="one vLLM for all k, tables swapped through the plugin (CPU, GPU V1 runner; "
                         "not the V2 runner); saves K server starts")
+    p.add_argument("--refine", type=int, default=None, metavar="ROUNDS",
+                   help="bisect grid intervals where T(B,k) jumps x1.5 under a table edge, this many "
+                        "rounds (default: 2 with --one-server, 0 otherwise: each round restarts K+1 "
+                        "vLLMs without it)")
     p.add_argument("--preflight", action="store_true",
                    help="also time vLLM without speculation and warn where k=0 or any table loses")
     p.set_defaults(func=cmd_tune)

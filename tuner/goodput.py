@@ -29,7 +29,8 @@ from tuner.errors import InvalidInput
 from tuner.table import Table
 
 __all__ = ["Cliff", "TableChoice", "build_table", "choose_k", "choose_table", "cliff_warnings",
-           "cliffs", "goodput", "interpolate_step_times", "predicted_loss", "tau"]
+           "cliffs", "edges_in_cliffs", "goodput", "interpolate_step_times", "predicted_loss",
+           "refine_points", "tau"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -204,18 +205,33 @@ def cliffs(grid_B: Any, T_grid: Any, jump: float = 1.5) -> list[Cliff]:
             for k in range(T.shape[1]) if T[g, k] > 0 and T[g + 1, k] / T[g, k] >= jump]
 
 
-def cliff_warnings(table: Table, found: list[Cliff]) -> list[str]:
-    """One line per table edge that falls inside a cliff, past its last measured point: batch
-    sizes there may run a k whose step already tripled. (An edge on B_lo is the safe side.)"""
+def edges_in_cliffs(table: Table, found: list[Cliff]) -> list[tuple[int, list[Cliff]]]:
+    """Table edges (the last B of a range) strictly inside a cliff, past its last measured point:
+    batch sizes there may run a k whose step has already jumped. (An edge on B_lo is the safe
+    side of the guess.)"""
     out = []
-    for start, _, k in table.to_list()[1:]:
-        edge = start - 1  # the last B of the range before
+    for start, _, _ in table.to_list()[1:]:
+        edge = start - 1
         near = [c for c in found if c.B_lo < edge < c.B_hi]
         if near:
-            ks = sorted({c.k for c in near})
-            lo, hi = min(c.B_lo for c in near), max(c.B_hi for c in near)
-            out.append(f"the edge at B={edge}/{start} lies in a step-time cliff: T(B, k={ks}) grows "
-                       f"x{max(c.ratio for c in near):.1f} between the grid points B={lo} and B={hi}, "
-                       f"so the true edge is anywhere in {lo + 1}..{hi}; add grid points there "
-                       f"(e.g. --grid ...,{lo},{(lo + hi) // 2},{hi},...) and tune again")
+            out.append((edge, near))
+    return out
+
+
+def refine_points(table: Table, found: list[Cliff]) -> list[int]:
+    """Grid points to add: the middle of every cliff that holds a table edge (bisection)."""
+    return sorted({(c.B_lo + c.B_hi) // 2 for _, near in edges_in_cliffs(table, found) for c in near})
+
+
+def cliff_warnings(table: Table, found: list[Cliff]) -> list[str]:
+    """One line per table edge that falls inside a cliff: where to add grid points."""
+    out = []
+    for edge, near in edges_in_cliffs(table, found):
+        start = edge + 1
+        ks = sorted({c.k for c in near})
+        lo, hi = min(c.B_lo for c in near), max(c.B_hi for c in near)
+        out.append(f"the edge at B={edge}/{start} lies in a step-time cliff: T(B, k={ks}) grows "
+                   f"x{max(c.ratio for c in near):.1f} between the grid points B={lo} and B={hi}, "
+                   f"so the true edge is anywhere in {lo + 1}..{hi}; add grid points there "
+                   f"(e.g. --grid ...,{lo},{(lo + hi) // 2},{hi},...) or tune with --refine")
     return out

@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tuner.errors import InvalidInput, ProfileMismatch
-from tuner.goodput import TableChoice, build_table, cliff_warnings, cliffs
+from tuner.goodput import Cliff, TableChoice, build_table, cliff_warnings, cliffs, refine_points
 from tuner.table import Table
 
 SCHEMA_VERSION = 1
@@ -94,6 +94,7 @@ class Profile(_Model):
     tie: float = 0.005
     preflight: Preflight | None = None
     timings_s: dict[str, float] = Field(default_factory=dict)  # server starts, per k, total
+    refined: list[int] = Field(default_factory=list)  # grid points --refine added at cliffs
 
     # -- derived -------------------------------------------------------------------------
     @property
@@ -134,12 +135,19 @@ class Profile(_Model):
         return build_table(self.grid, self.step_time_matrix(), acc, self.engine.max_num_seqs,
                            tie=self.tie, allowed_k=allowed_k)
 
+    def _cliffs(self) -> list[Cliff]:
+        return cliffs(self.grid, self.step_time_matrix(monotone=False))
+
     def cliff_warnings(self) -> list[str]:
         """Table edges that interpolation placed inside a step-time jump (see goodput.cliffs)."""
+        return [] if self.table is None else cliff_warnings(Table.from_list(self.table), self._cliffs())
+
+    def refine_points(self) -> list[int]:
+        """New grid points that would bisect the cliffs holding an edge of the current table."""
         if self.table is None:
             return []
-        return cliff_warnings(Table.from_list(self.table),
-                              cliffs(self.grid, self.step_time_matrix(monotone=False)))
+        return [B for B in refine_points(Table.from_list(self.table), self._cliffs())
+                if B not in self.grid]
 
     def client_engine_gap(self) -> float | None:
         """Median |client - engine| / engine over cells that have both."""
@@ -153,8 +161,9 @@ class Profile(_Model):
                  for name in ("model", "method", "drafter", "num_speculative_tokens",
                               "max_num_seqs", "temperature")
                  if getattr(self.engine, name) != getattr(engine, name)]
-        if self.grid != grid:
-            diffs.append(f"grid: profile has {self.grid}, now {grid}")
+        # points a --refine run added are the profile's own; the requested ones must all be there
+        if sorted(set(self.grid) - set(self.refined)) != sorted(grid):
+            diffs.append(f"grid: profile has {sorted(set(self.grid) - set(self.refined))}, now {grid}")
         if diffs:
             raise ProfileMismatch("the existing profile was measured differently (" +
                                   "; ".join(diffs) + "); use another --out or --fresh")

@@ -14,6 +14,7 @@ import platform
 import statistics
 import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,10 @@ class TuneConfig(BaseModel):
     # Step times are measured under reject-all either way.
     emulate: Replay | None = None
     one_server: bool = False  # swap the per-k tables into one vLLM instead of one vLLM per k
+    # Rounds of bisection where a table edge falls between two grid points across which T jumps
+    # (goodput.cliffs): each adds the middle of each such interval, measured for every k.
+    # None: 2 with one_server (a few cells), 0 otherwise (K+1 more vLLM starts per round).
+    refine: int | None = Field(None, ge=0)
     log_dir: Path = Path("runs/logs")
 
     @model_validator(mode="after")
@@ -74,6 +79,10 @@ class TuneConfig(BaseModel):
         if self.emulate is not None:
             self.emulate.check_k(self.num_speculative_tokens)
         return self
+
+    @property
+    def refine_rounds(self) -> int:
+        return self.refine if self.refine is not None else (2 if self.one_server else 0)
 
     @property
     def vocab_size(self) -> int:
@@ -114,7 +123,7 @@ def start_profile(cfg: TuneConfig) -> Profile:
     if cfg.out.exists() and not cfg.fresh:
         profile = load(cfg.out)
         profile.check_matches(info, cfg.grid)
-        return profile
+        return profile  # (the caller measures on profile.grid: it may hold refined points)
     return Profile(created_at=time.time(), engine=info, grid=cfg.grid,
                    decode_tokens=cfg.decode_tokens, repeats=cfg.repeats, tie=cfg.tie)
 
@@ -190,46 +199,86 @@ async def sweep_k(cfg: TuneConfig, profile: Profile, k: int, bar: tqdm) -> None:
     profile.timings_s[f"k{k}"] = profile.timings_s.get(f"k{k}", 0.0) + time.monotonic() - t0
 
 
-async def sweep_one_server(cfg: TuneConfig, profile: Profile, bar: tqdm) -> None:
+def pending(cfg: TuneConfig, profile: Profile) -> list[int]:
+    """The k values that still have cells (or the acceptance) to measure on cfg.grid."""
+    return [k for k in range(cfg.num_speculative_tokens + 1) if any(todo_for(cfg, profile, k))]
+
+
+Measure = Callable[[TuneConfig], Awaitable[None]]
+
+
+async def measure_and_refine(cfg: TuneConfig, profile: Profile, bar: tqdm,
+                             measure: Measure) -> TuneConfig:
+    """Measure cfg.grid, build the table, then bisect each step-time cliff that holds a table
+    edge (up to cfg.refine_rounds times): interpolation cannot see a step between grid points."""
+    await measure(cfg)
+    profile.table = profile.build().table.to_list()
+    for _ in range(cfg.refine_rounds):
+        extra = profile.refine_points()
+        if not extra:
+            break
+        log.info("a table edge lies inside a step-time cliff: measuring B=%s as well", extra)
+        profile.grid = sorted({*profile.grid, *extra})
+        profile.refined = sorted({*profile.refined, *extra})
+        cfg = cfg.model_copy(update={"grid": profile.grid})
+        bar.total += len(extra) * (cfg.num_speculative_tokens + 1) * cfg.repeats
+        bar.refresh()
+        await measure(cfg)
+        profile.table = profile.build().table.to_list()
+        profile.save(cfg.out)
+    return cfg
+
+
+async def sweep_one_server(cfg: TuneConfig, profile: Profile, bar: tqdm) -> TuneConfig:
     """--one-server: one vLLM, the one-range table of each k swapped in through the plugin. It
     starts with a table that holds every k, so the GPU V2 runner (full CUDA graphs only for the
     startup table's K values) has graphs for each; vLLM CPU and the V1 runner (piecewise graphs
-    under a DSD table) run any K on the same path anyway."""
-    ks = [k for k in range(cfg.num_speculative_tokens + 1) if any(todo_for(cfg, profile, k))]
-    if not ks:
-        return
+    under a DSD table) run any K on the same path anyway. Refinement reuses the same vLLM."""
+    if not pending(cfg, profile):
+        if profile.table is None and profile.acceptance is not None:
+            profile.table = profile.build().table.to_list()
+        if not (cfg.refine_rounds and profile.refine_points()):
+            return cfg
     admin_port = free_port()
     admin_url = f"http://127.0.0.1:{admin_port}"
     bar.set_description("starting vLLM")
     async with launch(server_for(cfg, None, admin_port, reject_all=True), log_dir=cfg.log_dir) as server:
         profile.timings_s["server_start_shared"] = server.ready_after_s or 0.0
         async with aiohttp.ClientSession(connector=fresh_connections()) as s:
-            for k in ks:
-                t0 = time.monotonic()
-                async with s.put(admin_url + "/v1/table",
-                                 json={"table": [[1, cfg.max_num_seqs, k]]}) as r:
-                    if r.status != 200:
-                        raise EngineUnavailable(f"the plugin refused the k={k} table: {await r.text()}")
-                await measure_k(cfg, profile, k, bar, server, admin_url)
-                profile.timings_s[f"k{k}"] = profile.timings_s.get(f"k{k}", 0.0) + time.monotonic() - t0
+
+            async def measure(c: TuneConfig) -> None:
+                for k in pending(c, profile):
+                    t0 = time.monotonic()
+                    async with s.put(admin_url + "/v1/table",
+                                     json={"table": [[1, c.max_num_seqs, k]]}) as r:
+                        if r.status != 200:
+                            raise EngineUnavailable(f"the plugin refused the k={k} table: {await r.text()}")
+                    await measure_k(c, profile, k, bar, server, admin_url)
+                    profile.timings_s[f"k{k}"] = profile.timings_s.get(f"k{k}", 0.0) + time.monotonic() - t0
+
+            return await measure_and_refine(cfg, profile, bar, measure)
 
 
 async def tune(cfg: TuneConfig, with_preflight: bool = False) -> Profile:
     profile = start_profile(cfg)
+    cfg = cfg.model_copy(update={"grid": profile.grid})  # a resumed profile may hold refined points
     finished = profile.finished_k()
     if finished:
         log.info("resuming %s: k=%s already measured", cfg.out, sorted(finished))
     remaining = sum(len([B for B in cfg.grid if not any(c.B == B and c.k == k for c in profile.cells)])
                     for k in range(cfg.num_speculative_tokens + 1)) * cfg.repeats
     t0 = time.monotonic()
+
+    async def one_vllm_per_k(c: TuneConfig) -> None:
+        for k in range(c.num_speculative_tokens + 1):
+            await sweep_k(c, profile, k, bar)
+
     with tqdm(total=remaining, unit="cell-rep", dynamic_ncols=True) as bar:
         if cfg.one_server:
-            await sweep_one_server(cfg, profile, bar)
-        for k in range(cfg.num_speculative_tokens + 1):  # (with --one-server: nothing left)
-            await sweep_k(cfg, profile, k, bar)
-    assert profile.acceptance is not None
-    choice = profile.build()
-    profile.table = choice.table.to_list()
+            cfg = await sweep_one_server(cfg, profile, bar)
+        else:
+            cfg = await measure_and_refine(cfg, profile, bar, one_vllm_per_k)
+    assert profile.acceptance is not None and profile.table is not None
     if with_preflight and profile.preflight is None:
         await preflight(cfg, profile)
     profile.timings_s["total_this_run"] = time.monotonic() - t0

@@ -177,3 +177,14 @@ def test_cliffs_flag_step_jumps_and_the_table_edges_inside_them() -> None:
     assert len(warn) == 1 and "B=150/151" in warn[0] and "129..192" in warn[0]
     assert cliff_warnings(Table.from_list([[1, 128, 2], [129, 256, 1]]), found) == []  # on a grid point
     assert cliffs([1, 2], np.array([[1.0], [5.0]])) == []  # adjacent B: nothing to refine
+
+
+def test_refine_points_bisect_only_the_cliffs_under_a_table_edge() -> None:
+    from tuner.goodput import cliffs, refine_points
+
+    grid = [1, 64, 128, 192, 256]
+    T = np.array([[10, 11, 12], [30, 33, 36], [34, 38, 42], [38, 43, 110], [42, 48, 120]], float)
+    found = cliffs(grid, T)  # 1->64 for every k (compute grows), 128->192 for k=2
+    assert refine_points(Table.from_list([[1, 150, 2], [151, 256, 1]]), found) == [160]
+    assert refine_points(Table.from_list([[1, 20, 2], [21, 256, 1]]), found) == [32]
+    assert refine_points(Table.from_list([[1, 256, 2]]), found) == []  # no edge: nothing to learn

@@ -41,6 +41,11 @@ def test_save_load_round_trip_and_mismatch(tmp_path: Path) -> None:
     q.check_matches(INFO, [1, 8, 16])
     with pytest.raises(ProfileMismatch, match="num_speculative_tokens"):
         q.check_matches(INFO.model_copy(update={"num_speculative_tokens": 2}), [1, 8, 16])
+    # points a --refine run added belong to the profile: the same --grid still resumes it
+    r = q.model_copy(update={"grid": [1, 4, 8, 16], "refined": [4]})
+    r.check_matches(INFO, [1, 8, 16])
+    with pytest.raises(ProfileMismatch, match="grid"):
+        r.check_matches(INFO, [1, 16])
     (tmp_path / "bad.json").write_text("{nope")
     with pytest.raises(InvalidInput, match="not JSON"):
         load(tmp_path / "bad.json")
@@ -53,7 +58,7 @@ def args(**kw: object) -> argparse.Namespace:
     base = dict(model=None, method="ngram", drafter=None, num_speculative_tokens=2, max_num_seqs=16,
                 grid="1,4", repeats=1, decode_tokens=17, temperature=0.0, prompts=None,
                 num_prompts=8, out="runs/x.json", fresh=False, tie=0.005, preflight=False,
-                engine_arg=None, emulate=None, one_server=False)
+                engine_arg=None, emulate=None, emulate_with="plugin", one_server=False, refine=None)
     return argparse.Namespace(**{**base, **kw})
 
 

@@ -78,13 +78,20 @@ async def test_resume_skips_finished_k(tuned: tuple[TuneConfig, Profile], tmp_pa
     assert [c for c in resumed.cells if c.k < 2] == [c for c in profile.cells if c.k < 2]
 
 
-async def test_one_server_measures_every_k_on_one_vllm(tmp_path: Path) -> None:
+async def test_one_server_measures_every_k_on_one_vllm_and_refines_on_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Which points to bisect is pure (tests/tuner/test_goodput.py); here the loop is driven on the
+    # real engine: ask once for B=2, as if a table edge sat in a step-time cliff between 1 and 4.
+    monkeypatch.setattr(Profile, "refine_points", lambda self: [] if 2 in self.grid else [2])
     cfg = config(tmp_path / "profile.json", tmp_path / "logs").model_copy(
         update={"one_server": True, "grid": [1, 4]})
     profile = await tune(cfg)
     assert profile.finished_k() == {0, 1, 2} and profile.table is not None
-    assert len(list((tmp_path / "logs").glob("vllm-*.log"))) == 1
+    assert profile.grid == [1, 2, 4] and profile.refined == [2]
+    assert sorted(c.k for c in profile.cells if c.B == 2) == [0, 1, 2]
+    assert len(list((tmp_path / "logs").glob("vllm-*.log"))) == 1  # refined on the same vLLM
     assert "server_start_shared" in profile.timings_s
+    load(cfg.out).check_matches(profile.engine, [1, 4])  # a rerun with the same --grid resumes
     # k shows in the step times: drafting and verifying 2 tokens costs more than none at B=4.
     T = profile.step_time_matrix(monotone=False)
     assert T[1, 2] > T[1, 0]
