@@ -94,4 +94,5 @@ async def test_one_server_measures_every_k_on_one_vllm_and_refines_on_it(
     load(cfg.out).check_matches(profile.engine, [1, 4])  # a rerun with the same --grid resumes
     # k shows in the step times: drafting and verifying 2 tokens costs more than none at B=4.
     T = profile.step_time_matrix(monotone=False)
-    assert T[1, 2] > T[1, 0]
+    b4 = profile.grid.index(4)
+    assert T[b4, 2] > T[b4, 0]
