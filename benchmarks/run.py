@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
 from benchmarks.analysis import Row
@@ -58,6 +58,12 @@ class BenchConfig(BaseModel):
     extra_args: tuple[str, ...] = ()
     out: Path
     log_dir: Path = Path("runs/logs")
+
+    @model_validator(mode="after")
+    def _check(self) -> BenchConfig:
+        if self.emulate is not None:
+            self.emulate.check_k(self.profile.K)
+        return self
 
 
 def policy_tables(profile: Profile) -> dict[str, Table]:

@@ -95,6 +95,7 @@ class Profile(_Model):
     preflight: Preflight | None = None
     timings_s: dict[str, float] = Field(default_factory=dict)  # server starts, per k, total
     refined: list[int] = Field(default_factory=list)  # grid points --refine added at cliffs
+    refine_rounds: int = 0  # --refine rounds completed (a rerun does only the rest)
 
     # -- derived -------------------------------------------------------------------------
     @property
@@ -161,9 +162,11 @@ class Profile(_Model):
                  for name in ("model", "method", "drafter", "num_speculative_tokens",
                               "max_num_seqs", "temperature")
                  if getattr(self.engine, name) != getattr(engine, name)]
-        # points a --refine run added are the profile's own; the requested ones must all be there
-        if sorted(set(self.grid) - set(self.refined)) != sorted(grid):
-            diffs.append(f"grid: profile has {sorted(set(self.grid) - set(self.refined))}, now {grid}")
+        # points a --refine run added are the profile's own: the requested grid must hold every
+        # other point and may name refined ones too
+        base = set(self.grid) - set(self.refined)
+        if not base <= set(grid) <= set(self.grid):
+            diffs.append(f"grid: profile has {sorted(base)} (+ refined {self.refined}), now {grid}")
         if diffs:
             raise ProfileMismatch("the existing profile was measured differently (" +
                                   "; ".join(diffs) + "); use another --out or --fresh")

@@ -213,13 +213,13 @@ def documented_table(num_speculative_tokens: int, max_num_seqs: int) -> Table:
 def every_k_table(num_speculative_tokens: int, max_num_seqs: int) -> Table:
     """A startup table holding every K from K down to 0, [[1,1,K],[2,2,K-1],...,[K+1,max,0]]: the
     GPU V2 runner captures full CUDA graphs only for the startup table's K values, so an engine
-    whose tables are swapped later (the tuner's --one-server, the bench) must start with all."""
+    whose tables are swapped later (the tuner's --one-server, the bench) must start with all.
+    With max_num_seqs <= K there is no room for each: the K values of the first batch sizes."""
     _require_at_least_one(max_num_seqs=max_num_seqs,
                           num_speculative_tokens=num_speculative_tokens)
     K, n = num_speculative_tokens, max_num_seqs
     if n <= K:
-        raise InvalidInput(f"max_num_seqs={n} cannot hold one batch size for each K in 0..{K}; "
-                           f"raise max_num_seqs above {K}")
+        return Table.from_list([[b, b, K - b + 1] for b in range(1, n + 1)])
     return Table.from_list([[i + 1, i + 1, K - i] for i in range(K)] + [[K + 1, n, 0]])
 
 

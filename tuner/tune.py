@@ -213,20 +213,22 @@ async def measure_and_refine(cfg: TuneConfig, profile: Profile, bar: tqdm,
     edge (up to cfg.refine_rounds times): interpolation cannot see a step between grid points."""
     await measure(cfg)
     profile.table = profile.build().table.to_list()
-    for _ in range(cfg.refine_rounds):
+    while profile.refine_rounds < cfg.refine_rounds:
         extra = profile.refine_points()
         if not extra:
             break
         log.info("a table edge lies inside a step-time cliff: measuring B=%s as well", extra)
-        profile.grid = sorted({*profile.grid, *extra})
-        profile.refined = sorted({*profile.refined, *extra})
-        cfg = cfg.model_copy(update={"grid": profile.grid})
         bar.total += len(extra) * (cfg.num_speculative_tokens + 1) * cfg.repeats
         bar.refresh()
-        await measure(cfg)
+        # measured on cfg's grid; the points join the profile's grid only once every k has them,
+        # so a run cut mid-round leaves a complete profile (the rerun bisects the same interval)
+        await measure(cfg.model_copy(update={"grid": sorted({*profile.grid, *extra})}))
+        profile.grid = sorted({*profile.grid, *extra})
+        profile.refined = sorted({*profile.refined, *extra})
+        profile.refine_rounds += 1
         profile.table = profile.build().table.to_list()
         profile.save(cfg.out)
-    return cfg
+    return cfg.model_copy(update={"grid": profile.grid})
 
 
 async def sweep_one_server(cfg: TuneConfig, profile: Profile, bar: tqdm) -> TuneConfig:
@@ -235,9 +237,8 @@ async def sweep_one_server(cfg: TuneConfig, profile: Profile, bar: tqdm) -> Tune
     startup table's K values) has graphs for each; vLLM CPU and the V1 runner (piecewise graphs
     under a DSD table) run any K on the same path anyway. Refinement reuses the same vLLM."""
     if not pending(cfg, profile):
-        if profile.table is None and profile.acceptance is not None:
-            profile.table = profile.build().table.to_list()
-        if not (cfg.refine_rounds and profile.refine_points()):
+        profile.table = profile.build().table.to_list()  # cheap; a cut run may have missed it
+        if not (profile.refine_rounds < cfg.refine_rounds and profile.refine_points()):
             return cfg
     admin_port = free_port()
     admin_url = f"http://127.0.0.1:{admin_port}"

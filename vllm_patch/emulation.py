@@ -110,7 +110,8 @@ class Capper:
 
 def install_sampler_wrapper(on_error: Any) -> bool:
     """Wrap vLLM's module-level rejection sampling in this (worker) process: the V1 runner's, and
-    the V2 runner's when VLLM_USE_V2_MODEL_RUNNER is set (its sampler returns token counts)."""
+    the V2 runner's (its sampler returns token counts) unless VLLM_USE_V2_MODEL_RUNNER=0: vLLM
+    also picks V2 on its own (e.g. EAGLE on a dense model), and an unused wrapper costs nothing."""
     import vllm.v1.sample.rejection_sampler as rs
 
     path = os.environ.get(ENV_FILE)
@@ -122,12 +123,14 @@ def install_sampler_wrapper(on_error: Any) -> bool:
                   "vLLM; reject-all/emulation are off")
         return False
     _wrap(rs, lambda out: capper.cap(out), on_error)
-    if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "0") not in ("", "0"):
+    v2 = os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "")
+    if v2 != "0":
         try:
             import vllm.v1.worker.gpu.spec_decode.rejection_sampler as rs2
-        except Exception as exc:  # not a GPU build, or a vLLM without the V2 runner
-            log.warning("TableTune: V2 rejection sampler not importable (%s); emulation covers "
-                        "the V1 runner only", exc)
+        except Exception as exc:  # a vLLM without the V2 runner: only loud if V2 was asked for
+            (log.warning if v2 not in ("", "0") else log.debug)(
+                "TableTune: V2 rejection sampler not importable (%s); emulation covers the V1 "
+                "runner only", exc)
         else:
             _wrap(rs2, lambda res: (res[0], capper.cap_counts(*res)), on_error)
     return True

@@ -44,6 +44,7 @@ def test_save_load_round_trip_and_mismatch(tmp_path: Path) -> None:
     # points a --refine run added belong to the profile: the same --grid still resumes it
     r = q.model_copy(update={"grid": [1, 4, 8, 16], "refined": [4]})
     r.check_matches(INFO, [1, 8, 16])
+    r.check_matches(INFO, [1, 4, 8, 16])  # naming a refined point is fine too
     with pytest.raises(ProfileMismatch, match="grid"):
         r.check_matches(INFO, [1, 16])
     (tmp_path / "bad.json").write_text("{nope")

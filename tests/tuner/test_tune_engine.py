@@ -87,7 +87,7 @@ async def test_one_server_measures_every_k_on_one_vllm_and_refines_on_it(
         update={"one_server": True, "grid": [1, 4]})
     profile = await tune(cfg)
     assert profile.finished_k() == {0, 1, 2} and profile.table is not None
-    assert profile.grid == [1, 2, 4] and profile.refined == [2]
+    assert profile.grid == [1, 2, 4] and profile.refined == [2] and profile.refine_rounds == 1
     assert sorted(c.k for c in profile.cells if c.B == 2) == [0, 1, 2]
     assert len(list((tmp_path / "logs").glob("vllm-*.log"))) == 1  # refined on the same vLLM
     assert "server_start_shared" in profile.timings_s
