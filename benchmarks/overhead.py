@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -68,6 +69,52 @@ def rebuild_us(max_num_seqs: int = 1024, K: int = 8) -> float:
     return statistics.median(runs) / 200 * 1e6
 
 
+METRICS_BODY = Path(__file__).parent.parent / "tests" / "sidecar" / "data" / "vllm-0.32-cpu-metrics.txt"
+
+
+def scrape_parse_ms() -> dict[str, float]:
+    """The sidecar's parse of a real vLLM /metrics body: all of it with prometheus_client's parser
+    (what it did before) vs the wanted lines only (sidecar.scrape.parse)."""
+    import re
+
+    from sidecar import scrape
+
+    text = METRICS_BODY.read_text()
+    wanted = timeit.repeat(lambda: scrape.parse(text), number=50, repeat=3)
+    keep, scrape._WANTED_LINE = scrape._WANTED_LINE, re.compile(r"(?!x)x")  # no line: parse all
+    try:
+        full = timeit.repeat(lambda: scrape.parse(text), number=10, repeat=3)
+    finally:
+        scrape._WANTED_LINE = keep
+    return {"body_bytes": len(text), "full_parse_ms": round(min(full) / 10 * 1e3, 2),
+            "sidecar_parse_ms": round(min(wanted) / 50 * 1e3, 3)}
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of a process group (vLLM's API server, EngineCore and workers)."""
+    total = 0.0
+    for p in subprocess.run(["pgrep", "-g", str(os.getpgid(pid))], capture_output=True,
+                            text=True, check=False).stdout.split():
+        with contextlib.suppress(FileNotFoundError):
+            total += proc_usage(int(p))[0]
+    return total
+
+
+async def metrics_scrape_cost(url: str, pid: int, n: int = 40) -> dict[str, float]:
+    """vLLM's own CPU per GET /metrics (idle engine, idle rate subtracted)."""
+    c0, t0 = tree_cpu_s(pid), time.monotonic()
+    await asyncio.sleep(5.0)
+    idle = (tree_cpu_s(pid) - c0) / (time.monotonic() - t0)
+    async with aiohttp.ClientSession() as s:
+        c0, t0 = tree_cpu_s(pid), time.monotonic()
+        for _ in range(n):
+            async with s.get(url + "/metrics") as r:
+                await r.read()
+        c1, t1 = tree_cpu_s(pid), time.monotonic()
+    return {"vllm_cpu_ms_per_scrape": round(((c1 - c0) - idle * (t1 - t0)) / n * 1e3, 2),
+            "idle_cpu_share": round(idle, 3)}
+
+
 def proc_usage(pid: int) -> tuple[float, float]:
     """(CPU seconds, RSS MB) of a process from /proc."""
     stat = Path(f"/proc/{pid}/stat").read_text().split()
@@ -95,6 +142,8 @@ async def throughput(with_plugin: bool, loads: list[int], window_s: float, out: 
                 runs.append((await closed_loop(server.url, prompts, n, 48, 2.0, window_s)).tokens_per_s)
             result["tokens_per_s"][n] = runs
         if with_plugin:
+            assert server.proc is not None
+            result["metrics_scrape"] = await metrics_scrape_cost(server.url, server.proc.pid)
             result["sidecar"] = await sidecar_usage(server.url, f"http://127.0.0.1:{admin_port}",
                                                     prompts, out, sidecar_s)
     return result
@@ -135,11 +184,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     loads = [int(x) for x in args.loads.split(",")]
     report: dict[str, Any] = {
         "hook_us_per_step": {B: round(hook_us_per_step(B), 1) for B in (1, 16, 64, 256)},
-        "rebuild_us_1024x9": round(rebuild_us(), 1)}
+        "rebuild_us_1024x9": round(rebuild_us(), 1), "scrape_parse": scrape_parse_ms()}
     if args.hooks_only:  # e.g. on a GPU box, where the per-step figure is set against T(B, k)
         return report
     if args.sidecar_only:  # one engine with the plugin, the sidecar's CPU, RSS and swap latency
-        report["sidecar"] = [(await throughput(True, [], args.window_s, out, args.sidecar_s))["sidecar"]]
+        run = await throughput(True, [], args.window_s, out, args.sidecar_s)
+        report["sidecar"], report["metrics_scrape"] = [run["sidecar"]], run["metrics_scrape"]
         return report
     runs = []
     for with_plugin in (False, True, False, True):  # alternate: drift on a 2-core box cancels
