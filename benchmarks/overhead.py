@@ -2,6 +2,8 @@
 sidecar's rebuild time, CPU and memory, and the swap latency (stored -> first engine step).
 
     python -m benchmarks.overhead --out benchmarks/results/cpu-tiny-overhead
+    python -m benchmarks.overhead --model /path/to/model --max-num-seqs 256 --loads 1,64,256 \
+        --order off,on --sidecar-s 0 --engine-arg=--dtype=bfloat16    # a GPU A/B
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import statistics
@@ -115,6 +118,14 @@ async def metrics_scrape_cost(url: str, pid: int, n: int = 40) -> dict[str, floa
             "idle_cpu_share": round(idle, 3)}
 
 
+@dataclasses.dataclass(frozen=True)
+class Engine:
+    """The vLLM the A/B runs: the embedded tiny model by default, or any model (e.g. on a GPU)."""
+    model: Path | None = None
+    max_num_seqs: int = 16
+    extra_args: tuple[str, ...] = ()
+
+
 def proc_usage(pid: int) -> tuple[float, float]:
     """(CPU seconds, RSS MB) of a process from /proc."""
     stat = Path(f"/proc/{pid}/stat").read_text().split()
@@ -125,14 +136,15 @@ def proc_usage(pid: int) -> tuple[float, float]:
 
 
 async def throughput(with_plugin: bool, loads: list[int], window_s: float, out: Path,
-                     sidecar_s: float) -> dict[str, Any]:
-    paths = default_model()
-    vocab = json.loads((paths.target / "config.json").read_text())["vocab_size"]
+                     sidecar_s: float, engine: Engine) -> dict[str, Any]:
+    model = engine.model or default_model().target
+    vocab = json.loads((model / "config.json").read_text())["vocab_size"]
     admin_port = free_port()
     env = plugin_env(admin_port, token=TOKEN) if with_plugin else {"VLLM_PLUGINS": "none"}
-    cfg = ServerConfig(model=paths.target, max_num_seqs=16, env=env,
+    n = engine.max_num_seqs
+    cfg = ServerConfig(model=model, max_num_seqs=n, env=env, extra_args=engine.extra_args,
                        speculative=SpeculativeSpec(num_speculative_tokens=3,
-                                                   table=Table.from_list([[1, 16, 3]])))
+                                                   table=Table.from_list([[1, n, 3]])))
     prompts = repetitive(64, vocab, seed=5)
     result: dict[str, Any] = {"plugin": with_plugin, "tokens_per_s": {}}
     async with launch(cfg, log_dir=out / "logs") as server:
@@ -141,7 +153,7 @@ async def throughput(with_plugin: bool, loads: list[int], window_s: float, out: 
             for _ in range(3):
                 runs.append((await closed_loop(server.url, prompts, n, 48, 2.0, window_s)).tokens_per_s)
             result["tokens_per_s"][n] = runs
-        if with_plugin:
+        if with_plugin and sidecar_s > 0:
             assert server.proc is not None
             result["metrics_scrape"] = await metrics_scrape_cost(server.url, server.proc.pid)
             result["sidecar"] = await sidecar_usage(server.url, f"http://127.0.0.1:{admin_port}",
@@ -187,13 +199,19 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "rebuild_us_1024x9": round(rebuild_us(), 1), "scrape_parse": scrape_parse_ms()}
     if args.hooks_only:  # e.g. on a GPU box, where the per-step figure is set against T(B, k)
         return report
+    engine = Engine(Path(args.model) if args.model else None, args.max_num_seqs,
+                    tuple(args.engine_arg or ()))
     if args.sidecar_only:  # one engine with the plugin, the sidecar's CPU, RSS and swap latency
-        run = await throughput(True, [], args.window_s, out, args.sidecar_s)
+        run = await throughput(True, [], args.window_s, out, args.sidecar_s, engine)
         report["sidecar"], report["metrics_scrape"] = [run["sidecar"]], run["metrics_scrape"]
         return report
     runs = []
-    for with_plugin in (False, True, False, True):  # alternate: drift on a 2-core box cancels
-        runs.append(await throughput(with_plugin, loads, args.window_s, out, args.sidecar_s))
+    order = [{"on": True, "off": False}[x] for x in args.order.split(",")]
+    report["engine"] = {"model": args.model or "embedded tiny", "max_num_seqs": args.max_num_seqs,
+                        "extra_args": list(engine.extra_args), "order": args.order}
+    for with_plugin in order:  # alternated: drift over the run cancels
+        runs.append(await throughput(with_plugin, loads, args.window_s, out, args.sidecar_s, engine))
+        print(json.dumps({"plugin": with_plugin, "tokens_per_s": runs[-1]["tokens_per_s"]}), flush=True)
     ratio = {}
     for n in loads:
         on = [t for r in runs if r["plugin"] for t in r["tokens_per_s"][n]]
@@ -215,9 +233,17 @@ def main() -> int:
     ap.add_argument("--sidecar-s", type=float, default=30.0)
     ap.add_argument("--sidecar-only", action="store_true",
                     help="skip the with/without-plugin throughput runs (one vLLM start, not four)")
+    ap.add_argument("--model", help="target model (default: the embedded tiny Llama)")
+    ap.add_argument("--max-num-seqs", type=int, default=16)
+    ap.add_argument("--engine-arg", action="append", metavar="ARG",
+                    help="extra vLLM argument, repeatable: --engine-arg=--dtype=bfloat16")
+    ap.add_argument("--order", default="off,on,off,on",
+                    help="vLLM starts without/with the plugin, in this order (alternate to cancel drift)")
     ap.add_argument("--hooks-only", action="store_true",
                     help="only the per-step hook cost and the rebuild time: no vLLM is started")
     args = ap.parse_args()
+    if not args.hooks_only and not args.sidecar_only and set(args.order.split(",")) != {"on", "off"}:
+        ap.error(f"--order={args.order!r}: list on and off, e.g. off,on or off,on,off,on")
     report = asyncio.run(main_async(args))
     text = json.dumps(report, indent=1)
     (Path(args.out) / "overhead.json").write_text(text)

@@ -145,8 +145,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                         "repetitive output); vllm: vLLM's synthetic rejection sampling, which forces "
                         "it (any drafter; GPU builds only)")
     p.add_argument("--one-server", action="store_true",
-                   help="one vLLM for all k, tables swapped through the plugin (CPU, GPU V1 runner; "
-                        "not the V2 runner); saves K server starts")
+                   help="one vLLM for all k, tables swapped through the plugin; it starts with a "
+                        "table holding every k, so the V2 runner captures graphs for each; "
+                        "saves K server starts")
     p.add_argument("--refine", type=int, default=None, metavar="ROUNDS",
                    help="bisect grid intervals where T(B,k) jumps x1.5 under a table edge, this many "
                         "rounds (default: 2 with --one-server, 0 otherwise: each round restarts K+1 "

@@ -9,6 +9,8 @@
 #                killed by its time budget continues on the next call)
 #   bench        tabletune bench against that profile
 #   hooks        the plugin's per-step Python cost on this machine's CPU (no server)
+#   ab           throughput with vs without the plugin on the setting's target (ngram, K=3): two
+#                vLLM starts in the order AB_ORDER (off,on; run a second GPU with on,off)
 # SETTING (model, drafter, runner):
 #   32b-ngram        32B-shaped dense Llama, ngram, V1 runner, one vLLM per k (the first run)
 #   moe30b-ngram     Qwen3-30B-A3B-shaped MoE, ngram, V1 runner
@@ -18,7 +20,8 @@
 #   3b-eagle3-v2     Llama-3.2-3B-shaped, a one-layer dummy EAGLE-3 head, V2 runner (full CUDA graphs
 #                    per K of the startup table; 0.26's V2 refuses ngram and draft_model)
 # env: OUT (results), TUNE_S / BENCH_S (time budgets), LOADS, POLICIES, GRID, REPEATS, EMULATE,
-#      ONE_SERVER (1: one vLLM, tables swapped; default 1 except 32b-ngram), GPU_UTIL
+#      ONE_SERVER (1: one vLLM, tables swapped; default 1 except 32b-ngram), GPU_UTIL,
+#      GPU (which GPU; settings on different GPUs run side by side: see parallel.sh)
 set -u
 SETTING=${SETTING:-32b-ngram}
 BY=plugin
@@ -33,8 +36,10 @@ case $SETTING in
 esac
 O=${OUT:-/tmp/out}/$SETTING; R=runs/h200-$SETTING; mkdir -p "$O" "$R"
 export PYTHONPATH=/tmp/site:/tmp/tt:/tmp/whl HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
-       VLLM_NO_USAGE_STATS=1 VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_CACHE_ROOT=/tmp/vllm_cache \
-       PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false TABLETUNE_CACHE=/tmp/tabletune
+       VLLM_NO_USAGE_STATS=1 VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_CACHE_ROOT=/tmp/vllm_cache/$SETTING-${GPU:-0} \
+       PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false TABLETUNE_CACHE=/tmp/tabletune/$SETTING-${GPU:-0}
+# one compile cache per setting and GPU: runs side by side never share a file
+[ -n "${GPU:-}" ] && export CUDA_VISIBLE_DEVICES=$GPU
 MODEL=/tmp/$MODEL_DIR
 EMULATE=${EMULATE:-0.75,0.55,0.40}
 ENGINE=(--engine-arg=--load-format=dummy --engine-arg=--dtype=bfloat16
@@ -68,6 +73,11 @@ for stage in "$@"; do case $stage in
  hooks)
   python3 -m benchmarks.overhead --hooks-only --out $R/overhead | tail -12
   keep $R/overhead/overhead.json ;;
+ ab)
+  timeout "${AB_S:-540}" python3 -m benchmarks.overhead --model "$MODEL" --order "${AB_ORDER:-off,on}" \
+     --loads "${AB_LOADS:-1,64,256}" --max-num-seqs 256 --window-s 5 --sidecar-s 0 \
+     --out $R/ab-gpu${GPU:-0} "${ENGINE[@]}" 2>&1 | grep -v "^(APIServer\|^(EngineCore" | tail -30
+  cp $R/ab-gpu${GPU:-0}/overhead.json "$O/ab-overhead-gpu${GPU:-0}.json" 2>/dev/null; true ;;
  *) echo "unknown stage $stage" ;;
 esac; done
 for f in $(ls -t runs/logs/vllm-*.log 2>/dev/null | head -1); do grep -E "Error|error" "$f" | tail -5; done
