@@ -12,7 +12,7 @@ from sidecar.scrape import parse
 from tests.conftest import Engine
 from tests.helpers import burst
 from tuner.errors import EngineStartError
-from tuner.launcher import ServerConfig, SpeculativeSpec, launch, parse_spec
+from tuner.launcher import ServerConfig, SpeculativeSpec, launch, parse_spec, startup_cause
 from tuner.prompts import repetitive
 from tuner.table import Table
 
@@ -71,3 +71,21 @@ async def test_failed_start_names_the_cause(tmp_path: Path) -> None:
     message = str(err.value)
     assert "exited during startup" in message and "log tail" in message
     assert "no-such-model" in message
+
+
+def test_startup_cause_names_the_engine_core_error_not_the_api_servers_summary(tmp_path: Path) -> None:
+    # the shape of a real failed start (vLLM 0.26, V2 runner): EngineCore's traceback, then the
+    # API server's own RuntimeError that only points up at it
+    log = tmp_path / "vllm.log"
+    log.write_text(
+        "(EngineCore pid=11) ERROR 11-29 13:47:50 [core.py:1101] EngineCore failed to start.\n"
+        "(EngineCore pid=11) ERROR Traceback (most recent call last):\n"
+        '(EngineCore pid=11) ERROR   File "/x/vllm/utils/math_utils.py", line 22, in round_up\n'
+        "(EngineCore pid=11) ERROR ZeroDivisionError: integer division or modulo by zero\n"
+        "(APIServer pid=10) Traceback (most recent call last):\n"
+        "(APIServer pid=10) RuntimeError: Engine core initialization failed. See root cause above."
+        " Failed core proc(s): {}\n")
+    assert "ZeroDivisionError: integer division" in startup_cause(log)
+    log.write_text("(APIServer pid=10) RuntimeError: Engine core initialization failed. See root "
+                   "cause above.\n")  # nothing better: the summary is still said
+    assert "Engine core initialization failed" in startup_cause(log)

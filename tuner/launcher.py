@@ -145,16 +145,24 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text[-lines:])
 
 
+# what the API server says when EngineCore died: true, and useless without the cause above it
+_WRAPPER = re.compile(r"Engine core initialization failed|See root cause above|See stack trace|"
+                      r"EngineDeadError|Failed core proc")
+
+
 def startup_cause(path: Path) -> str:
-    """The most telling line of a failed start: the last exception message in the log."""
+    """The most telling line of a failed start: the last exception message in the log that is
+    not the API server's "engine core initialization failed" (whose cause is further up)."""
     try:
         lines = path.read_text(errors="replace").splitlines()
     except OSError:
         return "the log could not be read"
-    for line in reversed(lines):
-        if _CAUSE.search(line) and "Traceback" not in line and "Warning" not in line:
-            return line.strip()
-    return "the process exited without an error message"
+    found = [line.strip() for line in reversed(lines)
+             if _CAUSE.search(line) and "Traceback" not in line and "Warning" not in line]
+    for line in found:
+        if not _WRAPPER.search(line):
+            return line
+    return found[0] if found else "the process exited without an error message"
 
 
 class VllmServer:
