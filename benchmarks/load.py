@@ -21,6 +21,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from tuner.serve import fresh_connections
+from tuner.sweep import first_lengths
 
 GEN_TOKENS = "vllm:generation_tokens_total"
 RUNNING = "vllm:num_requests_running"
@@ -39,12 +40,6 @@ async def _sample(s: aiohttp.ClientSession, url: str, name: str) -> float:
         text = await r.text()
     return sum(smp.value for fam in text_string_to_metric_families(text)
                for smp in fam.samples if smp.name == name)
-
-
-def first_lengths(concurrency: int, max_tokens: int) -> list[int]:
-    """Lengths of the workers' first requests, spread evenly over 1..max_tokens: after one request
-    lifetime the phases of the N workers are uniform, i.e. the load is in steady state."""
-    return [max(1, round((i + 1) / concurrency * max_tokens)) for i in range(concurrency)]
 
 
 async def _worker(s: aiohttp.ClientSession, url: str, prompts: itertools.cycle[Any],

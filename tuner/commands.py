@@ -12,7 +12,7 @@ import numpy as np
 from tuner.engine_defaults import default_model
 from tuner.errors import InvalidInput
 from tuner.goodput import interpolate_step_times, predicted_loss
-from tuner.profile import Profile, load
+from tuner.profile import Profile, Workload, load
 from tuner.prompts import load_file, repetitive
 from tuner.replay import Replay
 from tuner.sweep import default_grid
@@ -55,7 +55,8 @@ def tune_config(args: argparse.Namespace) -> "TuneConfig":
                           out=Path(args.out), fresh=args.fresh, tie=args.tie,
                           extra_args=tuple(args.engine_arg or ()),
                           emulate=Replay.parse(args.emulate, args.emulate_with) if args.emulate else None,
-                          one_server=args.one_server, refine=args.refine)
+                          one_server=args.one_server, refine=args.refine,
+                          workload=Workload.parse(args.workload) if args.workload else None)
     except ValueError as exc:
         raise InvalidInput(str(exc)) from None
 
@@ -152,6 +153,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                    help="bisect grid intervals where T(B,k) jumps x1.5 under a table edge, this many "
                         "rounds (default: 2 with --one-server, 0 otherwise: each round restarts K+1 "
                         "vLLMs without it)")
+    p.add_argument("--workload", metavar="PROMPT:OUTPUT",
+                   help="mean prompt and output tokens of the served requests, e.g. 96:128: steps "
+                        "are timed in steady serving of that shape, each carrying the prefill it "
+                        "brings (default: pure decode steps, the paper's method)")
     p.add_argument("--preflight", action="store_true",
                    help="also time vLLM without speculation and warn where k=0 or any table loses")
     p.set_defaults(func=cmd_tune)

@@ -34,6 +34,9 @@ class StepSample(_Model):
     engine_ms: float | None   # engine-side: Δ step seconds / Δ steps between the two runs
     engine_steps: int | None  # engine steps in the long run at this batch size
     full_draft_share: float | None  # share of request-steps whose draft had all k tokens
+    # under a workload (mixed cells): decode request-steps per engine step, i.e. the batch the
+    # cell actually ran (a little under B while finished requests are replaced)
+    mean_batch: float | None = None
 
 
 class Cell(_Model):
@@ -71,6 +74,39 @@ class EngineInfo(_Model):
     temperature: float = 0.0
 
 
+class Workload(_Model):
+    """The served requests' shape. Timed under it, a step carries the prefill such a load brings:
+    at batch size B and draft length k each request lives output_tokens / τ(k) steps, so
+    B·τ(k)/output_tokens requests finish and as many prompts are prefilled per step. Without it
+    steps are pure decode (the paper's method), which can sit under a CUDA-graph token limit that
+    real steps, prefill included, cross."""
+
+    prompt_tokens: int = Field(ge=1)
+    output_tokens: int = Field(ge=2)
+
+    @classmethod
+    def parse(cls, raw: str) -> Workload:
+        try:
+            prompt, output = (int(x) for x in raw.split(":"))
+            return cls(prompt_tokens=prompt, output_tokens=output)
+        except ValueError:
+            raise InvalidInput(f"--workload={raw!r}: expected PROMPT_TOKENS:OUTPUT_TOKENS, the mean "
+                               "prompt and output length of the served requests, e.g. 96:128 "
+                               "(prompt >= 1, output >= 2)") from None
+
+    def steps_per_request(self, tau_k: float) -> int:
+        """Engine steps a request lives at expected tokens per step τ(k) (max_tokens under
+        reject-all, where each step yields one token)."""
+        return max(1, round(self.output_tokens / tau_k))
+
+    def prefill_tokens_per_step(self, B: int, tau_k: float) -> float:
+        return B * self.prompt_tokens / self.steps_per_request(tau_k)
+
+
+def _shape(w: Workload | None) -> str:
+    return f"{w.prompt_tokens}:{w.output_tokens}" if w else "none"
+
+
 class Preflight(_Model):
     """No-speculation step times vs the table's k=0 (the paper's 'check the engine first')."""
 
@@ -96,6 +132,7 @@ class Profile(_Model):
     timings_s: dict[str, float] = Field(default_factory=dict)  # server starts, per k, total
     refined: list[int] = Field(default_factory=list)  # grid points --refine added at cliffs
     refine_rounds: int = 0  # --refine rounds completed (a rerun does only the rest)
+    workload: Workload | None = None  # None: pure-decode steps (the paper's method)
 
     # -- derived -------------------------------------------------------------------------
     @property
@@ -156,12 +193,15 @@ class Profile(_Model):
                 if c.engine_ms is not None and c.engine_ms > 0]
         return statistics.median(gaps) if gaps else None
 
-    def check_matches(self, engine: EngineInfo, grid: list[int]) -> None:
+    def check_matches(self, engine: EngineInfo, grid: list[int],
+                      workload: Workload | None = None) -> None:
         """A resumed run must measure the same thing; say what differs."""
         diffs = [f"{name}: profile has {getattr(self.engine, name)!r}, now {getattr(engine, name)!r}"
                  for name in ("model", "method", "drafter", "num_speculative_tokens",
                               "max_num_seqs", "temperature")
                  if getattr(self.engine, name) != getattr(engine, name)]
+        if self.workload != workload:
+            diffs.append(f"workload: profile has {_shape(self.workload)}, now {_shape(workload)}")
         # points a --refine run added are the profile's own: the requested grid must hold every
         # other point and may name refined ones too
         base = set(self.grid) - set(self.refined)

@@ -76,6 +76,11 @@ def markdown(profile: Profile, png_name: str) -> str:
              f"max_num_seqs={e.max_num_seqs}, temperature {e.temperature}",
              f"- acceptance a_i ({acc.source}, {acc.num_prompts} prompts): "
              + ", ".join(f"a{i + 1}={x:.3f}" for i, x in enumerate(acc.a)) + (f" — {acc.note}" if acc.note else ""),
+             "- step times: " + (
+                 "pure decode steps (reject-all, the paper's method)" if profile.workload is None else
+                 f"steady serving of {profile.workload.prompt_tokens}-token prompts and "
+                 f"{profile.workload.output_tokens}-token outputs: each step carries the prefill "
+                 "of the requests that replace finished ones"),
              f"- **tuned table**: `{tuned.to_list()}`",
              f"- speculative config: `{profile.speculative_config(tuned)}`",
              f"- predicted worst-case loss vs the best k: tuned {loss_tuned.max() * 100:.1f}%, "

@@ -5,6 +5,10 @@ max_tokens=N; (t_N - t_1) / (N - 1) is one step. Under the plugin's reject-all m
 advances one token per step, so all B requests stay in the batch for the whole run. The plugin's
 engine-side step clock gives the same difference without HTTP noise:
 (Σ step seconds_N - Σ_1) / (steps_N - steps_1). Both are kept; the engine figure is used.
+
+Under a workload (`--workload PROMPT:OUTPUT`) a cell is timed in steady serving instead: B
+closed-loop clients whose requests live as many steps as they would at τ(k), so every step also
+carries the prefill of the requests that replace finished ones (CellTimer.time_mixed).
 """
 
 from __future__ import annotations
@@ -19,10 +23,16 @@ import aiohttp
 
 from tuner.errors import EngineUnavailable
 from tuner.launcher import VllmServer, log_tail
-from tuner.profile import StepSample
+from tuner.profile import StepSample, Workload
 from tuner.serve import complete, fresh_connections
 
 PromptSource = Callable[[int, int], list[Any]]  # (n, seed) -> prompts
+
+
+def first_lengths(concurrency: int, max_tokens: int) -> list[int]:
+    """Lengths of the workers' first requests, spread evenly over 1..max_tokens: after one request
+    lifetime the phases of the N workers are uniform, i.e. the load is in steady state."""
+    return [max(1, round((i + 1) / concurrency * max_tokens)) for i in range(concurrency)]
 
 
 def default_grid(max_num_seqs: int) -> list[int]:
@@ -49,6 +59,13 @@ def engine_clock(stats: dict[str, Any], k: int) -> EngineClock:
     hist = stats["histogram"]
     return EngineClock(seconds, steps, sum(n for d, _, n in hist if k and d >= k),
                        sum(n for _, _, n in hist))
+
+
+def request_slots(stats: dict[str, Any], since: dict[str, Any]) -> int:
+    """Σ over steps of the requests each scheduled (decodes and prefills) between two stats."""
+    def slots(st: dict[str, Any]) -> int:
+        return sum(row[0] * row[3] for row in st["step_times"])
+    return slots(stats) - slots(since)
 
 
 class CellTimer:
@@ -119,3 +136,59 @@ class CellTimer:
             share = (c2.full_drafts - c1.full_drafts) / rs if (k and rs) else None
         return StepSample(B=B, k=k, rep=rep, client_ms=client_ms, engine_ms=engine_ms,
                           engine_steps=steps, full_draft_share=share)
+
+    async def wait_steps(self, since: dict[str, Any] | None, steps: int, k: int,
+                         workers: list[asyncio.Task[None]], timeout_s: float = 300.0) -> dict[str, Any]:
+        """Poll the plugin's clock until `steps` more engine steps ran; a dead worker (vLLM gone,
+        a refused request) ends the wait with its error."""
+        base = engine_clock(since, k).steps if since else None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for w in workers:
+                if w.done() and not w.cancelled() and w.exception() is not None:
+                    raise EngineUnavailable(f"a timing request failed: {w.exception()}\n--- log tail ---\n"
+                                            f"{log_tail(self.server.log_path)}")
+            stats = await self.stats()
+            if stats is None:
+                raise EngineUnavailable("the plugin's /v1/stats did not answer during a timed cell")
+            if base is None:
+                base = engine_clock(stats, k).steps
+            elif engine_clock(stats, k).steps - base >= steps:
+                return stats
+            if time.monotonic() > deadline:
+                raise EngineUnavailable(f"vLLM ran fewer than {steps} steps in {timeout_s:.0f} s")
+            await asyncio.sleep(0.05)
+
+    async def time_mixed(self, B: int, k: int, rep: int, workload: Workload, tau_k: float,
+                         window_steps: int, prompts: PromptSource) -> StepSample:
+        """T(B, k) in steady serving of `workload`: B closed-loop clients, each request living
+        workload.steps_per_request(τ(k)) steps (reject-all: one token a step), first requests
+        staggered so finishes and prefills spread evenly over steps. Engine clock over
+        window_steps steps after one request lifetime of warm-up."""
+        assert self.session is not None
+        session, life = self.session, workload.steps_per_request(tau_k)
+
+        async def client(first: int) -> None:
+            n = first
+            while True:
+                self.seed += 1
+                await complete(session, self.server.url, prompts(1, self.seed)[0], n,
+                               model=self.model_name)
+                n = life
+
+        workers = [asyncio.create_task(client(n)) for n in first_lengths(B, life)]
+        try:
+            s0 = await self.wait_steps(None, life, k, workers)
+            t0 = time.perf_counter()
+            s1 = await self.wait_steps(s0, window_steps, k, workers)
+            wall = time.perf_counter() - t0
+        finally:
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+        c0, c1 = engine_clock(s0, k), engine_clock(s1, k)
+        steps, rs = c1.steps - c0.steps, c1.request_steps - c0.request_steps
+        return StepSample(B=B, k=k, rep=rep, client_ms=wall / steps * 1e3,
+                          engine_ms=(c1.seconds - c0.seconds) / steps * 1e3, engine_steps=steps,
+                          full_draft_share=(c1.full_drafts - c0.full_drafts) / rs if (k and rs) else None,
+                          mean_batch=request_slots(s1, s0) / steps)

@@ -27,7 +27,8 @@ from tuner.acceptance_run import measure_acceptance
 from tuner.engine_defaults import plugin_env
 from tuner.errors import EngineUnavailable, InvalidInput
 from tuner.launcher import MODEL_DRAFTERS, ServerConfig, SpeculativeSpec, VllmServer, free_port, launch
-from tuner.profile import Cell, EngineInfo, Profile, StepSample, load
+from tuner.goodput import tau
+from tuner.profile import Cell, EngineInfo, Profile, StepSample, Workload, load
 from tuner.prompts import Prompt, repetitive
 from tuner.replay import Replay
 from tuner.serve import fresh_connections
@@ -63,6 +64,9 @@ class TuneConfig(BaseModel):
     # (goodput.cliffs): each adds the middle of each such interval, measured for every k.
     # None: 2 with one_server (a few cells), 0 otherwise (K+1 more vLLM starts per round).
     refine: int | None = Field(None, ge=0)
+    # Time steps in steady serving of this request shape (prefill included) instead of pure
+    # decode; acceptance is then measured first, since a request's lifetime depends on τ(k).
+    workload: Workload | None = None
     log_dir: Path = Path("runs/logs")
 
     @model_validator(mode="after")
@@ -122,10 +126,11 @@ def start_profile(cfg: TuneConfig) -> Profile:
     info = engine_info(cfg)
     if cfg.out.exists() and not cfg.fresh:
         profile = load(cfg.out)
-        profile.check_matches(info, cfg.grid)
+        profile.check_matches(info, cfg.grid, cfg.workload)
         return profile  # (the caller measures on profile.grid: it may hold refined points)
     return Profile(created_at=time.time(), engine=info, grid=cfg.grid,
-                   decode_tokens=cfg.decode_tokens, repeats=cfg.repeats, tie=cfg.tie)
+                   decode_tokens=cfg.decode_tokens, repeats=cfg.repeats, tie=cfg.tie,
+                   workload=cfg.workload)
 
 
 def server_for(cfg: TuneConfig, k: int | None, admin_port: int, reject_all: bool) -> ServerConfig:
@@ -160,8 +165,12 @@ def todo_for(cfg: TuneConfig, profile: Profile, k: int) -> tuple[list[int], bool
 
 async def measure_k(cfg: TuneConfig, profile: Profile, k: int, bar: tqdm, server: VllmServer,
                     admin_url: str) -> None:
-    """Time every unfinished cell of one k on a running server; acceptance at k = K."""
+    """Time every unfinished cell of one k on a running server; acceptance at k = K (first under
+    a workload: the timed requests' lifetimes need τ(k); reject-all is restored after it)."""
     todo, need_acceptance = todo_for(cfg, profile, k)
+    if need_acceptance and cfg.workload is not None:
+        await acceptance(cfg, profile, bar, server, admin_url, restore_reject_all=True)
+        need_acceptance = False
     vocab = cfg.vocab_size
     timing_prompts = lambda n, seed: repetitive(n, vocab, length=32, seed=seed)  # noqa: E731
     async with CellTimer(server, admin_url, timing_prompts) as timer:
@@ -172,17 +181,38 @@ async def measure_k(cfg: TuneConfig, profile: Profile, k: int, bar: tqdm, server
             c0 = time.monotonic()
             samples = []
             for rep in range(cfg.repeats):
-                samples.append(await timer.time_cell(B, k, rep, cfg.decode_tokens))
+                samples.append(await time_one(cfg, profile, timer, B, k, rep))
                 bar.update(1)
             record_cell(profile, samples, time.monotonic() - c0)
             profile.save(cfg.out)  # each cell lands on disk at once
     if need_acceptance:
-        bar.set_description(f"k={k}: acceptance")
-        profile.acceptance = await measure_acceptance(
-            server, admin_url, cfg.acceptance_prompts, cfg.num_speculative_tokens,
-            cfg.temperature, cfg.acceptance_max_tokens, concurrency=cfg.max_num_seqs,
-            replay=cfg.emulate)
-        profile.save(cfg.out)
+        await acceptance(cfg, profile, bar, server, admin_url, restore_reject_all=False)
+
+
+async def time_one(cfg: TuneConfig, profile: Profile, timer: CellTimer, B: int, k: int,
+                   rep: int) -> StepSample:
+    if cfg.workload is None:
+        return await timer.time_cell(B, k, rep, cfg.decode_tokens)
+    assert profile.acceptance is not None  # measured first under a workload
+    P, vocab = cfg.workload.prompt_tokens, cfg.vocab_size
+    return await timer.time_mixed(B, k, rep, cfg.workload, float(tau(profile.acceptance.a)[k]),
+                                  cfg.decode_tokens - 1,
+                                  lambda n, seed: repetitive(n, vocab, length=P, seed=seed))
+
+
+async def acceptance(cfg: TuneConfig, profile: Profile, bar: tqdm, server: VllmServer,
+                     admin_url: str, restore_reject_all: bool) -> None:
+    bar.set_description(f"k={cfg.num_speculative_tokens}: acceptance")
+    profile.acceptance = await measure_acceptance(
+        server, admin_url, cfg.acceptance_prompts, cfg.num_speculative_tokens,
+        cfg.temperature, cfg.acceptance_max_tokens, concurrency=cfg.max_num_seqs,
+        replay=cfg.emulate)
+    profile.save(cfg.out)
+    if restore_reject_all:  # measure_acceptance lifted the timing mode
+        async with aiohttp.ClientSession(connector=fresh_connections()) as s, s.put(
+                admin_url + "/v1/emulation", json={"rates": [0.0] * cfg.num_speculative_tokens}) as r:
+            if r.status != 200:
+                raise EngineUnavailable(f"could not restore reject-all: {await r.text()}")
 
 
 async def sweep_k(cfg: TuneConfig, profile: Profile, k: int, bar: tqdm) -> None:
@@ -199,9 +229,15 @@ async def sweep_k(cfg: TuneConfig, profile: Profile, k: int, bar: tqdm) -> None:
     profile.timings_s[f"k{k}"] = profile.timings_s.get(f"k{k}", 0.0) + time.monotonic() - t0
 
 
+def k_order(cfg: TuneConfig) -> list[int]:
+    """0..K, or K first under a workload: acceptance (measured at K) sets the timed lifetimes."""
+    ks = list(range(cfg.num_speculative_tokens + 1))
+    return ks[-1:] + ks[:-1] if cfg.workload is not None else ks
+
+
 def pending(cfg: TuneConfig, profile: Profile) -> list[int]:
     """The k values that still have cells (or the acceptance) to measure on cfg.grid."""
-    return [k for k in range(cfg.num_speculative_tokens + 1) if any(todo_for(cfg, profile, k))]
+    return [k for k in k_order(cfg) if any(todo_for(cfg, profile, k))]
 
 
 Measure = Callable[[TuneConfig], Awaitable[None]]
@@ -271,7 +307,7 @@ async def tune(cfg: TuneConfig, with_preflight: bool = False) -> Profile:
     t0 = time.monotonic()
 
     async def one_vllm_per_k(c: TuneConfig) -> None:
-        for k in range(c.num_speculative_tokens + 1):
+        for k in k_order(c):
             await sweep_k(c, profile, k, bar)
 
     with tqdm(total=remaining, unit="cell-rep", dynamic_ncols=True) as bar:

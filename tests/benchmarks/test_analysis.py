@@ -38,7 +38,7 @@ def test_turbospec_fits_the_linear_model_and_builds_a_table() -> None:
 
 
 def test_first_requests_are_staggered_over_one_lifetime() -> None:
-    from benchmarks.load import first_lengths
+    from tuner.sweep import first_lengths
 
     assert first_lengths(1, 128) == [128]
     lengths = first_lengths(4, 128)

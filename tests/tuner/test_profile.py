@@ -59,7 +59,8 @@ def args(**kw: object) -> argparse.Namespace:
     base = dict(model=None, method="ngram", drafter=None, num_speculative_tokens=2, max_num_seqs=16,
                 grid="1,4", repeats=1, decode_tokens=17, temperature=0.0, prompts=None,
                 num_prompts=8, out="runs/x.json", fresh=False, tie=0.005, preflight=False,
-                engine_arg=None, emulate=None, emulate_with="plugin", one_server=False, refine=None)
+                engine_arg=None, emulate=None, emulate_with="plugin", one_server=False, refine=None,
+                workload=None)
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -74,6 +75,9 @@ def test_tuner_input_errors(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="no-such"):
         tune_config(args(prompts=str(tmp_path / "no-such.jsonl")))
     assert tune_config(args()).grid == [1, 4]
+    with pytest.raises(InvalidInput, match="--workload='96x128'"):
+        tune_config(args(workload="96x128"))
+    assert tune_config(args(workload="96:128")).workload.output_tokens == 128
 
 
 def test_step_times_are_made_monotone_in_k() -> None:
@@ -85,3 +89,30 @@ def test_step_times_are_made_monotone_in_k() -> None:
     assert p.step_time_matrix()[0, 3] == p.step_time_matrix()[0, 2]
     # With zero acceptance every k keeps 1 token; noise must not pick k=3.
     assert p.build([0.0, 0.0, 0.0]).table.to_list() == [[1, 16, 0]]
+
+
+def test_workload_parse_and_lifetimes() -> None:
+    from tuner.errors import InvalidInput
+    from tuner.profile import Workload
+
+    w = Workload.parse("96:128")
+    assert (w.prompt_tokens, w.output_tokens) == (96, 128)
+    # a request lives output / τ(k) steps: 128 at k=0, 73 at τ=1.75 (k=1 at a1=0.75)
+    assert w.steps_per_request(1.0) == 128 and w.steps_per_request(1.75) == 73
+    # so the prefill a step carries grows with τ(k): the cost a pure-decode cell never sees
+    assert w.prefill_tokens_per_step(256, 1.0) == pytest.approx(192.0)
+    assert w.prefill_tokens_per_step(256, 2.7) == pytest.approx(256 * 96 / 47)
+    for bad in ("96", "a:b", "96:1", "0:128", "96:128:5"):
+        with pytest.raises(InvalidInput, match="PROMPT_TOKENS:OUTPUT_TOKENS"):
+            Workload.parse(bad)
+
+
+def test_a_profile_timed_under_another_workload_is_not_resumed() -> None:
+    from tuner.errors import ProfileMismatch
+    from tuner.profile import Workload
+
+    p = paper_profile()
+    with pytest.raises(ProfileMismatch, match="workload: profile has none, now 96:128"):
+        p.check_matches(INFO, p.grid, Workload.parse("96:128"))
+    p.workload = Workload.parse("96:128")
+    p.check_matches(INFO, p.grid, Workload.parse("96:128"))

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tuner.engine_defaults import default_model
+from tuner.errors import ProfileMismatch
 from tuner.profile import Profile, load
 from tuner.prompts import repetitive
 from tuner.report import write_report
@@ -96,3 +97,23 @@ async def test_one_server_measures_every_k_on_one_vllm_and_refines_on_it(
     T = profile.step_time_matrix(monotone=False)
     b4 = profile.grid.index(4)
     assert T[b4, 2] > T[b4, 0]
+
+
+async def test_workload_times_steady_serving_after_measuring_acceptance(tmp_path: Path) -> None:
+    from tuner.profile import Workload
+
+    workload = Workload(prompt_tokens=48, output_tokens=24)
+    cfg = config(tmp_path / "profile.json", tmp_path / "logs").model_copy(
+        update={"one_server": True, "grid": [1, 4], "refine": 0, "workload": workload})
+    profile = await tune(cfg)
+    assert profile.workload == workload and load(cfg.out).workload == workload
+    assert profile.finished_k() == {0, 1, 2} and profile.acceptance is not None
+    for s in profile.samples:
+        # B clients kept ~B requests in each step while finished requests were replaced
+        assert s.mean_batch is not None and 0.5 * s.B <= s.mean_batch <= s.B + 0.01, s
+        assert s.engine_steps is not None and s.engine_steps >= cfg.decode_tokens - 1
+    # reject-all was restored after the acceptance run: timed drafts kept their full length
+    shares = [s.full_draft_share for s in profile.samples if s.k > 0]
+    assert shares and min(shares) > 0.5
+    with pytest.raises(ProfileMismatch, match="workload"):  # not resumed under another shape
+        await tune(cfg.model_copy(update={"workload": None}))
