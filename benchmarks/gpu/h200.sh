@@ -21,7 +21,8 @@
 #                    per K of the startup table; 0.26's V2 refuses ngram and draft_model)
 # env: OUT (results), TUNE_S / BENCH_S (time budgets), LOADS, POLICIES, GRID, REPEATS, EMULATE,
 #      ONE_SERVER (1: one vLLM, tables swapped; default 1 except 32b-ngram), GPU_UTIL,
-#      GPU (which GPU; settings on different GPUs run side by side: see parallel.sh)
+#      GPU (which GPU; settings on different GPUs run side by side: see parallel.sh),
+#      WORKLOAD (PROMPT:OUTPUT for tune --workload; results under <setting>-wl<P>x<O>)
 set -u
 SETTING=${SETTING:-32b-ngram}
 BY=plugin
@@ -34,7 +35,9 @@ case $SETTING in
                 export VLLM_USE_V2_MODEL_RUNNER=1 ;;
   *) echo "unknown SETTING $SETTING"; exit 2 ;;
 esac
-O=${OUT:-/tmp/out}/$SETTING; R=runs/h200-$SETTING; mkdir -p "$O" "$R"
+WORKLOAD=${WORKLOAD:-}  # e.g. 96:128: tune --workload (steps timed with their prefill)
+TAG=$SETTING${WORKLOAD:+-wl${WORKLOAD/:/x}}  # its own profile: never resumes a pure-decode one
+O=${OUT:-/tmp/out}/$TAG; R=runs/h200-$TAG; mkdir -p "$O" "$R"
 export PYTHONPATH=/tmp/site:/tmp/tt:/tmp/whl HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
        VLLM_NO_USAGE_STATS=1 VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_CACHE_ROOT=/tmp/vllm_cache/$SETTING-${GPU:-0} \
        PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false TABLETUNE_CACHE=/tmp/tabletune/$SETTING-${GPU:-0}
@@ -60,7 +63,8 @@ for stage in "$@"; do case $stage in
   /usr/bin/time -f "tune wall %e s" timeout "${TUNE_S:-520}" python3 -m tuner.cli tune --model "$MODEL" \
      "${SPEC[@]}" -K 3 --max-num-seqs 256 "${ONE_FLAG[@]}" \
      --grid "${GRID:-1,4,8,16,32,64,96,128,192,256}" --repeats "${REPEATS:-2}" --decode-tokens 33 \
-     --num-prompts 64 --emulate "$EMULATE" --emulate-with $BY --out $R/profile.json "${ENGINE[@]}" 2>&1 \
+     --num-prompts 64 --emulate "$EMULATE" --emulate-with $BY --out $R/profile.json \
+     ${WORKLOAD:+--workload $WORKLOAD} "${ENGINE[@]}" 2>&1 \
      | tr '\r' '\n' | grep -v "cell-rep/s\]$" | tail -40
   keep $R/profile.json $R/profile-report.md $R/profile-report.png ;;
  bench)
@@ -81,3 +85,5 @@ for stage in "$@"; do case $stage in
  *) echo "unknown stage $stage" ;;
 esac; done
 for f in $(ls -t runs/logs/vllm-*.log 2>/dev/null | head -1); do grep -E "Error|error" "$f" | tail -5; done
+# exit status: 0 when the setting has a tuned profile (parallel.sh moves on to a fallback if not)
+[ -f $R/profile.json ] && python3 -c "import json,sys; sys.exit(0 if json.load(open(sys.argv[1])).get('table') else 1)" $R/profile.json

@@ -21,12 +21,7 @@ run_gpu() { # gpu "setting[|fallback...]"
     [ $left -lt 120 ] && { echo "=== GPU $gpu: $name skipped, only ${left}s left"; return 1; }
     echo "=== $(date +%T) GPU $gpu: $name: $STAGES ${envs[*]} (${left}s left)"
     env GPU=$gpu SETTING=$name TUNE_S=$left BENCH_S=$left AB_S=$left "${envs[@]}" \
-      bash benchmarks/gpu/h200.sh $STAGES
-    [ -f "runs/h200-$name/profile.json" ] && python3 - "runs/h200-$name/profile.json" <<'EOF' && return 0
-import json, sys
-p = json.load(open(sys.argv[1]))
-sys.exit(0 if p.get("table") else 1)  # a tuned table: the setting got through
-EOF
+      bash benchmarks/gpu/h200.sh $STAGES && return 0  # 0: the setting has a tuned profile
     echo "=== $(date +%T) GPU $gpu: $name left no tuned profile"
   done
 }
