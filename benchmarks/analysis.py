@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +20,11 @@ class Row:
     completed: int
     window_s: float
     table: str
+    # the engine's steps in the window (table policies, from the plugin): step time, requests and
+    # tokens per step; empty for no speculation (no plugin counters there)
+    step_ms: float | None = None
+    requests_per_step: float | None = None
+    tokens_per_step: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +36,8 @@ class Summary:
     best_fixed_k: str | None
     loads: list[int]
     policies: list[str]
+    # median engine step (ms) and tokens per step, where the plugin's counters were read
+    steps: dict[tuple[str, int], tuple[float, float]] = field(default_factory=dict)
 
 
 def summarize(rows: list[Row]) -> Summary:
@@ -49,7 +56,13 @@ def summarize(rows: list[Row]) -> Summary:
     worst = {p: max(loss[(p, n)] for n in loads if (p, n) in loss) for p in policies
              if any((p, n) in loss for n in loads)}
     best_fixed = min((p for p in fixed if p in worst), key=lambda p: worst[p], default=None)
-    return Summary(median, spread, loss, worst, best_fixed, loads, policies)
+    carried: dict[tuple[str, int], list[tuple[float, float]]] = defaultdict(list)
+    for r in rows:
+        if r.step_ms is not None and r.tokens_per_step is not None:
+            carried[(r.policy, r.load)].append((r.step_ms, r.tokens_per_step))
+    steps = {key: (statistics.median(m for m, _ in v), statistics.median(t for _, t in v))
+             for key, v in carried.items()}
+    return Summary(median, spread, loss, worst, best_fixed, loads, policies, steps)
 
 
 def markdown(s: Summary) -> str:
@@ -69,3 +82,19 @@ def markdown(s: Summary) -> str:
         lines.append(f"| {p}{mark} | {worst} | " + " | ".join(cells) + " |")
     return ("Output tokens/s (median over repeats, ± half the max–min spread), and in brackets the "
             "difference to the best fixed k at that load.\n\n" + "\n".join(lines) + "\n")
+
+
+def steps_markdown(s: Summary) -> str:
+    """What a step carried per policy and load: where steps cross a CUDA-graph size, it shows."""
+    if not s.steps:
+        return ""
+    lines = ["| policy | " + " | ".join(f"N={n}" for n in s.loads) + " |",
+             "|---" * (len(s.loads) + 1) + "|"]
+    for p in s.policies:
+        if any((p, n) in s.steps for n in s.loads):
+            lines.append(f"| {p} | " + " | ".join(
+                f"{s.steps[(p, n)][0]:.1f} ms, {s.steps[(p, n)][1]:.0f} tok" if (p, n) in s.steps
+                else "" for n in s.loads) + " |")
+    return ("Engine steps in the window (the plugin's clock and exact totals, median over "
+            "repeats): time per step, and tokens per step (decodes, drafts and prefill).\n\n"
+            + "\n".join(lines) + "\n")

@@ -15,13 +15,14 @@ import contextlib
 import itertools
 import time
 from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from tuner.serve import fresh_connections
-from tuner.sweep import first_lengths
+from tuner.sweep import StepLoad, first_lengths, step_load
 
 GEN_TOKENS = "vllm:generation_tokens_total"
 RUNNING = "vllm:num_requests_running"
@@ -33,6 +34,10 @@ class LoadResult:
     tokens_per_s: float
     completed: int
     window_s: float
+    steps: StepLoad | None = None  # what the engine's steps carried (with a `probe`)
+
+
+Probe = Callable[[], Awaitable[dict[str, Any] | None]]  # the plugin's /v1/stats, or None
 
 
 async def _sample(s: aiohttp.ClientSession, url: str, name: str) -> float:
@@ -69,9 +74,10 @@ async def _total(s: aiohttp.ClientSession, urls: list[str], name: str) -> float:
 
 async def closed_loop(url: str | list[str], prompts: list[Any], concurrency: int, max_tokens: int,
                       warmup_s: float, window_s: float, temperature: float = 0.0,
-                      model: str = "tiny") -> LoadResult:
+                      model: str = "tiny", probe: Probe | None = None) -> LoadResult:
     """`url` may list several replicas: worker i talks to replica i mod n (round robin, as a
-    gateway does for equal replicas) and throughput is summed over them."""
+    gateway does for equal replicas) and throughput is summed over them. `probe` (one engine's
+    plugin stats) is read at both ends of the window: step time, requests and tokens per step."""
     urls = [url] if isinstance(url, str) else list(url)
     cycle = itertools.cycle(prompts)
     done: list[float] = []
@@ -83,9 +89,11 @@ async def closed_loop(url: str | list[str], prompts: list[Any], concurrency: int
                    for i, first in enumerate(first_lengths(concurrency, max_tokens))]
         try:
             await asyncio.sleep(warmup_s)
+            p0 = await probe() if probe else None
             t0, g0 = time.monotonic(), await _total(s, urls, GEN_TOKENS)
             await asyncio.sleep(window_s)
             t1, g1 = time.monotonic(), await _total(s, urls, GEN_TOKENS)
+            p1 = await probe() if probe else None
             for w in workers:
                 if w.done() and w.exception() is not None:
                     raise w.exception()  # type: ignore[misc]
@@ -98,4 +106,5 @@ async def closed_loop(url: str | list[str], prompts: list[Any], concurrency: int
             for u in urls:
                 await wait_idle(s, u)
     completed = sum(1 for t in done if t0 <= t <= t1)
-    return LoadResult(concurrency, (g1 - g0) / (t1 - t0), completed, t1 - t0)
+    steps = step_load(p0, p1) if p0 is not None and p1 is not None else None
+    return LoadResult(concurrency, (g1 - g0) / (t1 - t0), completed, t1 - t0, steps)

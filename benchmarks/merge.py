@@ -18,7 +18,9 @@ from benchmarks.run import write_rows
 def read(path: Path, repeat_offset: int) -> list[Row]:
     with open(path) as f:
         return [Row(r["policy"], int(r["load"]), int(r["repeat"]) + repeat_offset,
-                    float(r["tokens_per_s"]), int(r["completed"]), float(r["window_s"]), r["table"])
+                    float(r["tokens_per_s"]), int(r["completed"]), float(r["window_s"]), r["table"],
+                    *(float(r[c]) if r.get(c) else None  # absent or empty in older runs
+                      for c in ("step_ms", "requests_per_step", "tokens_per_step")))
                 for r in csv.DictReader(f)]
 
 

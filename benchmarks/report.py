@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks.analysis import Summary, markdown
+from benchmarks.analysis import Summary, markdown, steps_markdown
 
 STYLE = {"nospec": ("#888888", ":"), "documented": ("#d62728", "-"), "tuned": ("#2ca02c", "-"),
          "quarter": ("#ff7f0e", "--"), "turbospec-style": ("#9467bd", "-."),
@@ -47,5 +47,5 @@ def write(s: Summary, out: Path, title: str, meta: dict[str, object]) -> None:
     png = plot(s, out / "throughput.png", title)
     text = [f"# {title}", "", "```", json.dumps(meta, indent=1), "```", "",
             f"Best single fixed k (chosen after the fact): **{s.best_fixed_k}**", "",
-            markdown(s), f"![throughput]({png.name})", ""]
+            markdown(s), f"![throughput]({png.name})", "", steps_markdown(s)]
     (out / "summary.md").write_text("\n".join(text))

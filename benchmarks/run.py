@@ -98,6 +98,10 @@ class Admin:
         async with self.s.get(self.url + "/v1/table") as r:
             return await r.json()  # type: ignore[no-any-return]
 
+    async def stats(self) -> dict[str, Any] | None:
+        async with self.s.get(self.url + "/v1/stats") as r:
+            return await r.json() if r.status == 200 else None  # type: ignore[no-any-return]
+
 
 def sidecar(cfg: BenchConfig, engine_url: str, admin_url: str) -> Any:
     port = free_port()
@@ -158,10 +162,15 @@ async def run_table_policies(cfg: BenchConfig, rows: list[Row], bar: tqdm) -> di
                     for load in cfg.loads:
                         bar.set_description(f"{policy} N={load} rep {rep}")
                         res = await closed_loop(server.url, cfg.prompts, load, cfg.max_tokens,
-                                                cfg.warmup_s, cfg.window_s, cfg.temperature)
+                                                cfg.warmup_s, cfg.window_s, cfg.temperature,
+                                                probe=admin.stats)
                         table = (await admin.table())["table"]
+                        st = res.steps
                         rows.append(Row(policy, load, rep, res.tokens_per_s, res.completed,
-                                        res.window_s, json.dumps(table)))
+                                        res.window_s, json.dumps(table),
+                                        st.step_ms if st else None,
+                                        st.requests_per_step if st else None,
+                                        st.tokens_per_step if st else None))
                         write_rows(rows, cfg.out / "cells.csv")  # a cut run keeps every cell
                         bar.update(1)
     return converge_times

@@ -34,9 +34,10 @@ class StepSample(_Model):
     engine_ms: float | None   # engine-side: Δ step seconds / Δ steps between the two runs
     engine_steps: int | None  # engine steps in the long run at this batch size
     full_draft_share: float | None  # share of request-steps whose draft had all k tokens
-    # under a workload (mixed cells): decode request-steps per engine step, i.e. the batch the
-    # cell actually ran (a little under B while finished requests are replaced)
+    # under a workload (mixed cells): requests and tokens a step carried on average (a little
+    # under B requests while finished ones are replaced; decode, draft and prefill tokens)
     mean_batch: float | None = None
+    tokens_per_step: float | None = None
 
 
 class Cell(_Model):

@@ -61,11 +61,28 @@ def engine_clock(stats: dict[str, Any], k: int) -> EngineClock:
                        sum(n for _, _, n in hist))
 
 
-def request_slots(stats: dict[str, Any], since: dict[str, Any]) -> int:
-    """Σ over steps of the requests each scheduled (decodes and prefills) between two stats."""
-    def slots(st: dict[str, Any]) -> int:
-        return sum(row[0] * row[3] for row in st["step_times"])
-    return slots(stats) - slots(since)
+@dataclass(frozen=True, slots=True)
+class StepLoad:
+    """What an engine's steps carried between two /v1/stats snapshots (exact totals)."""
+
+    steps: int
+    step_ms: float | None      # engine step clock, all batch sizes
+    requests_per_step: float   # decodes and prefills scheduled per step
+    tokens_per_step: float     # decode, draft and prefill tokens per step
+
+
+def step_load(before: dict[str, Any], after: dict[str, Any]) -> StepLoad | None:
+    """None when no step ran, or the plugin predates the exact totals."""
+    if "scheduled_tokens" not in after or "scheduled_tokens" not in before:
+        return None
+    steps = sum(after["engine_steps_per_k"].values()) - sum(before["engine_steps_per_k"].values())
+    if steps <= 0:
+        return None
+    timed = sum(r[3] for r in after["step_times"]) - sum(r[3] for r in before["step_times"])
+    seconds = sum(r[2] for r in after["step_times"]) - sum(r[2] for r in before["step_times"])
+    return StepLoad(steps, seconds / timed * 1e3 if timed > 0 else None,
+                    (after["scheduled_requests"] - before["scheduled_requests"]) / steps,
+                    (after["scheduled_tokens"] - before["scheduled_tokens"]) / steps)
 
 
 class CellTimer:
@@ -188,7 +205,9 @@ class CellTimer:
             await asyncio.gather(*workers, return_exceptions=True)
         c0, c1 = engine_clock(s0, k), engine_clock(s1, k)
         steps, rs = c1.steps - c0.steps, c1.request_steps - c0.request_steps
+        load = step_load(s0, s1)
         return StepSample(B=B, k=k, rep=rep, client_ms=wall / steps * 1e3,
                           engine_ms=(c1.seconds - c0.seconds) / steps * 1e3, engine_steps=steps,
                           full_draft_share=(c1.full_drafts - c0.full_drafts) / rs if (k and rs) else None,
-                          mean_batch=request_slots(s1, s0) / steps)
+                          mean_batch=load.requests_per_step if load else None,
+                          tokens_per_step=load.tokens_per_step if load else None)

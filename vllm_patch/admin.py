@@ -95,6 +95,7 @@ def stats_reply(engine: EngineState) -> dict[str, Any]:
             "request_steps_per_k": {str(k): n for k, n in sorted(c.request_steps_per_k.items())},
             "engine_steps_per_k": {str(k): n for k, n in sorted(c.engine_steps_per_k.items())},
             "explore_steps": c.explore_steps,
+            "scheduled_requests": c.scheduled_requests, "scheduled_tokens": c.scheduled_tokens,
             "step_times": [[b, k, s, c.steps_timed[(b, k)]]
                            for (b, k), s in sorted(c.step_seconds.items())],
             "swap_latency_s": engine.swap_latency_s, "hook_errors": engine.hook_errors,

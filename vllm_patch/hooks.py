@@ -148,5 +148,5 @@ def count_step(counters: Counters, so: Any, num_generated: dict[str, int],
         if (k := offered_get(r)) is not None
         for d in (len(spec_get(r, ())),))
     next_offered = dict.fromkeys([r for r, _ in decoding], k_now)
-    counters.record_step(len(scheduled), k_now, elapsed)
+    counters.record_step(len(scheduled), k_now, elapsed, sum(scheduled.values()))
     return next_offered

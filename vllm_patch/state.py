@@ -51,6 +51,10 @@ class Counters:
     explore_steps: int = 0
     step_seconds: dict[tuple[int, int], float] = field(default_factory=dict)  # (bucket, K) -> s
     steps_timed: Counter[tuple[int, int]] = field(default_factory=Counter)
+    # exact totals over all steps: requests and tokens scheduled (decodes, drafts and prefill
+    # chunks), so a window's tokens per step shows where steps cross a CUDA-graph size
+    scheduled_requests: int = 0
+    scheduled_tokens: int = 0
 
     def record_request_step(self, offered_k: int, drafted: int, accepted: int) -> None:
         self.request_steps[(offered_k, drafted, accepted)] += 1
@@ -90,8 +94,10 @@ class Counters:
             per_k[k] += n
         return per_k
 
-    def record_step(self, batch_size: int, k: int, seconds: float | None) -> None:
+    def record_step(self, batch_size: int, k: int, seconds: float | None, tokens: int = 0) -> None:
         self.engine_steps_per_k[k] += 1
+        self.scheduled_requests += batch_size
+        self.scheduled_tokens += tokens
         if seconds is not None:
             key = (step_bucket(batch_size), k)
             self.step_seconds[key] = self.step_seconds.get(key, 0.0) + seconds

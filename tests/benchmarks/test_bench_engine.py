@@ -32,6 +32,13 @@ async def test_reduced_bench_runs_end_to_end(tmp_path: Path) -> None:
     assert {(r.policy, r.load) for r in rows} == {(p, n) for p in cfg.policies for n in (1, 4)}
     assert all(r.tokens_per_s > 0 for r in rows)
     assert {r.table for r in rows if r.policy == "fixed-k3"} == {"[[1, 16, 3]]"}
+    # the plugin's exact totals say what a step carried: k=3 steps hold each request's 4 tokens
+    for r in rows:
+        assert r.step_ms is not None and r.step_ms > 0 and r.requests_per_step is not None
+        assert r.tokens_per_step is not None and r.tokens_per_step >= r.requests_per_step * 0.99
+    k3 = [r for r in rows if r.policy == "fixed-k3" and r.load == 4]
+    k0 = [r for r in rows if r.policy == "fixed-k0" and r.load == 4]
+    assert k3[0].tokens_per_step > 2 * k0[0].tokens_per_step  # type: ignore[operator]
     s = summarize(rows)
     # Greedy on repetitive prompts accepts nearly everything: k=3 beats k=0 at N=1.
     assert s.median[("fixed-k3", 1)] > s.median[("fixed-k0", 1)]
@@ -39,6 +46,7 @@ async def test_reduced_bench_runs_end_to_end(tmp_path: Path) -> None:
     assert (cfg.out / "cells.csv").read_text().count("\n") == 7
     assert (cfg.out / "throughput.png").stat().st_size > 10_000
     assert "best fixed k" in (cfg.out / "summary.md").read_text()
+    assert "tokens per step" in (cfg.out / "summary.md").read_text()
 
 
 async def test_bench_runs_a_draft_model_profile(tmp_path: Path) -> None:

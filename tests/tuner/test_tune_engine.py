@@ -112,6 +112,8 @@ async def test_workload_times_steady_serving_after_measuring_acceptance(tmp_path
         # B clients kept ~B requests in each step while finished requests were replaced
         assert s.mean_batch is not None and 0.5 * s.B <= s.mean_batch <= s.B + 0.01, s
         assert s.engine_steps is not None and s.engine_steps >= cfg.decode_tokens - 1
+        # each step carried its decodes and drafts and, on average, part of a 48-token prompt
+        assert s.tokens_per_step is not None and s.tokens_per_step > s.mean_batch * (s.k + 1) + 1, s
     # reject-all was restored after the acceptance run: timed drafts kept their full length
     shares = [s.full_draft_share for s in profile.samples if s.k > 0]
     assert shares and min(shares) > 0.5

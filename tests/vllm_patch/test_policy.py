@@ -82,6 +82,7 @@ def test_count_step_uses_the_k_offered_the_step_before() -> None:
     assert c.request_steps_per_k == {3: 2}
     assert offered == {"a": 1, "b": 1}
     assert c.engine_steps_per_k == {3: 1, 1: 1}
+    assert (c.scheduled_requests, c.scheduled_tokens) == (4, 4)  # 2 requests x 1 token, twice
 
 
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5), st.integers(0, 6)), max_size=60))
