@@ -50,7 +50,8 @@ def tune_config(args: argparse.Namespace) -> "TuneConfig":
         return TuneConfig(model=model, method=args.method, drafter=drafter,
                           num_speculative_tokens=args.num_speculative_tokens,
                           max_num_seqs=args.max_num_seqs, grid=_grid(args.grid, args.max_num_seqs),
-                          repeats=args.repeats, decode_tokens=args.decode_tokens,
+                          repeats=args.repeats, max_repeats=args.max_repeats,
+                          noise_tol=args.noise_tol, decode_tokens=args.decode_tokens,
                           temperature=args.temperature, acceptance_prompts=prompts[:args.num_prompts],
                           out=Path(args.out), fresh=args.fresh, tie=args.tie,
                           extra_args=tuple(args.engine_arg or ()),
@@ -129,6 +130,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     p.add_argument("--max-num-seqs", type=int, default=32)
     p.add_argument("--grid", help="batch sizes, e.g. 1,2,4,8,16 (default: every B to 16, then every 8)")
     p.add_argument("--repeats", type=int, default=3, help="repeats per cell (median)")
+    p.add_argument("--max-repeats", type=int, default=None,
+                   help="take more repeats, up to this many, where a cell's repeats disagree by "
+                        "more than --noise-tol (default: --repeats + 2)")
+    p.add_argument("--noise-tol", type=float, default=0.10,
+                   help="(max - min) / median of a cell's repeats above which one more is taken")
     p.add_argument("--decode-tokens", type=int, default=65, help="tokens of the long run (paper: 65)")
     p.add_argument("--temperature", type=float, default=0.0, help="serving temperature")
     p.add_argument("--prompts", help="JSONL ({'prompt': ...}) or text file for acceptance")

@@ -40,6 +40,19 @@ class StepSample(_Model):
     tokens_per_step: float | None = None
 
 
+def spread(values: list[float]) -> float:
+    """(max - min) / median: how far a cell's repeats disagree."""
+    mid = statistics.median(values)
+    return (max(values) - min(values)) / mid if mid > 0 else 0.0
+
+
+def needs_another(values_ms: list[float], tol: float, max_repeats: int) -> bool:
+    """Another repeat when the ones so far disagree by more than tol: on a host-bound GPU step
+    (H200, 3B model: two repeats 13% apart at the median, 42% at the 90th percentile) a median
+    of two is one outlier away from the wrong k; a third makes the median robust."""
+    return 2 <= len(values_ms) < max_repeats and spread(values_ms) > tol
+
+
 class Cell(_Model):
     B: int
     k: int
@@ -134,6 +147,8 @@ class Profile(_Model):
     refined: list[int] = Field(default_factory=list)  # grid points --refine added at cliffs
     refine_rounds: int = 0  # --refine rounds completed (a rerun does only the rest)
     workload: Workload | None = None  # None: pure-decode steps (the paper's method)
+    max_repeats: int | None = None  # repeats went up to this where they disagreed by > noise_tol
+    noise_tol: float | None = None
 
     # -- derived -------------------------------------------------------------------------
     @property
@@ -187,6 +202,28 @@ class Profile(_Model):
             return []
         return [B for B in refine_points(Table.from_list(self.table), self._cliffs())
                 if B not in self.grid]
+
+    def repeat_spreads(self) -> dict[tuple[int, int], tuple[float, int]]:
+        """(B, k) -> (spread between the cell's repeats, how many), for cells with two or more."""
+        by: dict[tuple[int, int], list[float]] = {}
+        for smp in self.samples:
+            by.setdefault((smp.B, smp.k), []).append(
+                smp.engine_ms if smp.engine_ms is not None else smp.client_ms)
+        return {key: (spread(v), len(v)) for key, v in by.items() if len(v) >= 2}
+
+    def noise_line(self) -> str | None:
+        spreads = self.repeat_spreads()
+        if not spreads:
+            return None
+        values = sorted(sp for sp, _ in spreads.values())
+        extra = sum(1 for _, n in spreads.values() if n > self.repeats)
+        line = (f"repeats disagree by {np.median(values) * 100:.1f}% at the median cell, "
+                f"{np.percentile(values, 90) * 100:.1f}% at the 90th percentile")
+        if self.max_repeats and self.max_repeats > self.repeats:
+            line += (f"; {extra} of {len(spreads)} cells took more than {self.repeats} repeats "
+                     f"(up to {self.max_repeats}, where two disagreed by more than "
+                     f"{(self.noise_tol or 0) * 100:.0f}%)")
+        return line
 
     def client_engine_gap(self) -> float | None:
         """Median |client - engine| / engine over cells that have both."""

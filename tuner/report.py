@@ -97,7 +97,11 @@ def markdown(profile: Profile, png_name: str) -> str:
     cells = [c for c in profile.cells]
     if cells:
         lines += ["", f"Per-cell measuring time: median {np.median([c.wall_s for c in cells]):.1f}s "
-                      f"over {len(cells)} cells ({profile.repeats} repeats each)."]
+                      f"over {len(cells)} cells ({profile.repeats} repeats each or more)."]
+    noise = profile.noise_line()
+    if noise:
+        lines += ["", f"Noise: {noise}. Where the best k's goodput leads by less than that, "
+                      "the choice is within noise."]
     warnings = profile.cliff_warnings()
     if warnings:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in warnings]

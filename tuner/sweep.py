@@ -181,7 +181,7 @@ class CellTimer:
         """T(B, k) in steady serving of `workload`: B closed-loop clients, each request living
         workload.steps_per_request(τ(k)) steps (reject-all: one token a step), first requests
         staggered so finishes and prefills spread evenly over steps. Engine clock over
-        window_steps steps after one request lifetime of warm-up."""
+        window_steps steps, or one lifetime if longer, after a few steps of warm-up."""
         assert self.session is not None
         session, life = self.session, workload.steps_per_request(tau_k)
 
@@ -195,9 +195,12 @@ class CellTimer:
 
         workers = [asyncio.create_task(client(n)) for n in first_lengths(B, life)]
         try:
-            s0 = await self.wait_steps(None, life, k, workers)
+            # staggered first requests finish at an even rate from the start: the warm-up only
+            # lets the first steps (all B prompts prefilled together) pass; the window spans at
+            # least one lifetime, so even at B=1 it holds the prefill its share says
+            s0 = await self.wait_steps(None, min(life, 8), k, workers)
             t0 = time.perf_counter()
-            s1 = await self.wait_steps(s0, window_steps, k, workers)
+            s1 = await self.wait_steps(s0, max(window_steps, life + 1), k, workers)
             wall = time.perf_counter() - t0
         finally:
             for w in workers:

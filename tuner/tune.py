@@ -28,7 +28,7 @@ from tuner.engine_defaults import plugin_env
 from tuner.errors import EngineUnavailable, InvalidInput
 from tuner.launcher import MODEL_DRAFTERS, ServerConfig, SpeculativeSpec, VllmServer, free_port, launch
 from tuner.goodput import tau
-from tuner.profile import Cell, EngineInfo, Profile, StepSample, Workload, load
+from tuner.profile import Cell, EngineInfo, Profile, StepSample, Workload, load, needs_another
 from tuner.prompts import Prompt, repetitive
 from tuner.replay import Replay
 from tuner.serve import fresh_connections
@@ -48,6 +48,10 @@ class TuneConfig(BaseModel):
     max_num_seqs: int = Field(ge=1)
     grid: list[int]
     repeats: int = Field(3, ge=1)
+    # more repeats, up to max_repeats, while a cell's repeats disagree by more than noise_tol
+    # (None: repeats + 2)
+    max_repeats: int | None = Field(None, ge=1)
+    noise_tol: float = Field(0.10, gt=0)
     decode_tokens: int = Field(65, ge=3)
     temperature: float = Field(0.0, ge=0)
     acceptance_prompts: list[Prompt]
@@ -83,6 +87,10 @@ class TuneConfig(BaseModel):
         if self.emulate is not None:
             self.emulate.check_k(self.num_speculative_tokens)
         return self
+
+    @property
+    def repeat_limit(self) -> int:
+        return max(self.repeats, self.max_repeats if self.max_repeats is not None else self.repeats + 2)
 
     @property
     def refine_rounds(self) -> int:
@@ -130,7 +138,7 @@ def start_profile(cfg: TuneConfig) -> Profile:
         return profile  # (the caller measures on profile.grid: it may hold refined points)
     return Profile(created_at=time.time(), engine=info, grid=cfg.grid,
                    decode_tokens=cfg.decode_tokens, repeats=cfg.repeats, tie=cfg.tie,
-                   workload=cfg.workload)
+                   workload=cfg.workload, max_repeats=cfg.repeat_limit, noise_tol=cfg.noise_tol)
 
 
 def server_for(cfg: TuneConfig, k: int | None, admin_port: int, reject_all: bool) -> ServerConfig:
@@ -179,9 +187,14 @@ async def measure_k(cfg: TuneConfig, profile: Profile, k: int, bar: tqdm, server
         for B in todo:
             bar.set_description(f"k={k} B={B}")
             c0 = time.monotonic()
-            samples = []
+            samples: list[StepSample] = []
             for rep in range(cfg.repeats):
                 samples.append(await time_one(cfg, profile, timer, B, k, rep))
+                bar.update(1)
+            while needs_another([s.engine_ms if s.engine_ms is not None else s.client_ms
+                                 for s in samples], cfg.noise_tol, cfg.repeat_limit):
+                bar.total += 1
+                samples.append(await time_one(cfg, profile, timer, B, k, len(samples)))
                 bar.update(1)
             record_cell(profile, samples, time.monotonic() - c0)
             profile.save(cfg.out)  # each cell lands on disk at once

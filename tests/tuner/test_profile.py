@@ -60,7 +60,7 @@ def args(**kw: object) -> argparse.Namespace:
                 grid="1,4", repeats=1, decode_tokens=17, temperature=0.0, prompts=None,
                 num_prompts=8, out="runs/x.json", fresh=False, tie=0.005, preflight=False,
                 engine_arg=None, emulate=None, emulate_with="plugin", one_server=False, refine=None,
-                workload=None)
+                workload=None, max_repeats=None, noise_tol=0.10)
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -116,3 +116,27 @@ def test_a_profile_timed_under_another_workload_is_not_resumed() -> None:
         p.check_matches(INFO, p.grid, Workload.parse("96:128"))
     p.workload = Workload.parse("96:128")
     p.check_matches(INFO, p.grid, Workload.parse("96:128"))
+
+
+def test_another_repeat_only_while_repeats_disagree() -> None:
+    from tuner.profile import needs_another
+
+    assert not needs_another([10.0], 0.1, 4)            # one sample: no spread yet
+    assert not needs_another([10.0, 10.5], 0.1, 4)      # 5% apart: enough
+    assert needs_another([10.0, 13.0], 0.1, 4)          # 30% apart: a third settles the median
+    assert needs_another([10.0, 13.0, 10.2], 0.1, 4)    # still > 10% apart, one more allowed
+    assert not needs_another([10.0, 13.0, 10.2, 10.1], 0.1, 4)  # the limit
+
+
+def test_noise_line_on_the_h200_3b_profile() -> None:
+    # a real profile (two repeats per cell, before adaptive repeats): the report says how far
+    # repeats disagree, which is what decides whether a k choice is a finding
+    p = load(Path(__file__).parents[2] / "benchmarks" / "results" / "h200-vllm0.26-3b-ngram-v1"
+             / "profile.json")
+    spreads = p.repeat_spreads()
+    assert len(spreads) == len(p.cells) and {n for _, n in spreads.values()} == {2}
+    line = p.noise_line()
+    assert line is not None and line.startswith("repeats disagree by 13.2% at the median cell")
+    assert "took more than" not in line  # that run had no adaptive repeats
+    p.max_repeats, p.noise_tol = 4, 0.1
+    assert "0 of 52 cells took more than 2 repeats (up to 4" in (p.noise_line() or "")
