@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from tuner.errors import InvalidInput
-from tuner.profile import load
+from tuner.profile import Workload, load
 from tuner.prompts import random_tokens, repetitive
 from tuner.replay import Replay
 
@@ -26,6 +26,20 @@ def policies(raw: str, K: int) -> list[str]:
     return out
 
 
+def request_shape(args: argparse.Namespace, workload: Workload | None) -> tuple[int, int]:
+    """(prompt tokens, max_tokens): the flags, else the shape the profile was timed under, else
+    the defaults (96 repetitive / 32 random, 64). Says so when the bench serves another shape
+    than the one the tuned table was timed for."""
+    default_prompt = 96 if args.prompts == "repetitive" else 32
+    prompt = args.prompt_tokens or (workload.prompt_tokens if workload else default_prompt)
+    output = args.max_tokens or (workload.output_tokens if workload else 64)
+    if workload and (prompt, output) != (workload.prompt_tokens, workload.output_tokens):
+        print(f"note: the profile's steps were timed for {workload.prompt_tokens}-token prompts and "
+              f"{workload.output_tokens}-token outputs; this bench serves {prompt} and {output}, "
+              "so the tuned table is measured off its workload", file=sys.stderr)
+    return prompt, output
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from benchmarks.analysis import summarize
     from benchmarks.report import write
@@ -35,14 +49,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     model = Path(args.model or profile.engine.model)
     vocab = json.loads((model / "config.json").read_text())["vocab_size"]
     make = repetitive if args.prompts == "repetitive" else random_tokens
+    prompt_tokens, max_tokens = request_shape(args, profile.workload)
     out = Path(args.out)
     try:
         cfg = BenchConfig(profile=profile, profile_path=Path(args.profile), model=model,
                           loads=[int(x) for x in args.loads.split(",")],
                           policies=policies(args.policies, profile.K), repeats=args.repeats,
                           warmup_s=args.warmup_s, window_s=args.window_s, prime_s=args.prime_s,
-                          max_tokens=args.max_tokens, temperature=args.temperature,
-                          prompts=make(64, vocab, seed=7), converge_s=args.converge_s, out=out,
+                          max_tokens=max_tokens, temperature=args.temperature,
+                          prompts=make(64, vocab, length=prompt_tokens, seed=7),
+                          converge_s=args.converge_s, out=out,
                           emulate=Replay.parse(args.emulate, args.emulate_with) if args.emulate else None,
                           extra_args=tuple(args.engine_arg or ()))
     except ValueError as exc:
@@ -52,6 +68,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     s = summarize(rows)
     meta = {"command": "tabletune bench " + shlex.join(sys.argv[2:]), "engine": profile.engine.model_dump(),
             "profile_table": profile.table, "prompts": args.prompts, "temperature": args.temperature,
+            "prompt_tokens": prompt_tokens, "max_tokens": max_tokens,
             "seconds_to_last_sidecar_change": converge, "wall_s": round(time.time() - t0)}
     write(s, out, f"TableTune bench — {profile.engine.hardware}, {profile.engine.vllm_version}", meta)
     print((out / "summary.md").read_text())
@@ -71,7 +88,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="before measuring, run every load this long under k=0 and k=K (one-off "
                         "JIT and allocation costs off the first policy's cells); 0 = off")
     p.add_argument("--window-s", type=float, default=6.0)
-    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="output tokens per request (default: the profile's --workload, else 64)")
+    p.add_argument("--prompt-tokens", type=int, default=None,
+                   help="prompt length (default: the profile's --workload, else 96 repetitive, 32 random)")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--prompts", choices=["repetitive", "random"], default="repetitive")
     p.add_argument("--converge-s", type=float, default=20.0, help="sidecar warm-up before measuring")

@@ -140,3 +140,20 @@ def test_noise_line_on_the_h200_3b_profile() -> None:
     assert "took more than" not in line  # that run had no adaptive repeats
     p.max_repeats, p.noise_tol = 4, 0.1
     assert "0 of 52 cells took more than 2 repeats (up to 4" in (p.noise_line() or "")
+
+
+def test_bench_serves_the_shape_the_profile_was_timed_for(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.cli import request_shape
+    from tuner.profile import Workload
+
+    def bench_args(**kw: object) -> argparse.Namespace:
+        return argparse.Namespace(**{"prompts": "repetitive", "prompt_tokens": None,
+                                     "max_tokens": None, **kw})
+
+    assert request_shape(bench_args(), None) == (96, 64)               # the old defaults
+    assert request_shape(bench_args(prompts="random"), None) == (32, 64)
+    w = Workload.parse("200:300")
+    assert request_shape(bench_args(), w) == (200, 300)                # the profile's shape
+    assert capsys.readouterr().err == ""
+    assert request_shape(bench_args(max_tokens=64), w) == (200, 64)    # the flag wins, and it says so
+    assert "timed for 200-token prompts and 300-token outputs" in capsys.readouterr().err
