@@ -244,6 +244,9 @@ def main() -> int:
     args = ap.parse_args()
     if not args.hooks_only and not args.sidecar_only and set(args.order.split(",")) != {"on", "off"}:
         ap.error(f"--order={args.order!r}: list on and off, e.g. off,on or off,on,off,on")
+    if args.sidecar_s > 0 and args.max_num_seqs != 16 and not args.hooks_only:
+        ap.error(f"--max-num-seqs={args.max_num_seqs}: the sidecar part runs the synthetic "
+                 "profile of max_num_seqs=16; pass --sidecar-s 0 for another engine size")
     report = asyncio.run(main_async(args))
     text = json.dumps(report, indent=1)
     (Path(args.out) / "overhead.json").write_text(text)

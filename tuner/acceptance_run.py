@@ -16,6 +16,7 @@ import numpy as np
 
 from sidecar.scrape import parse
 from tuner.acceptance import per_position, stock_estimate
+from tuner.errors import EngineUnavailable
 from tuner.launcher import VllmServer
 from tuner.profile import AcceptanceMeasurement
 from tuner.prompts import Prompt
@@ -42,7 +43,11 @@ async def _metrics(s: aiohttp.ClientSession, url: str) -> str:
 async def measure_acceptance(server: VllmServer, admin_url: str | None, prompts: list[Prompt],
                              K: int, temperature: float, max_tokens: int,
                              concurrency: int,
-                             replay: Replay | None = None) -> AcceptanceMeasurement:
+                             replay: Replay | None = None,
+                             restore_reject_all: bool = False) -> AcceptanceMeasurement:
+    """a_i over `prompts` on a running server. With the plugin (admin_url), reject-all is lifted
+    for the run (409 = emulation off at startup: there is nothing to lift) and, with
+    restore_reject_all, put back after it, for a server that goes on timing cells."""
     t0 = time.monotonic()
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600),
                                      connector=fresh_connections()) as s:
@@ -62,6 +67,11 @@ async def measure_acceptance(server: VllmServer, admin_url: str | None, prompts:
         await asyncio.sleep(0.5)  # let vLLM's stat loggers catch up
         stats1 = await _get_json(s, admin_url + "/v1/stats") if admin_url else None
         m1 = parse(await _metrics(s, server.url))
+        if admin_url and restore_reject_all:
+            async with s.put(admin_url + "/v1/emulation", json={"rates": [0.0] * K}) as r:
+                if r.status != 200:
+                    raise EngineUnavailable(f"could not restore reject-all after measuring "
+                                            f"acceptance ({r.status}): {await r.text()}")
     wall = time.monotonic() - t0
     if stats0 is not None and stats1 is not None:
         drafted = [b - a for a, b in zip(stats0["drafted_per_pos"], stats1["drafted_per_pos"])]

@@ -37,6 +37,9 @@ def tune_config(args: argparse.Namespace) -> "TuneConfig":
     if args.num_speculative_tokens < 1:
         raise InvalidInput(f"--num-speculative-tokens={args.num_speculative_tokens}: K must be >= 1 "
                            "(K=0 is no speculation; nothing to tune)")
+    if getattr(args, "preflight", False) and args.workload:
+        raise InvalidInput("--preflight times pure decode steps without speculation, which a "
+                           "--workload profile cannot be compared with; run it without --workload")
     paths = default_model()
     model = Path(args.model) if args.model else paths.target
     drafter = Path(args.drafter) if args.drafter else (

@@ -39,6 +39,11 @@ class StepSample(_Model):
     mean_batch: float | None = None
     tokens_per_step: float | None = None
 
+    @property
+    def step_ms(self) -> float:
+        """Engine-side where available: no HTTP noise."""
+        return self.engine_ms if self.engine_ms is not None else self.client_ms
+
 
 def spread(values: list[float]) -> float:
     """(max - min) / median: how far a cell's repeats disagree."""
@@ -47,10 +52,15 @@ def spread(values: list[float]) -> float:
 
 
 def needs_another(values_ms: list[float], tol: float, max_repeats: int) -> bool:
-    """Another repeat when the ones so far disagree by more than tol: on a host-bound GPU step
-    (H200, 3B model: two repeats 13% apart at the median, 42% at the 90th percentile) a median
-    of two is one outlier away from the wrong k; a third makes the median robust."""
-    return 2 <= len(values_ms) < max_repeats and spread(values_ms) > tol
+    """Another repeat until two of them agree within tol: on a host-bound GPU step (H200, 3B
+    model: two repeats 13% apart at the median, 42% at the 90th percentile) a median of two is
+    one outlier away from the wrong k. (Not "until all agree": the range of n repeats only
+    grows with n, so that would always run to max_repeats.)"""
+    if not 2 <= len(values_ms) < max_repeats:
+        return False
+    v = sorted(values_ms)
+    closest = min((b - a) / ((a + b) / 2) for a, b in zip(v, v[1:]) if a + b > 0) if v[-1] > 0 else 0.0
+    return closest > tol
 
 
 class Cell(_Model):
@@ -204,12 +214,13 @@ class Profile(_Model):
                 if B not in self.grid]
 
     def repeat_spreads(self) -> dict[tuple[int, int], tuple[float, int]]:
-        """(B, k) -> (spread between the cell's repeats, how many), for cells with two or more."""
-        by: dict[tuple[int, int], list[float]] = {}
+        """(B, k) -> (spread between the cell's first `repeats` repeats, how many it took), for
+        cells with two or more: extra repeats would widen the range, not describe the noise."""
+        by: dict[tuple[int, int], list[StepSample]] = {}
         for smp in self.samples:
-            by.setdefault((smp.B, smp.k), []).append(
-                smp.engine_ms if smp.engine_ms is not None else smp.client_ms)
-        return {key: (spread(v), len(v)) for key, v in by.items() if len(v) >= 2}
+            by.setdefault((smp.B, smp.k), []).append(smp)
+        return {key: (spread([s.step_ms for s in v[:max(self.repeats, 2)]]), len(v))
+                for key, v in by.items() if len(v) >= 2}
 
     def noise_line(self) -> str | None:
         spreads = self.repeat_spreads()

@@ -167,7 +167,10 @@ class CellTimer:
                                             f"{log_tail(self.server.log_path)}")
             stats = await self.stats()
             if stats is None:
-                raise EngineUnavailable("the plugin's /v1/stats did not answer during a timed cell")
+                raise EngineUnavailable(
+                    "the plugin's /v1/stats did not answer during a timed cell"
+                    + ("" if self.server.is_running else " (vLLM has exited)")
+                    + f"\n--- log tail ---\n{log_tail(self.server.log_path)}")
             if base is None:
                 base = engine_clock(stats, k).steps
             elif engine_clock(stats, k).steps - base >= steps:
@@ -198,7 +201,7 @@ class CellTimer:
             # staggered first requests finish at an even rate from the start: the warm-up only
             # lets the first steps (all B prompts prefilled together) pass; the window spans at
             # least one lifetime, so even at B=1 it holds the prefill its share says
-            s0 = await self.wait_steps(None, min(life, 8), k, workers)
+            s0 = await self.wait_steps(None, 8, k, workers)
             t0 = time.perf_counter()
             s1 = await self.wait_steps(s0, max(window_steps, life + 1), k, workers)
             wall = time.perf_counter() - t0

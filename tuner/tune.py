@@ -174,10 +174,11 @@ def todo_for(cfg: TuneConfig, profile: Profile, k: int) -> tuple[list[int], bool
 async def measure_k(cfg: TuneConfig, profile: Profile, k: int, bar: tqdm, server: VllmServer,
                     admin_url: str) -> None:
     """Time every unfinished cell of one k on a running server; acceptance at k = K (first under
-    a workload: the timed requests' lifetimes need τ(k); reject-all is restored after it)."""
+    a workload: the timed requests' lifetimes need τ(k)). Reject-all is restored after it: the
+    same server may time more cells (--one-server refinement)."""
     todo, need_acceptance = todo_for(cfg, profile, k)
     if need_acceptance and cfg.workload is not None:
-        await acceptance(cfg, profile, bar, server, admin_url, restore_reject_all=True)
+        await acceptance(cfg, profile, bar, server, admin_url)
         need_acceptance = False
     vocab = cfg.vocab_size
     timing_prompts = lambda n, seed: repetitive(n, vocab, length=32, seed=seed)  # noqa: E731
@@ -191,15 +192,14 @@ async def measure_k(cfg: TuneConfig, profile: Profile, k: int, bar: tqdm, server
             for rep in range(cfg.repeats):
                 samples.append(await time_one(cfg, profile, timer, B, k, rep))
                 bar.update(1)
-            while needs_another([s.engine_ms if s.engine_ms is not None else s.client_ms
-                                 for s in samples], cfg.noise_tol, cfg.repeat_limit):
+            while needs_another([s.step_ms for s in samples], cfg.noise_tol, cfg.repeat_limit):
                 bar.total += 1
                 samples.append(await time_one(cfg, profile, timer, B, k, len(samples)))
                 bar.update(1)
             record_cell(profile, samples, time.monotonic() - c0)
             profile.save(cfg.out)  # each cell lands on disk at once
     if need_acceptance:
-        await acceptance(cfg, profile, bar, server, admin_url, restore_reject_all=False)
+        await acceptance(cfg, profile, bar, server, admin_url)
 
 
 async def time_one(cfg: TuneConfig, profile: Profile, timer: CellTimer, B: int, k: int,
@@ -214,18 +214,13 @@ async def time_one(cfg: TuneConfig, profile: Profile, timer: CellTimer, B: int, 
 
 
 async def acceptance(cfg: TuneConfig, profile: Profile, bar: tqdm, server: VllmServer,
-                     admin_url: str, restore_reject_all: bool) -> None:
+                     admin_url: str) -> None:
     bar.set_description(f"k={cfg.num_speculative_tokens}: acceptance")
     profile.acceptance = await measure_acceptance(
         server, admin_url, cfg.acceptance_prompts, cfg.num_speculative_tokens,
         cfg.temperature, cfg.acceptance_max_tokens, concurrency=cfg.max_num_seqs,
-        replay=cfg.emulate)
+        replay=cfg.emulate, restore_reject_all=True)
     profile.save(cfg.out)
-    if restore_reject_all:  # measure_acceptance lifted the timing mode
-        async with aiohttp.ClientSession(connector=fresh_connections()) as s, s.put(
-                admin_url + "/v1/emulation", json={"rates": [0.0] * cfg.num_speculative_tokens}) as r:
-            if r.status != 200:
-                raise EngineUnavailable(f"could not restore reject-all: {await r.text()}")
 
 
 async def sweep_k(cfg: TuneConfig, profile: Profile, k: int, bar: tqdm) -> None:
@@ -373,7 +368,7 @@ async def preflight(cfg: TuneConfig, profile: Profile) -> None:
             await timer.warm_up([batch_sizes[0], batch_sizes[-1]])
             for B in batch_sizes:
                 runs = [await timer.time_cell(B, 0, r, cfg.decode_tokens) for r in range(cfg.repeats)]
-                nospec.append(statistics.median(s.engine_ms or s.client_ms for s in runs))
+                nospec.append(statistics.median(s.step_ms for s in runs))
     T = profile.step_time_matrix()
     k0 = [float(T[cfg.grid.index(B), 0]) for B in batch_sizes]
     warnings = []
@@ -383,11 +378,10 @@ async def preflight(cfg: TuneConfig, profile: Profile) -> None:
                             f"speculation ({zero:.2f} vs {plain:.2f} ms): at loads where k=0 is chosen, "
                             "serving without speculation is faster")
     if profile.acceptance is not None:
-        a = profile.acceptance.a
-        tau = [1 + sum(a[:k]) for k in range(profile.K + 1)]
+        taus = tau(profile.acceptance.a)
         for B, plain in zip(batch_sizes, nospec):
             row = T[cfg.grid.index(B)]
-            best = max(tau[k] / row[k] for k in range(profile.K + 1))
+            best = max(taus[k] / row[k] for k in range(profile.K + 1))
             if best < 1 / plain:
                 warnings.append(f"B={B}: no k beats plain decoding ({1 / plain:.3f} vs {best:.3f} "
                                 "tokens/ms per request): speculation with a table costs throughput here")

@@ -22,7 +22,8 @@ def fix_v2_draft_decode_graphs() -> bool:
     """Wrap CudaGraphManager._init_candidates once; False where this vLLM has no V2 runner."""
     try:
         from vllm.v1.worker.gpu import cudagraph_utils
-    except Exception:  # no V2 runner in this build (or it does not import here): nothing to fix
+    except Exception as exc:  # no V2 runner in this build (or it does not import here)
+        log.debug("TableTune: V2 CUDA-graph workaround not applied (%s)", exc)
         return False
     cls = cudagraph_utils.CudaGraphManager
     orig = getattr(cls, "_init_candidates", None)

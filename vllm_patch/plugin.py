@@ -6,7 +6,7 @@ worker. It must be re-entrant and cheap, and decides at runtime what to do where
   (hooks.py) and the admin endpoint (admin.py) start;
 - where emulation is enabled: wrap the rejection sampler (workers run it);
 - in the API server, when the admin endpoint is enabled: publish the counters on /metrics;
-- in engine processes: work around a vLLM bug that keeps a DSD table from starting at all
+- everywhere: work around a vLLM bug that keeps a DSD table from starting at all
   (compat.py: EAGLE drafters on the V2 runner of vLLM 0.26).
 Nothing else changes in vLLM unless TABLETUNE_* variables ask for it, except the counting hooks.
 """
@@ -52,10 +52,9 @@ def _register() -> None:
         emulation.install_sampler_wrapper(
             lambda exc: log.exception("TableTune emulation failed (%s); real acceptance kept", exc))
     _patch_scheduler(settings)
-    if process != "MainProcess":  # EngineCore / workers build the model runner
-        from vllm_patch import compat
+    from vllm_patch import compat  # any process may build a model runner (in-process engines)
 
-        compat.fix_v2_draft_decode_graphs()
+    compat.fix_v2_draft_decode_graphs()
     if settings.admin_port and process == "MainProcess":
         _publish_metrics(settings)
 

@@ -38,6 +38,7 @@ esac
 WORKLOAD=${WORKLOAD:-}  # e.g. 96:128: tune --workload (steps timed with their prefill)
 TAG=$SETTING${WORKLOAD:+-wl${WORKLOAD/:/x}}  # its own profile: never resumes a pure-decode one
 O=${OUT:-/tmp/out}/$TAG; R=runs/h200-$TAG; mkdir -p "$O" "$R"
+SHAPE=(--max-tokens 128); [ -n "$WORKLOAD" ] && SHAPE=()  # else the bench serves the profile's shape
 export PYTHONPATH=/tmp/site:/tmp/tt:/tmp/whl HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
        VLLM_NO_USAGE_STATS=1 VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_CACHE_ROOT=/tmp/vllm_cache/$SETTING-${GPU:-0} \
        PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false TABLETUNE_CACHE=/tmp/tabletune/$SETTING-${GPU:-0}
@@ -50,6 +51,7 @@ ENGINE=(--engine-arg=--load-format=dummy --engine-arg=--dtype=bfloat16
         --engine-arg=--attention-backend=FLASH_ATTN)
 [ "$ONE" = 1 ] && ONE_FLAG=(--one-server) || ONE_FLAG=()
 keep() { cp -r "$@" "$O/" 2>/dev/null; true; }
+STATUS=0; need() { [ -s "$1" ] || { echo "stage $stage left no $1"; STATUS=1; }; }
 for stage in "$@"; do case $stage in
  install)
   python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/tt . 2>&1 | tail -3
@@ -66,24 +68,28 @@ for stage in "$@"; do case $stage in
      --num-prompts 64 --emulate "$EMULATE" --emulate-with $BY --out $R/profile.json \
      ${WORKLOAD:+--workload $WORKLOAD} "${ENGINE[@]}" 2>&1 \
      | tr '\r' '\n' | grep -v "cell-rep/s\]$" | tail -40
-  keep $R/profile.json $R/profile-report.md $R/profile-report.png ;;
+  keep $R/profile.json $R/profile-report.md $R/profile-report.png
+  python3 -c "import json,sys; sys.exit(0 if json.load(open(sys.argv[1])).get('table') else 1)" \
+    $R/profile.json 2>/dev/null || { echo "stage tune left no tuned profile"; STATUS=1; } ;;
  bench)
   timeout "${BENCH_S:-540}" python3 -m tuner.cli bench --profile $R/profile.json \
      --loads "${LOADS:-1,16,64,128,256}" \
      --policies "${POLICIES:-fixed-k*,documented,tuned,sidecar-from-quarter,nospec}" \
-     --repeats "${BENCH_REPEATS:-1}" --warmup-s 2 --window-s "${WINDOW_S:-4}" --max-tokens 128 \
+     --repeats "${BENCH_REPEATS:-1}" --warmup-s 2 --window-s "${WINDOW_S:-4}" \
+     "${SHAPE[@]}" \
      --emulate "$EMULATE" --emulate-with $BY --out $R/bench "${ENGINE[@]}" 2>&1 | tr '\r' '\n' | grep -v "cell/s\]$" | tail -40
-  keep $R/bench/cells.csv $R/bench/summary.md $R/bench/throughput.png ;;
+  keep $R/bench/cells.csv $R/bench/summary.md $R/bench/throughput.png; need $R/bench/summary.md ;;
  hooks)
   python3 -m benchmarks.overhead --hooks-only --out $R/overhead | tail -12
-  keep $R/overhead/overhead.json ;;
+  keep $R/overhead/overhead.json; need $R/overhead/overhead.json ;;
  ab)
   timeout "${AB_S:-540}" python3 -m benchmarks.overhead --model "$MODEL" --order "${AB_ORDER:-off,on}" \
      --loads "${AB_LOADS:-1,64,256}" --max-num-seqs 256 --window-s 5 --sidecar-s 0 \
      --out $R/ab-gpu${GPU:-0} "${ENGINE[@]}" 2>&1 | grep -v "^(APIServer\|^(EngineCore" | tail -30
-  cp $R/ab-gpu${GPU:-0}/overhead.json "$O/ab-overhead-gpu${GPU:-0}.json" 2>/dev/null; true ;;
- *) echo "unknown stage $stage" ;;
+  cp $R/ab-gpu${GPU:-0}/overhead.json "$O/ab-overhead-gpu${GPU:-0}.json" 2>/dev/null
+  need $R/ab-gpu${GPU:-0}/overhead.json ;;
+ *) echo "unknown stage $stage"; STATUS=1 ;;
 esac; done
 for f in $(ls -t runs/logs/vllm-*.log 2>/dev/null | head -1); do grep -E "Error|error" "$f" | tail -5; done
-# exit status: 0 when the setting has a tuned profile (parallel.sh moves on to a fallback if not)
-[ -f $R/profile.json ] && python3 -c "import json,sys; sys.exit(0 if json.load(open(sys.argv[1])).get('table') else 1)" $R/profile.json
+# exit status: 0 when every stage left what it should (parallel.sh goes on to a fallback if not)
+exit $STATUS

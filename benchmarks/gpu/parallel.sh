@@ -6,8 +6,9 @@
 # (e.g. its engine does not start), the same GPU goes on with FALLBACK.  Each GPU's log is
 # $OUT/gpuN.log; at the end everything under $OUT is packed into $OUT/results.tar.gz, since only
 # 8 files come back from the lent machine.  Per-setting env (e.g. AB_ORDER) can be given as
-# SETTING@VAR=value, e.g. 3b-ngram-v1@AB_ORDER=on,off.  BUDGET_S (default 540) bounds the whole
-# run: each try gets what is left as its TUNE_S/BENCH_S/AB_S, and none starts with < 120 s left.
+# SETTING@VAR=value, e.g. 3b-ngram-v1@AB_ORDER=on,off.  BUDGET_S (default 540): each try gets
+# what is left of it as the time limit of each of its stages (so give one stage per call, or
+# split the budget yourself), and none starts with < 120 s left.
 set -u
 STAGES=$1; shift
 OUTDIR=${OUT:-/tmp/out}; mkdir -p "$OUTDIR"
@@ -21,16 +22,18 @@ run_gpu() { # gpu "setting[|fallback...]"
     [ $left -lt 120 ] && { echo "=== GPU $gpu: $name skipped, only ${left}s left"; return 1; }
     echo "=== $(date +%T) GPU $gpu: $name: $STAGES ${envs[*]} (${left}s left)"
     env GPU=$gpu SETTING=$name TUNE_S=$left BENCH_S=$left AB_S=$left "${envs[@]}" \
-      bash benchmarks/gpu/h200.sh $STAGES && return 0  # 0: the setting has a tuned profile
-    echo "=== $(date +%T) GPU $gpu: $name left no tuned profile"
+      bash benchmarks/gpu/h200.sh $STAGES && return 0  # 0: every stage left its results
+    echo "=== $(date +%T) GPU $gpu: $name failed (see above)"
   done
+  return 1
 }
-gpu=0
+gpu=0; pids=()
 for chain in "$@"; do
   run_gpu $gpu "$chain" > "$OUTDIR/gpu$gpu.log" 2>&1 &
-  gpu=$((gpu + 1))
+  pids+=($!); gpu=$((gpu + 1))
 done
-wait
+rc=0; for p in "${pids[@]}"; do wait $p || rc=1; done
 tail -n 25 "$OUTDIR"/gpu*.log
 cd "$OUTDIR" && tar czf /tmp/results.tar.gz --exclude=results.tar.gz . && mv /tmp/results.tar.gz . \
   && find . -mindepth 1 ! -name results.tar.gz -delete && ls -la
+exit $rc

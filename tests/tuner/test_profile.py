@@ -78,6 +78,8 @@ def test_tuner_input_errors(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="--workload='96x128'"):
         tune_config(args(workload="96x128"))
     assert tune_config(args(workload="96:128")).workload.output_tokens == 128
+    with pytest.raises(InvalidInput, match="--preflight"):
+        tune_config(args(workload="96:128", preflight=True))
 
 
 def test_step_times_are_made_monotone_in_k() -> None:
@@ -124,8 +126,9 @@ def test_another_repeat_only_while_repeats_disagree() -> None:
     assert not needs_another([10.0], 0.1, 4)            # one sample: no spread yet
     assert not needs_another([10.0, 10.5], 0.1, 4)      # 5% apart: enough
     assert needs_another([10.0, 13.0], 0.1, 4)          # 30% apart: a third settles the median
-    assert needs_another([10.0, 13.0, 10.2], 0.1, 4)    # still > 10% apart, one more allowed
-    assert not needs_another([10.0, 13.0, 10.2, 10.1], 0.1, 4)  # the limit
+    assert not needs_another([10.0, 13.0, 10.2], 0.1, 4)  # two agree: the median (10.2) stands
+    assert needs_another([10.0, 13.0, 16.0], 0.1, 4)    # no two agree yet, one more allowed
+    assert not needs_another([10.0, 13.0, 16.0, 20.0], 0.1, 4)  # the limit
 
 
 def test_noise_line_on_the_h200_3b_profile() -> None:

@@ -90,6 +90,11 @@ async def test_one_server_measures_every_k_on_one_vllm_and_refines_on_it(
     assert profile.finished_k() == {0, 1, 2} and profile.table is not None
     assert profile.grid == [1, 2, 4] and profile.refined == [2] and profile.refine_rounds == 1
     assert sorted(c.k for c in profile.cells if c.B == 2) == [0, 1, 2]
+    # B=2 was timed after the acceptance run on the same vLLM: reject-all was back on, so all
+    # requests stayed for every step and drafts kept their full length
+    refined = [s for s in profile.samples if s.B == 2 and s.k > 0]
+    assert refined and all(s.engine_steps is not None and s.engine_steps >= cfg.decode_tokens - 1
+                           and (s.full_draft_share or 0) > 0.5 for s in refined), refined
     assert len(list((tmp_path / "logs").glob("vllm-*.log"))) == 1  # refined on the same vLLM
     assert "server_start_shared" in profile.timings_s
     load(cfg.out).check_matches(profile.engine, [1, 4])  # a rerun with the same --grid resumes
