@@ -84,3 +84,23 @@ def test_summary_shows_what_steps_carried_and_merge_reads_older_cells(tmp_path) 
     (tmp_path / "old.csv").write_text("policy,load,repeat,tokens_per_s,completed,window_s,table\n"
                                       "tuned,1,0,100.0,3,4.0,[]\n")
     assert read(tmp_path / "old.csv", 2) == [Row("tuned", 1, 2, 100.0, 3, 4.0, "[]")]
+
+
+def test_step_check_sets_profile_step_times_against_the_bench(tmp_path) -> None:
+    from benchmarks.run import write_rows
+    from benchmarks.step_check import compare
+
+    p = paper_profile()  # grid 1, 8, 16; K=3
+    p.save(tmp_path / "profile.json")
+    T = p.step_time_matrix(monotone=False)
+    t8 = float(T[p.grid.index(8), 1])
+    write_rows([Row("fixed-k1", 8, 0, 100.0, 3, 4.0, "[]", t8 * 1.10, 8.0, 20.0),
+                Row("fixed-k1", 8, 1, 100.0, 3, 4.0, "[]", t8 * 1.30, 8.0, 24.0),
+                Row("tuned", 8, 0, 100.0, 3, 4.0, "[]", 1.0, 8.0, 20.0),      # not a fixed k
+                Row("fixed-k2", 5, 0, 100.0, 3, 4.0, "[]", 1.0, 5.0, 15.0)],  # N off the grid
+               tmp_path / "cells.csv")
+    rows, errors = compare(tmp_path / "cells.csv", [tmp_path / "profile.json"])
+    assert [(r["load"], r["k"]) for r in rows] == [(5, 2), (8, 1)]
+    assert rows[1]["bench_step_ms"] == pytest.approx(t8 * 1.2, abs=0.01)
+    assert rows[1]["bench_tokens_per_step"] == 22.0 and "T_" + tmp_path.name in rows[1]
+    assert errors[tmp_path.name] == pytest.approx(1 - 1 / 1.2, abs=0.01)
