@@ -99,8 +99,12 @@ class Admin:
             return await r.json()  # type: ignore[no-any-return]
 
     async def stats(self) -> dict[str, Any] | None:
-        async with self.s.get(self.url + "/v1/stats") as r:
-            return await r.json() if r.status == 200 else None
+        """The plugin's counters, or None (the cell then lacks its step columns, nothing else)."""
+        try:
+            async with self.s.get(self.url + "/v1/stats") as r:
+                return await r.json() if r.status == 200 else None
+        except aiohttp.ClientError:
+            return None
 
 
 def sidecar(cfg: BenchConfig, engine_url: str, admin_url: str) -> Any:
