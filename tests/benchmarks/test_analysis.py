@@ -104,3 +104,10 @@ def test_step_check_sets_profile_step_times_against_the_bench(tmp_path) -> None:
     assert rows[1]["bench_step_ms"] == pytest.approx(t8 * 1.2, abs=0.01)
     assert rows[1]["bench_tokens_per_step"] == 22.0 and "T_" + tmp_path.name in rows[1]
     assert errors[tmp_path.name] == pytest.approx(1 - 1 / 1.2, abs=0.01)
+
+
+def test_switch_cost_is_the_alternating_step_over_the_mean_of_the_fixed_ones() -> None:
+    from benchmarks.switch_cost import excess
+
+    assert excess([10.0, 11.0, 10.0], [20.0, 20.0, 21.0], [15.0, 15.0, 16.0]) == pytest.approx(0.0)
+    assert excess([10.0], [20.0], [16.5]) == pytest.approx(0.10)
