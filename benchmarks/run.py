@@ -13,6 +13,7 @@ import json
 import time
 from dataclasses import asdict
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
@@ -63,10 +64,20 @@ class BenchConfig(BaseModel):
     def _check(self) -> BenchConfig:
         if self.emulate is not None:
             self.emulate.check_k(self.profile.K)
+        known = set(policy_tables(self.profile, self.policies)) | {"nospec", *SIDECAR_POLICIES}
+        unknown = [p for p in self.policies if p not in known]
+        if unknown:  # before any vLLM starts, not at the first cell of that policy
+            raise ValueError(f"policies {unknown}: not known for this profile; use nospec, "
+                             f"{', '.join(sorted(known - {'nospec'}))}, or tuned@tie=0.05 (the "
+                             "profile's table rebuilt with another --tie)")
         return self
 
 
-def policy_tables(profile: Profile) -> dict[str, Table]:
+TIE = "tuned@tie="
+
+
+def policy_tables(profile: Profile, policies: Sequence[str] = ()) -> dict[str, Table]:
+    """Every table policy; `tuned@tie=X` (named in policies) is the profile rebuilt with tie X."""
     K, n = profile.K, profile.engine.max_num_seqs
     tables = {f"fixed-k{k}": Table.from_list([[1, n, k]]) for k in range(K + 1)}
     tables["documented"] = documented_table(K, n)
@@ -75,6 +86,13 @@ def policy_tables(profile: Profile) -> dict[str, Table]:
         tables["tuned"] = Table.from_list(profile.table)
     tables["turbospec-style"] = turbospec_table(profile)
     tables["nightjar-style"] = tables["documented"]  # unused: the plugin's bandit picks k per step
+    for p in policies:
+        if p.startswith(TIE) and profile.acceptance is not None:
+            try:
+                tie = float(p.removeprefix(TIE))
+            except ValueError:
+                continue  # reported as unknown by BenchConfig
+            tables[p] = profile.model_copy(update={"tie": tie}).build().table
     return tables
 
 
@@ -134,7 +152,7 @@ async def prime(cfg: BenchConfig, url: str) -> None:
 
 
 async def run_table_policies(cfg: BenchConfig, rows: list[Row], bar: tqdm) -> dict[str, float]:
-    tables = policy_tables(cfg.profile)
+    tables = policy_tables(cfg.profile, cfg.policies)
     admin_port = free_port()
     K, n = cfg.profile.K, cfg.profile.engine.max_num_seqs
     spec = SpeculativeSpec(method=cfg.profile.engine.method, num_speculative_tokens=K,

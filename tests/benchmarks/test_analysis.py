@@ -111,3 +111,17 @@ def test_switch_cost_is_the_alternating_step_over_the_mean_of_the_fixed_ones() -
 
     assert excess([10.0, 11.0, 10.0], [20.0, 20.0, 21.0], [15.0, 15.0, 16.0]) == pytest.approx(0.0)
     assert excess([10.0], [20.0], [16.5]) == pytest.approx(0.10)
+
+
+def test_bench_policies_are_checked_before_any_engine_starts(tmp_path) -> None:
+    from benchmarks.run import BenchConfig, policy_tables
+
+    p = paper_profile()
+    p.table = p.build().table.to_list()
+    tables = policy_tables(p, ["tuned@tie=0.5"])
+    assert tables["tuned@tie=0.5"].to_list() == p.model_copy(update={"tie": 0.5}).build().table.to_list()
+    base = dict(profile=p, profile_path=tmp_path / "p.json", model=tmp_path, loads=[1], prompts=[[1]],
+                out=tmp_path)
+    BenchConfig(policies=["nospec", "fixed-k3", "tuned", "tuned@tie=0.05", "sidecar-from-quarter"], **base)
+    with pytest.raises(ValueError, match=r"\['fixed-k9', 'tuned@tie=x'\]: not known"):
+        BenchConfig(policies=["fixed-k9", "tuned", "tuned@tie=x"], **base)
