@@ -135,6 +135,8 @@ def start_profile(cfg: TuneConfig) -> Profile:
     if cfg.out.exists() and not cfg.fresh:
         profile = load(cfg.out)
         profile.check_matches(info, cfg.grid, cfg.workload)
+        # cells measured from here on follow this run's repeat rule; the report states the last
+        profile.max_repeats, profile.noise_tol = cfg.repeat_limit, cfg.noise_tol
         return profile  # (the caller measures on profile.grid: it may hold refined points)
     return Profile(created_at=time.time(), engine=info, grid=cfg.grid,
                    decode_tokens=cfg.decode_tokens, repeats=cfg.repeats, tie=cfg.tie,
