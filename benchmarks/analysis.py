@@ -10,6 +10,8 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from tuner.profile import spread as repeat_spread
+
 
 @dataclass(frozen=True, slots=True)
 class Row:
@@ -45,8 +47,7 @@ def summarize(rows: list[Row]) -> Summary:
     for r in rows:
         by[(r.policy, r.load)].append(r.tokens_per_s)
     median = {key: statistics.median(v) for key, v in by.items()}
-    spread = {key: (max(v) - min(v)) / statistics.median(v) if statistics.median(v) else 0.0
-              for key, v in by.items()}
+    spread = {key: repeat_spread(v) for key, v in by.items()}
     loads = sorted({load for _, load in by})
     policies = list(dict.fromkeys(r.policy for r in rows))
     fixed = [p for p in policies if p.startswith("fixed-k")]

@@ -25,7 +25,7 @@ from benchmarks.baselines import turbospec_table
 from benchmarks.load import closed_loop
 from tuner.engine_defaults import plugin_env
 from sidecar.process import sidecar_process
-from tuner.serve import fresh_connections
+from tuner.serve import admin_stats, fresh_connections
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.profile import Profile
 from tuner.replay import Replay
@@ -118,11 +118,7 @@ class Admin:
 
     async def stats(self) -> dict[str, Any] | None:
         """The plugin's counters, or None (the cell then lacks its step columns, nothing else)."""
-        try:
-            async with self.s.get(self.url + "/v1/stats") as r:
-                return await r.json() if r.status == 200 else None
-        except aiohttp.ClientError:
-            return None
+        return await admin_stats(self.s, self.url)
 
 
 def sidecar(cfg: BenchConfig, engine_url: str, admin_url: str) -> Any:

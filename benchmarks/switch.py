@@ -32,7 +32,7 @@ from tuner.engine_defaults import plugin_env
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.profile import load
 from tuner.prompts import repetitive
-from tuner.serve import fresh_connections
+from tuner.serve import admin_stats, fresh_connections
 from tuner.table import Table
 
 WINDOW_S = 5.0
@@ -45,12 +45,11 @@ async def windows(url: str, prompts: list[Any], load_n: int, temp: float, n: int
 
 async def measure_a(url: str, admin_url: str, prompts: list[Any], load_n: int, temp: float,
                     s: aiohttp.ClientSession) -> list[float]:
-    async def stats() -> dict[str, Any]:
-        async with s.get(admin_url + "/v1/stats") as r:
-            return await r.json()  # type: ignore[no-any-return]
-    s0 = await stats()
+    s0 = await admin_stats(s, admin_url)
     await closed_loop(url, prompts, load_n, 48, 0.0, 10.0, temp)
-    s1 = await stats()
+    s1 = await admin_stats(s, admin_url)
+    if s0 is None or s1 is None:
+        raise RuntimeError(f"the plugin's stats at {admin_url} did not answer")
     acc = [b - a for a, b in zip(s0["accepted_per_pos"], s1["accepted_per_pos"])]
     dr = [b - a for a, b in zip(s0["drafted_per_pos"], s1["drafted_per_pos"])]
     return [float(x) for x in per_position(acc, dr)]

@@ -21,18 +21,10 @@ from tuner.launcher import VllmServer
 from tuner.profile import AcceptanceMeasurement
 from tuner.prompts import Prompt
 from tuner.replay import Replay
-from tuner.serve import complete, fresh_connections
+from tuner.serve import admin_stats, complete, fresh_connections
 
 STOCK_NOTE = ("vLLM's stock accepted_i / num_drafts: biased low when draft lengths vary (ngram "
               "no-match, DSD), because num_drafts counts drafts that never had position i")
-
-
-async def _get_json(s: aiohttp.ClientSession, url: str) -> Any:
-    try:
-        async with s.get(url) as r:
-            return await r.json() if r.status == 200 else None
-    except aiohttp.ClientError:
-        return None
 
 
 async def _metrics(s: aiohttp.ClientSession, url: str) -> str:
@@ -55,7 +47,7 @@ async def measure_acceptance(server: VllmServer, admin_url: str | None, prompts:
             body = {"rates": list(replay.emulator_rates()) if replay else [1.0] * K}
             async with s.put(admin_url + "/v1/emulation", json=body) as r:
                 await r.read()
-        stats0 = await _get_json(s, admin_url + "/v1/stats") if admin_url else None
+        stats0 = await admin_stats(s, admin_url) if admin_url else None
         m0 = parse(await _metrics(s, server.url))
         gate = asyncio.Semaphore(concurrency)
 
@@ -65,7 +57,7 @@ async def measure_acceptance(server: VllmServer, admin_url: str | None, prompts:
 
         await asyncio.gather(*[one(p) for p in prompts])
         await asyncio.sleep(0.5)  # let vLLM's stat loggers catch up
-        stats1 = await _get_json(s, admin_url + "/v1/stats") if admin_url else None
+        stats1 = await admin_stats(s, admin_url) if admin_url else None
         m1 = parse(await _metrics(s, server.url))
         if admin_url and restore_reject_all:
             async with s.put(admin_url + "/v1/emulation", json={"rates": [0.0] * K}) as r:

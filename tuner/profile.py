@@ -24,7 +24,17 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class StepSample(_Model):
+class _EngineFirst(_Model):
+    client_ms: float
+    engine_ms: float | None
+
+    @property
+    def step_ms(self) -> float:
+        """Engine-side where available: no HTTP noise."""
+        return self.engine_ms if self.engine_ms is not None else self.client_ms
+
+
+class StepSample(_EngineFirst):
     """One repeat of one cell: the paper's client difference and the engine's own step times."""
 
     B: int
@@ -38,11 +48,6 @@ class StepSample(_Model):
     # under B requests while finished ones are replaced; decode, draft and prefill tokens)
     mean_batch: float | None = None
     tokens_per_step: float | None = None
-
-    @property
-    def step_ms(self) -> float:
-        """Engine-side where available: no HTTP noise."""
-        return self.engine_ms if self.engine_ms is not None else self.client_ms
 
 
 def spread(values: list[float]) -> float:
@@ -63,17 +68,10 @@ def needs_another(values_ms: list[float], tol: float, max_repeats: int) -> bool:
     return closest > tol
 
 
-class Cell(_Model):
+class Cell(_EngineFirst):
     B: int
     k: int
-    client_ms: float
-    engine_ms: float | None
     wall_s: float  # time spent measuring this cell
-
-    @property
-    def step_ms(self) -> float:
-        """Engine-side where available: no HTTP noise."""
-        return self.engine_ms if self.engine_ms is not None else self.client_ms
 
 
 class AcceptanceMeasurement(_Model):
@@ -122,9 +120,6 @@ class Workload(_Model):
         """Engine steps a request lives at expected tokens per step τ(k) (max_tokens under
         reject-all, where each step yields one token)."""
         return max(1, round(self.output_tokens / tau_k))
-
-    def prefill_tokens_per_step(self, B: int, tau_k: float) -> float:
-        return B * self.prompt_tokens / self.steps_per_request(tau_k)
 
 
 def _shape(w: Workload | None) -> str:
@@ -219,7 +214,7 @@ class Profile(_Model):
         by: dict[tuple[int, int], list[StepSample]] = {}
         for smp in self.samples:
             by.setdefault((smp.B, smp.k), []).append(smp)
-        return {key: (spread([s.step_ms for s in v[:max(self.repeats, 2)]]), len(v))
+        return {key: (spread([smp.step_ms for smp in v[:max(self.repeats, 2)]]), len(v))
                 for key, v in by.items() if len(v) >= 2}
 
     def noise_line(self) -> str | None:

@@ -37,6 +37,15 @@ def fresh_connections() -> aiohttp.TCPConnector:
     return aiohttp.TCPConnector(limit=0, force_close=True)
 
 
+async def admin_stats(session: aiohttp.ClientSession, admin_url: str) -> dict[str, Any] | None:
+    """The plugin's counters (GET /v1/stats), or None when it does not answer."""
+    try:
+        async with session.get(admin_url + "/v1/stats") as r:
+            return await r.json() if r.status == 200 else None
+    except aiohttp.ClientError:
+        return None
+
+
 async def complete(session: aiohttp.ClientSession, url: str, prompt: Any, max_tokens: int,
                    temperature: float = 0.0, model: str = "tiny") -> dict[str, Any]:
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens,

@@ -24,7 +24,7 @@ import aiohttp
 from tuner.errors import EngineUnavailable
 from tuner.launcher import VllmServer, log_tail
 from tuner.profile import StepSample, Workload
-from tuner.serve import complete, fresh_connections
+from tuner.serve import admin_stats, complete, fresh_connections
 
 PromptSource = Callable[[int, int], list[Any]]  # (n, seed) -> prompts
 
@@ -78,9 +78,9 @@ def step_load(before: dict[str, Any], after: dict[str, Any]) -> StepLoad | None:
     steps = sum(after["engine_steps_per_k"].values()) - sum(before["engine_steps_per_k"].values())
     if steps <= 0:
         return None
-    timed = sum(r[3] for r in after["step_times"]) - sum(r[3] for r in before["step_times"])
-    seconds = sum(r[2] for r in after["step_times"]) - sum(r[2] for r in before["step_times"])
-    return StepLoad(steps, seconds / timed * 1e3 if timed > 0 else None,
+    c0, c1 = engine_clock(before, 0), engine_clock(after, 0)
+    timed = c1.steps - c0.steps
+    return StepLoad(steps, (c1.seconds - c0.seconds) / timed * 1e3 if timed > 0 else None,
                     (after["scheduled_requests"] - before["scheduled_requests"]) / steps,
                     (after["scheduled_tokens"] - before["scheduled_tokens"]) / steps)
 
@@ -108,11 +108,7 @@ class CellTimer:
 
     async def stats(self) -> dict[str, Any] | None:
         assert self.session is not None
-        try:
-            async with self.session.get(self.admin_url + "/v1/stats") as r:
-                return await r.json() if r.status == 200 else None
-        except aiohttp.ClientError:
-            return None
+        return await admin_stats(self.session, self.admin_url)
 
     async def burst(self, B: int, max_tokens: int) -> float:
         """Wall seconds for B fresh prompts (fresh: no prefix-cache hits between runs)."""

@@ -47,7 +47,7 @@ def test_first_requests_are_staggered_over_one_lifetime() -> None:
 
 
 def stats(steps: dict[str, int], timed: list[list[float]], requests: int, tokens: int) -> dict:
-    return {"engine_steps_per_k": steps, "step_times": timed,
+    return {"engine_steps_per_k": steps, "step_times": timed, "histogram": [],
             "scheduled_requests": requests, "scheduled_tokens": tokens}
 
 

@@ -101,9 +101,10 @@ def test_workload_parse_and_lifetimes() -> None:
     assert (w.prompt_tokens, w.output_tokens) == (96, 128)
     # a request lives output / τ(k) steps: 128 at k=0, 73 at τ=1.75 (k=1 at a1=0.75)
     assert w.steps_per_request(1.0) == 128 and w.steps_per_request(1.75) == 73
-    # so the prefill a step carries grows with τ(k): the cost a pure-decode cell never sees
-    assert w.prefill_tokens_per_step(256, 1.0) == pytest.approx(192.0)
-    assert w.prefill_tokens_per_step(256, 2.7) == pytest.approx(256 * 96 / 47)
+    # so the prefill a step carries, B·prompt/lifetime, grows with τ(k): 192 tokens at k=0 and
+    # B=256, 523 at τ=2.7 (the cost a pure-decode cell never sees)
+    assert 256 * 96 / w.steps_per_request(1.0) == pytest.approx(192.0)
+    assert w.steps_per_request(2.7) == 47
     for bad in ("96", "a:b", "96:1", "0:128", "96:128:5"):
         with pytest.raises(InvalidInput, match="PROMPT_TOKENS:OUTPUT_TOKENS"):
             Workload.parse(bad)
