@@ -31,9 +31,13 @@ def fix_v2_draft_decode_graphs() -> bool:
         return orig is not None
 
     def _init_candidates(self: Any) -> None:
-        spec = self.vllm_config.speculative_config
-        table = getattr(spec, "num_speculative_tokens_per_batch_size", None)
-        if table is None or self.decode_query_len > self.vllm_config.num_speculative_tokens:
+        try:
+            spec = self.vllm_config.speculative_config
+            table = getattr(spec, "num_speculative_tokens_per_batch_size", None)
+            bypass = table is None or self.decode_query_len > self.vllm_config.num_speculative_tokens
+        except AttributeError:  # a vLLM laid out otherwise: leave its own code alone
+            bypass = True
+        if bypass:
             orig(self)
             return
         log.info("TableTune: draft-decode CUDA graphs captured for query length %d only "

@@ -65,3 +65,22 @@ def test_target_and_draft_prefill_managers_still_capture_every_k(patched: type[A
     no_table = patched(1, 3, None)
     no_table._init_candidates()
     assert no_table.lens == [1]
+
+
+def test_a_manager_laid_out_otherwise_runs_vllms_own_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm.v1.worker.gpu import cudagraph_utils
+
+    class Other:  # another vLLM: no decode_query_len, no num_speculative_tokens on the config
+        def __init__(self) -> None:
+            self.vllm_config = SimpleNamespace(speculative_config=SimpleNamespace(
+                num_speculative_tokens_per_batch_size=EVERY_K))
+            self.ran = False
+
+        def _init_candidates(self) -> None:
+            self.ran = True
+
+    monkeypatch.setattr(cudagraph_utils, "CudaGraphManager", Other)
+    assert compat.fix_v2_draft_decode_graphs()
+    m = Other()
+    m._init_candidates()  # the wrapper must not raise into vLLM, only step aside
+    assert m.ran and m.vllm_config.speculative_config.num_speculative_tokens_per_batch_size == EVERY_K
