@@ -19,7 +19,7 @@
 #                    forced by vLLM's synthetic sampling (a dummy drafter never agrees with its target)
 #   3b-eagle3-v2     Llama-3.2-3B-shaped, a one-layer dummy EAGLE-3 head, V2 runner (full CUDA graphs
 #                    per K of the startup table; 0.26's V2 refuses ngram and draft_model)
-# env: OUT (results), TUNE_S / BENCH_S (time budgets), LOADS, POLICIES, GRID, REPEATS, EMULATE,
+# env: OUT (results), TUNE_S / BENCH_S (time budgets), LOADS, POLICIES, GRID, REPEATS, MAX_REPEATS, EMULATE,
 #      ONE_SERVER (1: one vLLM, tables swapped; default 1 except 32b-ngram), GPU_UTIL,
 #      GPU (which GPU; settings on different GPUs run side by side: see parallel.sh),
 #      WORKLOAD (PROMPT:OUTPUT for tune --workload; results under <setting>-wl<P>x<O>)
@@ -65,6 +65,7 @@ for stage in "$@"; do case $stage in
   /usr/bin/time -f "tune wall %e s" timeout "${TUNE_S:-520}" python3 -m tuner.cli tune --model "$MODEL" \
      "${SPEC[@]}" -K 3 --max-num-seqs 256 "${ONE_FLAG[@]}" \
      --grid "${GRID:-1,4,8,16,32,64,96,128,192,256}" --repeats "${REPEATS:-2}" --decode-tokens 33 \
+     ${MAX_REPEATS:+--max-repeats $MAX_REPEATS} \
      --num-prompts 64 --emulate "$EMULATE" --emulate-with $BY --out $R/profile.json \
      ${WORKLOAD:+--workload $WORKLOAD} "${ENGINE[@]}" 2>&1 \
      | tr '\r' '\n' | grep -v "cell-rep/s\]$" | tail -40
