@@ -18,6 +18,11 @@ from tuner.goodput import Cliff, TableChoice, build_table, cliff_warnings, cliff
 from tuner.table import Table
 
 SCHEMA_VERSION = 1
+# a workload sample stands for batch size B only if the engine ran at least this share of B
+# requests a step over its window. Not 1: a closed loop loses about a step per request to the
+# turnaround (reply, next request, admission), so requests living ~10 steps keep ~0.88 B in the
+# CPU engine; the H200's first workload run was far below (B=256: 23-91 requests a step)
+BATCH_FILL = 0.8
 
 
 class _Model(BaseModel):
@@ -216,6 +221,23 @@ class Profile(_Model):
             by.setdefault((smp.B, smp.k), []).append(smp)
         return {key: (spread([smp.step_ms for smp in v[:max(self.repeats, 2)]]), len(v))
                 for key, v in by.items() if len(v) >= 2}
+
+    def underfilled(self) -> list[StepSample]:
+        """Samples whose engine ran fewer than BATCH_FILL·B requests a step: their T is for a
+        smaller batch than the cell's B (pure-decode samples record no batch and never are)."""
+        return [smp for smp in self.samples
+                if smp.mean_batch is not None and smp.mean_batch < BATCH_FILL * smp.B]
+
+    def batch_warnings(self) -> list[str]:
+        by: dict[int, list[StepSample]] = {}
+        for smp in self.underfilled():
+            by.setdefault(smp.B, []).append(smp)
+        return [f"B={B}: {len(v)} sample(s) ran only {min(s.mean_batch or 0 for s in v):.0f}-"
+                f"{max(s.mean_batch or 0 for s in v):.0f} requests a step (k="
+                f"{','.join(str(k) for k in sorted({s.k for s in v}))}): the clients could not "
+                f"keep {B} requests in the engine (still being admitted when the window opened, or "
+                f"admitted slower than they finished), so T(B={B}) is for a smaller batch: treat "
+                f"the table there as unmeasured" for B, v in sorted(by.items())]
 
     def noise_line(self) -> str | None:
         spreads = self.repeat_spreads()

@@ -102,7 +102,7 @@ def markdown(profile: Profile, png_name: str) -> str:
     if noise:
         lines += ["", f"Noise: {noise}. Where the best k's goodput leads by less than that, "
                       "the choice is within noise."]
-    warnings = profile.cliff_warnings()
+    warnings = profile.cliff_warnings() + profile.batch_warnings()
     if warnings:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in warnings]
     if profile.preflight:

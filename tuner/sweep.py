@@ -23,7 +23,7 @@ import aiohttp
 
 from tuner.errors import EngineUnavailable
 from tuner.launcher import VllmServer, log_tail
-from tuner.profile import StepSample, Workload
+from tuner.profile import BATCH_FILL, StepSample, Workload
 from tuner.serve import admin_stats, complete, fresh_connections
 
 PromptSource = Callable[[int, int], list[Any]]  # (n, seed) -> prompts
@@ -175,12 +175,28 @@ class CellTimer:
                 raise EngineUnavailable(f"vLLM ran fewer than {steps} steps in {timeout_s:.0f} s")
             await asyncio.sleep(0.05)
 
+    async def wait_batch(self, B: int, k: int, workers: list[asyncio.Task[None]],
+                         timeout_s: float = 30.0) -> dict[str, Any]:
+        """Stats once the engine runs the cell's batch: B requests start at once and the API
+        server admits them over many steps (on the H200 a one-lifetime window opened 8 steps in
+        saw 23-91 of 256). Waits, in stretches of 4 steps, until one stretch ran at least
+        BATCH_FILL·B requests a step; after timeout_s it goes on, and the sample's mean_batch
+        says what the window got (Profile.batch_warnings)."""
+        since = await self.wait_steps(None, 8, k, workers)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            now = await self.wait_steps(since, 4, k, workers)
+            load = step_load(since, now)
+            if load is None or load.requests_per_step >= BATCH_FILL * B or time.monotonic() > deadline:
+                return now  # None: a plugin without the exact totals, nothing to wait on
+            since = now
+
     async def time_mixed(self, B: int, k: int, rep: int, workload: Workload, tau_k: float,
                          window_steps: int, prompts: PromptSource) -> StepSample:
         """T(B, k) in steady serving of `workload`: B closed-loop clients, each request living
         workload.steps_per_request(τ(k)) steps (reject-all: one token a step), first requests
         staggered so finishes and prefills spread evenly over steps. Engine clock over
-        window_steps steps, or one lifetime if longer, after a few steps of warm-up."""
+        window_steps steps, or one lifetime if longer, once the engine runs the batch."""
         assert self.session is not None
         session, life = self.session, workload.steps_per_request(tau_k)
 
@@ -197,7 +213,7 @@ class CellTimer:
             # staggered first requests finish at an even rate from the start: the warm-up only
             # lets the first steps (all B prompts prefilled together) pass; the window spans at
             # least one lifetime, so even at B=1 it holds the prefill its share says
-            s0 = await self.wait_steps(None, 8, k, workers)
+            s0 = await self.wait_batch(B, k, workers)
             t0 = time.perf_counter()
             s1 = await self.wait_steps(s0, max(window_steps, life + 1), k, workers)
             wall = time.perf_counter() - t0

@@ -347,7 +347,7 @@ def summary(profile: Profile) -> dict[str, Any]:
             "speculative_config": profile.speculative_config(Table.from_list(profile.table)),
             "acceptance": profile.acceptance.a if profile.acceptance else None,
             "client_vs_engine_median_gap": None if gap is None else round(gap, 3),
-            "warnings": profile.cliff_warnings(),
+            "warnings": profile.cliff_warnings() + profile.batch_warnings(),
             "timings_s": {k: round(v, 1) for k, v in profile.timings_s.items()}}
 
 

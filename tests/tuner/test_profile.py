@@ -146,6 +146,25 @@ def test_noise_line_on_the_h200_3b_profile() -> None:
     assert "0 of 52 cells took more than 2 repeats (up to 4" in (p.noise_line() or "")
 
 
+def test_underfilled_workload_cells_are_named_on_the_h200_profile() -> None:
+    # the H200 workload run (before the tuner waited for the batch): at B=256 the engine ran
+    # 23-91 requests a step; the report must say T there is not T(256)
+    p = load(Path(__file__).parents[2] / "benchmarks" / "results"
+             / "h200-vllm0.26-3b-ngram-v1-wl96x128" / "profile.json")
+    under = p.underfilled()
+    assert {s.B for s in under} >= {64, 128, 192, 256}
+    assert all(s.B > 4 for s in under)  # B=1 and 4 held their batch
+    warnings = p.batch_warnings()
+    assert any(w.startswith("B=256: ") and "requests a step" in w and "smaller batch" in w
+               for w in warnings)
+    from tuner.report import markdown
+    assert "B=256: " in markdown(p, "profile-report.png")
+    # pure-decode samples record no batch: nothing to warn about
+    old = load(Path(__file__).parents[2] / "benchmarks" / "results" / "h200-vllm0.26-3b-ngram-v1"
+               / "profile.json")
+    assert old.underfilled() == [] and old.batch_warnings() == []
+
+
 def test_bench_serves_the_shape_the_profile_was_timed_for(capsys: pytest.CaptureFixture[str]) -> None:
     from benchmarks.cli import request_shape
     from tuner.profile import Workload
