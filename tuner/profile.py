@@ -53,6 +53,7 @@ class StepSample(_EngineFirst):
     # under B requests while finished ones are replaced; decode, draft and prefill tokens)
     mean_batch: float | None = None
     tokens_per_step: float | None = None
+    started: float | None = None  # unix time the sample began: drift shows against it
 
 
 def spread(values: list[float]) -> float:

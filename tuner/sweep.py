@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 
@@ -27,12 +27,21 @@ from tuner.profile import BATCH_FILL, StepSample, Workload
 from tuner.serve import admin_stats, complete, fresh_connections
 
 PromptSource = Callable[[int, int], list[Any]]  # (n, seed) -> prompts
+T = TypeVar("T")
 
 
 def first_lengths(concurrency: int, max_tokens: int) -> list[int]:
     """Lengths of the workers' first requests, spread evenly over 1..max_tokens: after one request
     lifetime the phases of the N workers are uniform, i.e. the load is in steady state."""
     return [max(1, round((i + 1) / concurrency * max_tokens)) for i in range(concurrency)]
+
+
+def repeat_order(items: Sequence[T], rep: int) -> list[T]:
+    """What is compared (the k's of one batch size, the bench's tables at one load) in the order
+    repeat `rep` runs them: forward, then backward (k = 0..K, K..0, ...), so a slow stretch of
+    the host spanning a few samples lands on every item alike, and a linear drift cancels over
+    each pair of repeats."""
+    return list(items) if rep % 2 == 0 else list(reversed(items))
 
 
 def default_grid(max_num_seqs: int) -> list[int]:
@@ -132,6 +141,7 @@ class CellTimer:
             await self.burst(B, 8)
 
     async def time_cell(self, B: int, k: int, rep: int, decode_tokens: int) -> StepSample:
+        started = time.time()
         s0 = await self.stats()
         t_short = await self.burst(B, 1)
         s1 = await self.stats()
@@ -148,7 +158,7 @@ class CellTimer:
             rs = c2.request_steps - c1.request_steps
             share = (c2.full_drafts - c1.full_drafts) / rs if (k and rs) else None
         return StepSample(B=B, k=k, rep=rep, client_ms=client_ms, engine_ms=engine_ms,
-                          engine_steps=steps, full_draft_share=share)
+                          engine_steps=steps, full_draft_share=share, started=started)
 
     async def wait_steps(self, since: dict[str, Any] | None, steps: int, k: int,
                          workers: list[asyncio.Task[None]], timeout_s: float = 300.0) -> dict[str, Any]:
@@ -198,7 +208,7 @@ class CellTimer:
         staggered so finishes and prefills spread evenly over steps. Engine clock over
         window_steps steps, or one lifetime if longer, once the engine runs the batch."""
         assert self.session is not None
-        session, life = self.session, workload.steps_per_request(tau_k)
+        session, life, started = self.session, workload.steps_per_request(tau_k), time.time()
 
         async def client(first: int) -> None:
             n = first
@@ -228,4 +238,4 @@ class CellTimer:
                           engine_ms=(c1.seconds - c0.seconds) / steps * 1e3, engine_steps=steps,
                           full_draft_share=(c1.full_drafts - c0.full_drafts) / rs if (k and rs) else None,
                           mean_batch=load.requests_per_step if load else None,
-                          tokens_per_step=load.tokens_per_step if load else None)
+                          tokens_per_step=load.tokens_per_step if load else None, started=started)

@@ -32,7 +32,7 @@ from tuner.profile import Cell, EngineInfo, Profile, StepSample, Workload, load,
 from tuner.prompts import Prompt, repetitive
 from tuner.replay import Replay
 from tuner.serve import fresh_connections
-from tuner.sweep import CellTimer
+from tuner.sweep import CellTimer, repeat_order
 from tuner.table import Table, every_k_table
 
 log = logging.getLogger("tabletune.tune")
@@ -281,7 +281,8 @@ async def sweep_one_server(cfg: TuneConfig, profile: Profile, bar: tqdm) -> Tune
     """--one-server: one vLLM, the one-range table of each k swapped in through the plugin. It
     starts with a table that holds every k, so the GPU V2 runner (full CUDA graphs only for the
     startup table's K values) has graphs for each; vLLM CPU and the V1 runner (piecewise graphs
-    under a DSD table) run any K on the same path anyway. Refinement reuses the same vLLM."""
+    under a DSD table) run any K on the same path anyway. Refinement reuses the same vLLM.
+    Cells are timed B by B with the k's interleaved (measure_interleaved)."""
     if not pending(cfg, profile):
         profile.table = profile.build().table.to_list()  # cheap; a cut run may have missed it
         if not (profile.refine_rounds < cfg.refine_rounds and profile.refine_points()):
@@ -293,17 +294,65 @@ async def sweep_one_server(cfg: TuneConfig, profile: Profile, bar: tqdm) -> Tune
         profile.timings_s["server_start_shared"] = server.ready_after_s or 0.0
         async with aiohttp.ClientSession(connector=fresh_connections()) as s:
 
+            async def swap(k: int) -> None:
+                async with s.put(admin_url + "/v1/table",
+                                 json={"table": [[1, cfg.max_num_seqs, k]]}) as r:
+                    if r.status != 200:
+                        raise EngineUnavailable(f"the plugin refused the k={k} table: {await r.text()}")
+
             async def measure(c: TuneConfig) -> None:
-                for k in pending(c, profile):
-                    t0 = time.monotonic()
-                    async with s.put(admin_url + "/v1/table",
-                                     json={"table": [[1, c.max_num_seqs, k]]}) as r:
-                        if r.status != 200:
-                            raise EngineUnavailable(f"the plugin refused the k={k} table: {await r.text()}")
-                    await measure_k(c, profile, k, bar, server, admin_url)
-                    profile.timings_s[f"k{k}"] = profile.timings_s.get(f"k{k}", 0.0) + time.monotonic() - t0
+                K = c.num_speculative_tokens
+                if c.workload is not None and profile.acceptance is None:
+                    await swap(K)  # first: τ(k) sets the timed requests' lifetimes
+                    await acceptance(c, profile, bar, server, admin_url)
+                t0 = time.monotonic()
+                await measure_interleaved(c, profile, bar, server, admin_url, swap)
+                profile.timings_s["cells"] = profile.timings_s.get("cells", 0.0) + time.monotonic() - t0
+                if profile.acceptance is None:
+                    await swap(K)
+                    await acceptance(c, profile, bar, server, admin_url)
 
             return await measure_and_refine(cfg, profile, bar, measure)
+
+
+async def measure_interleaved(cfg: TuneConfig, profile: Profile, bar: tqdm, server: VllmServer,
+                              admin_url: str, swap: Callable[[int], Awaitable[None]]) -> None:
+    """--one-server: a batch size's k's timed in turn through table swaps, repeats in alternating
+    order (sweep.repeat_order), instead of one k's whole column at a time. On the H200 the
+    k-major order let one slow stretch of the host decide a column: k=2 took 12.6-13.8 ms at
+    B <= 16 in both back-to-back repeats, every other k 7-10 ms, and 6.7-8.1 ms in the bench.
+    A batch size's cells land on disk together once each has its repeats."""
+    vocab = cfg.vocab_size
+    timing_prompts = lambda n, seed: repetitive(n, vocab, length=32, seed=seed)  # noqa: E731
+    todo = {k: todo_for(cfg, profile, k)[0] for k in range(cfg.num_speculative_tokens + 1)}
+    async with CellTimer(server, admin_url, timing_prompts) as timer:
+        for k in [k for k, Bs in todo.items() if Bs]:
+            bar.set_description(f"k={k}: warm-up")
+            await swap(k)
+            await timer.warm_up(sorted({cfg.grid[0], cfg.grid[-1]}))
+        for B in sorted({B for Bs in todo.values() for B in Bs}):
+            ks = [k for k, Bs in todo.items() if B in Bs]
+            c0 = time.monotonic()
+            samples: dict[int, list[StepSample]] = {k: [] for k in ks}
+            rep = 0
+            while True:
+                due = ks if rep < cfg.repeats else [
+                    k for k in ks if needs_another([x.step_ms for x in samples[k]], cfg.noise_tol,
+                                                   cfg.repeat_limit)]
+                if not due:
+                    break
+                if rep >= cfg.repeats:
+                    bar.total += len(due)
+                for k in repeat_order(due, rep):
+                    bar.set_description(f"B={B} k={k} rep {rep}")
+                    await swap(k)
+                    samples[k].append(await time_one(cfg, profile, timer, B, k, len(samples[k])))
+                    bar.update(1)
+                rep += 1
+            share = (time.monotonic() - c0) / len(ks)  # the cells shared the time
+            for k in ks:
+                record_cell(profile, samples[k], share)
+            profile.save(cfg.out)
 
 
 async def tune(cfg: TuneConfig, with_preflight: bool = False) -> Profile:

@@ -180,3 +180,17 @@ def test_bench_serves_the_shape_the_profile_was_timed_for(capsys: pytest.Capture
     assert capsys.readouterr().err == ""
     assert request_shape(bench_args(max_tokens=64), w) == (200, 64)    # the flag wins, and it says so
     assert "timed for 200-token prompts and 300-token outputs" in capsys.readouterr().err
+
+
+def test_repeats_alternate_their_k_order_so_drift_falls_on_every_k() -> None:
+    from tuner.sweep import repeat_order
+
+    assert repeat_order([0, 1, 2, 3], 0) == [0, 1, 2, 3]
+    assert repeat_order([0, 1, 2, 3], 1) == [3, 2, 1, 0]
+    assert repeat_order([1, 3], 2) == [1, 3]
+    # over a pair of repeats every k sits at the same mean position: a linear drift adds the
+    # same to each k's mean
+    ks = [0, 1, 2, 3]
+    order = repeat_order(ks, 0) + repeat_order(ks, 1)
+    positions = {k: sum(i for i, x in enumerate(order) if x == k) for k in ks}
+    assert len(set(positions.values())) == 1

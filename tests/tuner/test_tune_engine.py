@@ -85,7 +85,7 @@ async def test_one_server_measures_every_k_on_one_vllm_and_refines_on_it(
     # real engine: ask once for B=2, as if a table edge sat in a step-time cliff between 1 and 4.
     monkeypatch.setattr(Profile, "refine_points", lambda self: [] if 2 in self.grid else [2])
     cfg = config(tmp_path / "profile.json", tmp_path / "logs").model_copy(
-        update={"one_server": True, "grid": [1, 4]})
+        update={"one_server": True, "grid": [1, 4], "repeats": 2, "max_repeats": 2})
     profile = await tune(cfg)
     assert profile.finished_k() == {0, 1, 2} and profile.table is not None
     assert profile.grid == [1, 2, 4] and profile.refined == [2] and profile.refine_rounds == 1
@@ -96,8 +96,12 @@ async def test_one_server_measures_every_k_on_one_vllm_and_refines_on_it(
     assert refined and all(s.engine_steps is not None and s.engine_steps >= cfg.decode_tokens - 1
                            and (s.full_draft_share or 0) > 0.5 for s in refined), refined
     assert len(list((tmp_path / "logs").glob("vllm-*.log"))) == 1  # refined on the same vLLM
-    assert "server_start_shared" in profile.timings_s
+    assert "server_start_shared" in profile.timings_s and "cells" in profile.timings_s
     load(cfg.out).check_matches(profile.engine, [1, 4])  # a rerun with the same --grid resumes
+    # interleaved: at each B the k's take turns, forward then backward (not one k's column)
+    for B in (1, 2, 4):
+        by_time = sorted((s for s in profile.samples if s.B == B), key=lambda s: s.started or 0)
+        assert [s.k for s in by_time] == [0, 1, 2, 2, 1, 0], by_time
     # k shows in the step times: drafting and verifying 2 tokens costs more than none at B=4.
     T = profile.step_time_matrix(monotone=False)
     b4 = profile.grid.index(4)
