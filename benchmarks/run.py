@@ -2,7 +2,9 @@
 
 Table policies share one vLLM (tables swapped through the plugin); no speculation gets its own.
 Sidecar policies run the real `tabletune sidecar` process next to the engine, starting from a
-given table. Policy order alternates across repeats; warm-up is excluded from every window.
+given table. Plain tables are interleaved: at each load every one in turn, the order alternating
+with load and repeat; sidecar policies run their loads in a row (their state carries over), in
+blocks whose order alternates across repeats. Warm-up is excluded from every window.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from tuner.serve import admin_stats, fresh_connections
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.profile import Profile
 from tuner.replay import Replay
+from tuner.sweep import repeat_order
 from tuner.table import Table, documented_table, every_k_table, shrink
 
 TOKEN = "bench-token"
@@ -74,6 +77,17 @@ class BenchConfig(BaseModel):
 
 
 TIE = "tuned@tie="
+
+
+def engine_args(extra_args: tuple[str, ...]) -> tuple[str, ...]:
+    """The bench's vLLM flags: prefix caching off unless an --engine-arg names it. The load cycles
+    a fixed prompt set, so from the second round on vLLM's prefix cache would serve nearly every
+    prompt and the steps would carry almost no prefill (H200, N=256, k=0: ~30 prefill tokens a
+    step where 96-token prompts replacing 2 finished requests a step bring ~190); real prompts
+    do not repeat like that, and the tuner times without the cache too."""
+    if any("prefix-caching" in a for a in extra_args):
+        return extra_args
+    return ("--no-enable-prefix-caching", *extra_args)
 
 
 def policy_tables(profile: Profile, policies: Sequence[str] = ()) -> dict[str, Table]:
@@ -157,7 +171,7 @@ async def run_table_policies(cfg: BenchConfig, rows: list[Row], bar: tqdm) -> di
     server_cfg = ServerConfig(model=cfg.model, max_num_seqs=n, speculative=spec,
                               env=plugin_env(admin_port, token=TOKEN,
                                              emulate=cfg.emulate.emulator_rates() if cfg.emulate else None),
-                              extra_args=cfg.extra_args)
+                              extra_args=engine_args(cfg.extra_args))
     converge_times: dict[str, float] = {}
     policies = [p for p in cfg.policies if p != "nospec"]
     async with launch(server_cfg, log_dir=cfg.log_dir) as server, aiohttp.ClientSession(connector=fresh_connections()) as s:
@@ -166,37 +180,54 @@ async def run_table_policies(cfg: BenchConfig, rows: list[Row], bar: tqdm) -> di
             await admin.put_table(tables[f"fixed-k{k}"])
             bar.set_description(f"priming k={k}")
             await prime(cfg, server.url)
+
+        async def cell(policy: str, load: int, rep: int) -> None:
+            bar.set_description(f"{policy} N={load} rep {rep}")
+            res = await closed_loop(server.url, cfg.prompts, load, cfg.max_tokens,
+                                    cfg.warmup_s, cfg.window_s, cfg.temperature, probe=admin.stats)
+            table = (await admin.table())["table"]
+            st = res.steps
+            rows.append(Row(policy, load, rep, res.tokens_per_s, res.completed, res.window_s,
+                            json.dumps(table), st.step_ms if st else None,
+                            st.requests_per_step if st else None,
+                            st.tokens_per_step if st else None))
+            write_rows(rows, cfg.out / "cells.csv")  # a cut run keeps every cell
+            bar.update(1)
+
+        async def stateful(policy: str, rep: int) -> None:
+            """A policy whose state lives across loads (a sidecar, the bandit): all loads in a row."""
+            await admin.put_table(tables[SIDECAR_POLICIES.get(policy, policy)])
+            async with contextlib.AsyncExitStack() as stack:
+                if policy == "nightjar-style":  # a fresh bandit per (policy, repeat)
+                    await admin.put_policy({"baseline": "nightjar"})
+                    stack.push_async_callback(admin.put_policy, {"baseline": "none"})
+                if policy in SIDECAR_POLICIES:
+                    await stack.enter_async_context(sidecar(cfg, server.url, admin.url))
+                    converge_times[f"{policy}#{rep}"] = await converge(cfg, server.url, admin)
+                for load in cfg.loads:
+                    await cell(policy, load, rep)
+
+        async def swapped(rep: int) -> None:
+            """Plain tables: at each load every policy in turn, the order alternating with load and
+            repeat (tuner.sweep.repeat_order). One policy's whole block minutes away from
+            another's let the host's drift decide: on the H200 the tuned table and fixed k=3,
+            running the same k, were 25% and 75% apart at N=16 and 64."""
+            for i, load in enumerate(cfg.loads):
+                for policy in repeat_order(plain, rep + i):
+                    await admin.put_table(tables[policy])
+                    await cell(policy, load, rep)
+
+        plain = [p for p in policies if p not in SIDECAR_POLICIES and p != "nightjar-style"]
+        blocks: list[str | None] = [None] + [p for p in policies if p not in plain]  # None: plain
         for rep in range(cfg.repeats):
-            for policy in policies if rep % 2 == 0 else policies[::-1]:
-                start = tables[SIDECAR_POLICIES.get(policy, policy)]
-                await admin.put_table(start)
-                async with contextlib.AsyncExitStack() as stack:
-                    if policy == "nightjar-style":  # a fresh bandit per (policy, repeat)
-                        await admin.put_policy({"baseline": "nightjar"})
-                        stack.push_async_callback(admin.put_policy, {"baseline": "none"})
-                    if policy in SIDECAR_POLICIES:
-                        await stack.enter_async_context(sidecar(cfg, server.url, admin.url))
-                        converge_times[f"{policy}#{rep}"] = await converge(cfg, server.url, admin)
-                    for load in cfg.loads:
-                        bar.set_description(f"{policy} N={load} rep {rep}")
-                        res = await closed_loop(server.url, cfg.prompts, load, cfg.max_tokens,
-                                                cfg.warmup_s, cfg.window_s, cfg.temperature,
-                                                probe=admin.stats)
-                        table = (await admin.table())["table"]
-                        st = res.steps
-                        rows.append(Row(policy, load, rep, res.tokens_per_s, res.completed,
-                                        res.window_s, json.dumps(table),
-                                        st.step_ms if st else None,
-                                        st.requests_per_step if st else None,
-                                        st.tokens_per_step if st else None))
-                        write_rows(rows, cfg.out / "cells.csv")  # a cut run keeps every cell
-                        bar.update(1)
+            for block in repeat_order(blocks, rep):
+                await (swapped(rep) if block is None else stateful(block, rep))
     return converge_times
 
 
 async def run_nospec(cfg: BenchConfig, rows: list[Row], bar: tqdm) -> None:
     server_cfg = ServerConfig(model=cfg.model, max_num_seqs=cfg.profile.engine.max_num_seqs,
-                              extra_args=cfg.extra_args)
+                              extra_args=engine_args(cfg.extra_args))
     async with launch(server_cfg, log_dir=cfg.log_dir) as server:
         bar.set_description("priming nospec")
         await prime(cfg, server.url)

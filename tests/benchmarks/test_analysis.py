@@ -125,3 +125,11 @@ def test_bench_policies_are_checked_before_any_engine_starts(tmp_path) -> None:
     BenchConfig(policies=["nospec", "fixed-k3", "tuned", "tuned@tie=0.05", "sidecar-from-quarter"], **base)
     with pytest.raises(ValueError, match=r"\['fixed-k9', 'tuned@tie=x'\]: not known"):
         BenchConfig(policies=["fixed-k9", "tuned", "tuned@tie=x"], **base)
+
+
+def test_bench_turns_the_prefix_cache_off_unless_told() -> None:
+    from benchmarks.run import engine_args
+
+    assert engine_args(()) == ("--no-enable-prefix-caching",)
+    assert engine_args(("--dtype=bfloat16",)) == ("--no-enable-prefix-caching", "--dtype=bfloat16")
+    assert engine_args(("--enable-prefix-caching",)) == ("--enable-prefix-caching",)

@@ -32,6 +32,10 @@ async def test_reduced_bench_runs_end_to_end(tmp_path: Path) -> None:
     assert {(r.policy, r.load) for r in rows} == {(p, n) for p in cfg.policies for n in (1, 4)}
     assert all(r.tokens_per_s > 0 for r in rows)
     assert {r.table for r in rows if r.policy == "fixed-k3"} == {"[[1, 16, 3]]"}
+    assert {r.table for r in rows if r.policy == "tuned"} == {json.dumps(profile.table)}
+    # interleaved: at each load every table in turn, the order alternating with the load
+    assert [(r.policy, r.load) for r in rows] == [
+        ("fixed-k0", 1), ("fixed-k3", 1), ("tuned", 1), ("tuned", 4), ("fixed-k3", 4), ("fixed-k0", 4)]
     # the plugin's exact totals say what a step carried: k=3 steps hold each request's 4 tokens
     for r in rows:
         assert r.step_ms is not None and r.step_ms > 0 and r.requests_per_step is not None
@@ -66,3 +70,23 @@ async def test_bench_runs_a_draft_model_profile(tmp_path: Path) -> None:
     assert [(r.policy, r.load) for r in rows] == [("fixed-k3", 2)] and rows[0].tokens_per_s > 0
     log = next((tmp_path / "logs").glob("vllm-*.log")).read_text()
     assert '"method":"draft_model"' in log and str(paths.drafter) in log
+
+
+async def test_sidecar_policies_run_in_blocks_whose_order_alternates(tmp_path: Path) -> None:
+    """A sidecar's state carries across loads, so its loads run in a row, started from the
+    quarter table with a real `tabletune sidecar` beside the engine; the block comes after the
+    plain tables in even repeats and before them in odd ones."""
+    paths = default_model()
+    vocab = json.loads((paths.target / "config.json").read_text())["vocab_size"]
+    profile = paper_profile()
+    profile.table = profile.build().table.to_list()
+    profile.save(tmp_path / "profile.json")
+    cfg = BenchConfig(profile=profile, profile_path=tmp_path / "profile.json", model=paths.target,
+                      loads=[2], policies=["fixed-k0", "sidecar-from-quarter"], repeats=2,
+                      warmup_s=0.5, window_s=1.5, max_tokens=24, prompts=repetitive(8, vocab),
+                      converge_s=3.0, out=tmp_path / "out", log_dir=tmp_path / "logs")
+    rows, converge = await bench(cfg)
+    assert [(r.policy, r.repeat) for r in rows] == [
+        ("fixed-k0", 0), ("sidecar-from-quarter", 0), ("sidecar-from-quarter", 1), ("fixed-k0", 1)]
+    assert set(converge) == {"sidecar-from-quarter#0", "sidecar-from-quarter#1"}
+    assert len(list((tmp_path / "logs").glob("sidecar-*.log"))) == 2  # one sidecar per block
