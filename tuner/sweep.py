@@ -186,19 +186,23 @@ class CellTimer:
             await asyncio.sleep(0.05)
 
     async def wait_batch(self, B: int, k: int, workers: list[asyncio.Task[None]],
-                         timeout_s: float = 30.0) -> dict[str, Any]:
+                         timeout_s: float = 30.0, patience: int = 5) -> dict[str, Any]:
         """Stats once the engine runs the cell's batch: B requests start at once and the API
         server admits them over many steps (on the H200 a one-lifetime window opened 8 steps in
         saw 23-91 of 256). Waits, in stretches of 4 steps, until one stretch ran at least
-        BATCH_FILL·B requests a step; after timeout_s it goes on, and the sample's mean_batch
-        says what the window got (Profile.batch_warnings)."""
+        BATCH_FILL·B requests a step. It gives up when `patience` stretches in a row set no new
+        high (the batch has stopped growing: more waiting would only burn device time) or after
+        timeout_s; the sample's mean_batch then says what the window got (Profile.batch_warnings)."""
         since = await self.wait_steps(None, 8, k, workers)
-        deadline = time.monotonic() + timeout_s
+        deadline, best, flat = time.monotonic() + timeout_s, 0.0, 0
         while True:
             now = await self.wait_steps(since, 4, k, workers)
             load = step_load(since, now)
-            if load is None or load.requests_per_step >= BATCH_FILL * B or time.monotonic() > deadline:
+            if load is None or load.requests_per_step >= BATCH_FILL * B:
                 return now  # None: a plugin without the exact totals, nothing to wait on
+            best, flat = (load.requests_per_step, 0) if load.requests_per_step > best * 1.01 else (best, flat + 1)
+            if flat >= patience or time.monotonic() > deadline:
+                return now
             since = now
 
     async def time_mixed(self, B: int, k: int, rep: int, workload: Workload, tau_k: float,
