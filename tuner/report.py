@@ -1,7 +1,9 @@
 """The tuning report: a Markdown summary and one PNG a person can read at a glance.
 
 PNG panels: (1) measured T(B, k) per k; (2) G(B, k) per k with the chosen k shaded per B;
-(3) predicted goodput loss of vLLM's documented table and of the tuned table against the best k.
+(3) predicted goodput loss of vLLM's documented table and of the tuned table against the best k;
+(4) where samples record when they started: each sample's step time over its cell's median,
+against time, so the host's drift and a slow stretch that hit one k show at a glance.
 """
 
 from __future__ import annotations
@@ -28,6 +30,21 @@ def _series(profile: Profile) -> tuple[np.ndarray, np.ndarray, Table, Table, np.
     return T, G, tuned, doc, predicted_loss(tuned, T, a, profile.K), predicted_loss(doc, T, a, profile.K)
 
 
+def over_time(profile: Profile) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(minutes since the first sample, step time / its cell's median, k) for samples that
+    record when they started; empty arrays for older profiles."""
+    timed = [s for s in profile.samples if s.started is not None]
+    if not timed:
+        return np.empty(0), np.empty(0), np.empty(0, dtype=int)
+    by: dict[tuple[int, int], list[float]] = {}
+    for smp in timed:
+        by.setdefault((smp.B, smp.k), []).append(smp.step_ms)
+    t0 = min(s.started for s in timed if s.started is not None)
+    return (np.array([((s.started or t0) - t0) / 60 for s in timed]),
+            np.array([s.step_ms / float(np.median(by[(s.B, s.k)])) for s in timed]),
+            np.array([s.k for s in timed]))
+
+
 def plot(profile: Profile, path: Path) -> Path:
     import matplotlib
 
@@ -37,7 +54,9 @@ def plot(profile: Profile, path: Path) -> Path:
     T_grid = profile.step_time_matrix(monotone=False)  # as measured
     _, G, tuned, doc, loss_tuned, loss_doc = _series(profile)
     B = np.arange(1, profile.engine.max_num_seqs + 1)
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
+    minutes, ratio, sample_k = over_time(profile)
+    panels = 4 if minutes.size else 3
+    fig, axes = plt.subplots(1, panels, figsize=(5.4 * panels, 4.6))
     for k in range(profile.K + 1):
         axes[0].plot(profile.grid, T_grid[:, k], "o-", ms=3, color=COLORS[k % 9], label=f"k={k}")
         axes[1].plot(B, G[:, k], color=COLORS[k % 9], label=f"k={k}")
@@ -52,6 +71,13 @@ def plot(profile: Profile, path: Path) -> Path:
     axes[2].plot(B, loss_doc * 100, color="#d62728", label=f"documented {doc.to_list()}")
     axes[2].plot(B, loss_tuned * 100, color="#2ca02c", label=f"tuned {tuned.to_list()}")
     axes[2].set(title="Predicted loss vs the best k at each B", xlabel="batch size B", ylabel="%")
+    if minutes.size:
+        for k in range(profile.K + 1):
+            mine = sample_k == k
+            axes[3].plot(minutes[mine], ratio[mine], "o", ms=3, color=COLORS[k % 9], label=f"k={k}")
+        axes[3].axhline(1.0, color="k", lw=0.8)
+        axes[3].set(title="Each repeat over its cell's median, in time order",
+                    xlabel="minutes into the sweep", ylabel="step time / cell median")
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)

@@ -194,3 +194,24 @@ def test_repeats_alternate_their_k_order_so_drift_falls_on_every_k() -> None:
     order = repeat_order(ks, 0) + repeat_order(ks, 1)
     positions = {k: sum(i for i, x in enumerate(order) if x == k) for k in ks}
     assert len(set(positions.values())) == 1
+
+
+def test_report_plots_repeats_over_time_when_samples_say_when_they_started(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from tuner.profile import StepSample
+    from tuner.report import over_time, plot
+
+    p = paper_profile()
+    p.table = p.build().table.to_list()
+    assert over_time(p)[0].size == 0  # no start times: three panels, as before
+    narrow = Image.open(plot(p, tmp_path / "old.png")).size[0]
+    # k=2's second repeat ran in a slow stretch: twice its first, 4/3 of the cell's median
+    p.samples = [StepSample(B=4, k=k, rep=r, client_ms=10.0, engine_ms=ms, engine_steps=16,
+                            full_draft_share=None, started=1000.0 + 60 * i)
+                 for i, (k, r, ms) in enumerate([(0, 0, 10.0), (2, 0, 10.0), (2, 1, 20.0),
+                                                 (0, 1, 10.0)])]
+    minutes, ratio, ks = over_time(p)
+    assert minutes.tolist() == [0.0, 1.0, 2.0, 3.0] and ks.tolist() == [0, 2, 2, 0]
+    assert ratio.tolist() == [1.0, 10.0 / 15.0, 20.0 / 15.0, 1.0]
+    assert Image.open(plot(p, tmp_path / "new.png")).size[0] > narrow  # the fourth panel
