@@ -74,6 +74,27 @@ def needs_another(values_ms: list[float], tol: float, max_repeats: int) -> bool:
     return closest > tol
 
 
+def filled(sample: StepSample) -> bool:
+    """Whether a sample measured its batch size: pure-decode samples record no batch and do;
+    a workload sample does when its engine ran at least BATCH_FILL·B requests a step."""
+    return sample.mean_batch is None or sample.mean_batch >= BATCH_FILL * sample.B
+
+
+def usable(samples: list[StepSample]) -> list[StepSample]:
+    """The samples a cell's median is taken over: the filled ones, or all if none is."""
+    return [s for s in samples if filled(s)] or samples
+
+
+def cell_needs_another(samples: list[StepSample], repeats: int, tol: float, max_repeats: int) -> bool:
+    """needs_another over the filled samples, which must number `repeats` too: on the CPU engine
+    a client now and then lags a whole lifetime (B=2 ran 1.0 requests a step in one sample,
+    1.97 in the next), and such a sample is a T for a smaller batch, not noise around T(B)."""
+    if len(samples) >= max_repeats:
+        return False
+    good = [s.step_ms for s in samples if filled(s)]
+    return len(good) < repeats or needs_another(good, tol, max_repeats)
+
+
 class Cell(_EngineFirst):
     B: int
     k: int
@@ -224,10 +245,13 @@ class Profile(_Model):
                 for key, v in by.items() if len(v) >= 2}
 
     def underfilled(self) -> list[StepSample]:
-        """Samples whose engine ran fewer than BATCH_FILL·B requests a step: their T is for a
-        smaller batch than the cell's B (pure-decode samples record no batch and never are)."""
-        return [smp for smp in self.samples
-                if smp.mean_batch is not None and smp.mean_batch < BATCH_FILL * smp.B]
+        """The samples of cells where none held the batch (fewer than BATCH_FILL·B requests a
+        step in every repeat): those cells' T is for a smaller batch than their B. A cell with
+        one filled sample takes its median over the filled ones (usable) and is not listed."""
+        by: dict[tuple[int, int], list[StepSample]] = {}
+        for smp in self.samples:
+            by.setdefault((smp.B, smp.k), []).append(smp)
+        return [smp for v in by.values() if not any(filled(x) for x in v) for smp in v]
 
     def batch_warnings(self) -> list[str]:
         by: dict[int, list[StepSample]] = {}

@@ -28,7 +28,7 @@ from tuner.engine_defaults import plugin_env
 from tuner.errors import EngineUnavailable, InvalidInput
 from tuner.launcher import MODEL_DRAFTERS, ServerConfig, SpeculativeSpec, VllmServer, free_port, launch
 from tuner.goodput import tau
-from tuner.profile import Cell, EngineInfo, Profile, StepSample, Workload, load, needs_another
+from tuner.profile import Cell, EngineInfo, Profile, StepSample, Workload, cell_needs_another, load, usable
 from tuner.prompts import Prompt, repetitive
 from tuner.replay import Replay
 from tuner.serve import fresh_connections
@@ -157,9 +157,11 @@ def server_for(cfg: TuneConfig, k: int | None, admin_port: int, reject_all: bool
 
 
 def record_cell(profile: Profile, samples: list[StepSample], wall_s: float) -> None:
+    """All samples kept raw; the cell's medians over the usable ones (those that held B)."""
+    profile.samples.extend(samples)
+    samples = usable(samples)
     engine = [s.engine_ms for s in samples if s.engine_ms is not None]
     first = samples[0]
-    profile.samples.extend(samples)
     profile.cells = [c for c in profile.cells if (c.B, c.k) != (first.B, first.k)]
     profile.cells.append(Cell(B=first.B, k=first.k,
                               client_ms=statistics.median(s.client_ms for s in samples),
@@ -194,7 +196,7 @@ async def measure_k(cfg: TuneConfig, profile: Profile, k: int, bar: tqdm, server
             for rep in range(cfg.repeats):
                 samples.append(await time_one(cfg, profile, timer, B, k, rep))
                 bar.update(1)
-            while needs_another([s.step_ms for s in samples], cfg.noise_tol, cfg.repeat_limit):
+            while cell_needs_another(samples, cfg.repeats, cfg.noise_tol, cfg.repeat_limit):
                 bar.total += 1
                 samples.append(await time_one(cfg, profile, timer, B, k, len(samples)))
                 bar.update(1)
@@ -337,8 +339,8 @@ async def measure_interleaved(cfg: TuneConfig, profile: Profile, bar: tqdm, serv
             rep = 0
             while True:
                 due = ks if rep < cfg.repeats else [
-                    k for k in ks if needs_another([x.step_ms for x in samples[k]], cfg.noise_tol,
-                                                   cfg.repeat_limit)]
+                    k for k in ks if cell_needs_another(samples[k], cfg.repeats, cfg.noise_tol,
+                                                        cfg.repeat_limit)]
                 if not due:
                     break
                 if rep >= cfg.repeats:

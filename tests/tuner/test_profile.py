@@ -215,3 +215,21 @@ def test_report_plots_repeats_over_time_when_samples_say_when_they_started(tmp_p
     assert minutes.tolist() == [0.0, 1.0, 2.0, 3.0] and ks.tolist() == [0, 2, 2, 0]
     assert ratio.tolist() == [1.0, 10.0 / 15.0, 20.0 / 15.0, 1.0]
     assert Image.open(plot(p, tmp_path / "new.png")).size[0] > narrow  # the fourth panel
+
+
+def test_a_sample_that_missed_its_batch_is_retaken_and_left_out_of_the_median() -> None:
+    from tuner.profile import StepSample, cell_needs_another, usable
+
+    def smp(ms: float, batch: float | None) -> StepSample:
+        return StepSample(B=4, k=1, rep=0, client_ms=ms, engine_ms=ms, engine_steps=64,
+                          full_draft_share=None, mean_batch=batch)
+
+    full, short = smp(10.0, 3.9), smp(6.0, 2.5)  # 2.5 of 4: a T for a smaller batch
+    assert cell_needs_another([full, short], repeats=2, tol=0.1, max_repeats=4)  # one usable
+    assert not cell_needs_another([full, short, smp(10.2, 3.8)], 2, 0.1, 4)  # two agree
+    assert not cell_needs_another([short, short, short, short], 2, 0.1, 4)  # the limit
+    assert usable([full, short]) == [full]
+    assert usable([short, short]) == [short, short]  # nothing better: flagged, not dropped
+    # pure-decode samples record no batch: the old rule, unchanged
+    assert not cell_needs_another([smp(10.0, None), smp(10.5, None)], 2, 0.1, 4)
+    assert cell_needs_another([smp(10.0, None), smp(13.0, None)], 2, 0.1, 4)

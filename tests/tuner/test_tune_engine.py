@@ -109,7 +109,7 @@ async def test_one_server_measures_every_k_on_one_vllm_and_refines_on_it(
 
 
 async def test_workload_times_steady_serving_after_measuring_acceptance(tmp_path: Path) -> None:
-    from tuner.profile import BATCH_FILL, Workload
+    from tuner.profile import Workload, filled
 
     workload = Workload(prompt_tokens=48, output_tokens=24)
     cfg = config(tmp_path / "profile.json", tmp_path / "logs").model_copy(
@@ -122,11 +122,14 @@ async def test_workload_times_steady_serving_after_measuring_acceptance(tmp_path
     assert profile.finished_k() == {0, 1, 2} and profile.acceptance is not None
     for s in profile.samples:
         # B clients kept ~B requests in each step while finished requests were replaced
-        assert s.mean_batch is not None and BATCH_FILL * s.B <= s.mean_batch <= s.B + 0.01, s
+        # (a client now and then lags a whole lifetime on 2 busy cores: such a sample is retaken)
+        assert s.mean_batch is not None and 0.5 * s.B <= s.mean_batch <= s.B + 0.01, s
         assert s.engine_steps is not None and s.engine_steps >= cfg.decode_tokens - 1
         # the window (at least one request lifetime) held prefill beside the decodes and drafts
         assert s.tokens_per_step is not None and s.tokens_per_step > s.mean_batch * (s.k + 1), s
-    assert profile.batch_warnings() == []  # the window opened once the batch was there
+    # the window opened once the batch was there: every cell has samples that held B
+    assert profile.batch_warnings() == []
+    assert all(any(filled(s) for s in profile.samples if (s.B, s.k) == (c.B, c.k)) for c in profile.cells)
     # reject-all was restored after the acceptance run: timed drafts kept their full length
     shares = [s.full_draft_share for s in profile.samples if s.k > 0]
     assert shares and min(shares) > 0.5
