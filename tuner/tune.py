@@ -32,7 +32,7 @@ from tuner.profile import Cell, EngineInfo, Profile, StepSample, Workload, cell_
 from tuner.prompts import Prompt, repetitive
 from tuner.replay import Replay
 from tuner.serve import fresh_connections
-from tuner.sweep import CellTimer, repeat_order
+from tuner.sweep import CellTimer, PromptSource, repeat_order
 from tuner.table import Table, every_k_table
 
 log = logging.getLogger("tabletune.tune")
@@ -175,18 +175,22 @@ def todo_for(cfg: TuneConfig, profile: Profile, k: int) -> tuple[list[int], bool
     return [B for B in cfg.grid if B not in done], need_acceptance
 
 
+def timing_prompts(cfg: TuneConfig) -> PromptSource:
+    """Fresh 32-token prompts per seed for pure-decode cells (no prefix-cache hits between runs)."""
+    vocab = cfg.vocab_size
+    return lambda n, seed: repetitive(n, vocab, length=32, seed=seed)
+
+
 async def measure_k(cfg: TuneConfig, profile: Profile, k: int, bar: tqdm, server: VllmServer,
                     admin_url: str) -> None:
-    """Time every unfinished cell of one k on a running server; acceptance at k = K (first under
-    a workload: the timed requests' lifetimes need τ(k)). Reject-all is restored after it: the
-    same server may time more cells (--one-server refinement)."""
+    """One vLLM per k (the paper's way): time every unfinished cell of this k; acceptance at
+    k = K (first under a workload: the timed requests' lifetimes need τ(k)), reject-all
+    restored after it."""
     todo, need_acceptance = todo_for(cfg, profile, k)
     if need_acceptance and cfg.workload is not None:
         await acceptance(cfg, profile, bar, server, admin_url)
         need_acceptance = False
-    vocab = cfg.vocab_size
-    timing_prompts = lambda n, seed: repetitive(n, vocab, length=32, seed=seed)  # noqa: E731
-    async with CellTimer(server, admin_url, timing_prompts) as timer:
+    async with CellTimer(server, admin_url, timing_prompts(cfg)) as timer:
         bar.set_description(f"k={k}: warm-up")
         await timer.warm_up(sorted({cfg.grid[0], cfg.grid[-1]}))
         for B in todo:
@@ -324,10 +328,8 @@ async def measure_interleaved(cfg: TuneConfig, profile: Profile, bar: tqdm, serv
     k-major order let one slow stretch of the host decide a column: k=2 took 12.6-13.8 ms at
     B <= 16 in both back-to-back repeats, every other k 7-10 ms, and 6.7-8.1 ms in the bench.
     A batch size's cells land on disk together once each has its repeats."""
-    vocab = cfg.vocab_size
-    timing_prompts = lambda n, seed: repetitive(n, vocab, length=32, seed=seed)  # noqa: E731
     todo = {k: todo_for(cfg, profile, k)[0] for k in range(cfg.num_speculative_tokens + 1)}
-    async with CellTimer(server, admin_url, timing_prompts) as timer:
+    async with CellTimer(server, admin_url, timing_prompts(cfg)) as timer:
         for k in [k for k, Bs in todo.items() if Bs]:
             bar.set_description(f"k={k}: warm-up")
             await swap(k)
@@ -413,11 +415,9 @@ async def preflight(cfg: TuneConfig, profile: Profile) -> None:
     server_cfg = ServerConfig(model=cfg.model, max_num_seqs=cfg.max_num_seqs,
                               env=plugin_env(admin_port),
                               extra_args=("--no-enable-prefix-caching", *cfg.extra_args))
-    vocab = cfg.vocab_size
     nospec: list[float] = []
     async with launch(server_cfg, log_dir=cfg.log_dir) as server:
-        timing_prompts = lambda n, seed: repetitive(n, vocab, length=32, seed=seed)  # noqa: E731
-        async with CellTimer(server, f"http://127.0.0.1:{admin_port}", timing_prompts) as timer:
+        async with CellTimer(server, f"http://127.0.0.1:{admin_port}", timing_prompts(cfg)) as timer:
             await timer.warm_up([batch_sizes[0], batch_sizes[-1]])
             for B in batch_sizes:
                 runs = [await timer.time_cell(B, 0, r, cfg.decode_tokens) for r in range(cfg.repeats)]
