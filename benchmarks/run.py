@@ -85,7 +85,8 @@ def engine_args(extra_args: tuple[str, ...]) -> tuple[str, ...]:
     prompt and the steps would carry almost no prefill (H200, N=256, k=0: ~30 prefill tokens a
     step where 96-token prompts replacing 2 finished requests a step bring ~190); real prompts
     do not repeat like that, and the tuner times without the cache too."""
-    if any("prefix-caching" in a for a in extra_args):
+    if any(a.split("=")[0] in ("--enable-prefix-caching", "--no-enable-prefix-caching")
+           for a in extra_args):
         return extra_args
     return ("--no-enable-prefix-caching", *extra_args)
 

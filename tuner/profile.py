@@ -236,13 +236,14 @@ class Profile(_Model):
                 if B not in self.grid]
 
     def repeat_spreads(self) -> dict[tuple[int, int], tuple[float, int]]:
-        """(B, k) -> (spread between the cell's first `repeats` repeats, how many it took), for
-        cells with two or more: extra repeats would widen the range, not describe the noise."""
+        """(B, k) -> (spread between the cell's first `repeats` usable repeats, how many it
+        took), for cells with two or more: extra repeats would widen the range, not describe the
+        noise, and a sample that missed its batch measured another B (see usable)."""
         by: dict[tuple[int, int], list[StepSample]] = {}
         for smp in self.samples:
             by.setdefault((smp.B, smp.k), []).append(smp)
-        return {key: (spread([smp.step_ms for smp in v[:max(self.repeats, 2)]]), len(v))
-                for key, v in by.items() if len(v) >= 2}
+        return {key: (spread([smp.step_ms for smp in usable(v)[:max(self.repeats, 2)]]), len(v))
+                for key, v in by.items() if len(usable(v)) >= 2}
 
     def underfilled(self) -> list[StepSample]:
         """The samples of cells where none held the batch (fewer than BATCH_FILL·B requests a

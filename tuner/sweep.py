@@ -191,7 +191,7 @@ class CellTimer:
         server admits them over many steps (on the H200 a one-lifetime window opened 8 steps in
         saw 23-91 of 256). Waits, in stretches of 4 steps, until one stretch ran at least
         BATCH_FILL·B requests a step. It gives up when `patience` stretches in a row set no new
-        high (the batch has stopped growing: more waiting would only burn device time) or after
+        high by half a request (the batch has stopped growing: more waiting would only burn device time) or after
         timeout_s; the sample's mean_batch then says what the window got (Profile.batch_warnings)."""
         since = await self.wait_steps(None, 8, k, workers)
         deadline, best, flat = time.monotonic() + timeout_s, 0.0, 0
@@ -200,7 +200,8 @@ class CellTimer:
             load = step_load(since, now)
             if load is None or load.requests_per_step >= BATCH_FILL * B:
                 return now  # None: a plugin without the exact totals, nothing to wait on
-            best, flat = (load.requests_per_step, 0) if load.requests_per_step > best * 1.01 else (best, flat + 1)
+            # a new high by half a request: slow steady growth at large B is still growth
+            best, flat = (load.requests_per_step, 0) if load.requests_per_step > best + 0.5 else (best, flat + 1)
             if flat >= patience or time.monotonic() > deadline:
                 return now
             since = now

@@ -133,3 +133,6 @@ def test_bench_turns_the_prefix_cache_off_unless_told() -> None:
     assert engine_args(()) == ("--no-enable-prefix-caching",)
     assert engine_args(("--dtype=bfloat16",)) == ("--no-enable-prefix-caching", "--dtype=bfloat16")
     assert engine_args(("--enable-prefix-caching",)) == ("--enable-prefix-caching",)
+    assert engine_args(("--no-enable-prefix-caching=true",)) == ("--no-enable-prefix-caching=true",)
+    # another flag about the cache is not a choice about using it
+    assert engine_args(("--prefix-caching-hash-algo=sha256",))[0] == "--no-enable-prefix-caching"
