@@ -235,24 +235,26 @@ class Profile(_Model):
         return [B for B in refine_points(Table.from_list(self.table), self._cliffs())
                 if B not in self.grid]
 
+    def samples_by_cell(self) -> dict[tuple[int, int], list[StepSample]]:
+        """(B, k) -> that cell's raw samples, in the order they were recorded."""
+        by: dict[tuple[int, int], list[StepSample]] = {}
+        for smp in self.samples:
+            by.setdefault((smp.B, smp.k), []).append(smp)
+        return by
+
     def repeat_spreads(self) -> dict[tuple[int, int], tuple[float, int]]:
         """(B, k) -> (spread between the cell's first `repeats` usable repeats, how many it
         took), for cells with two or more: extra repeats would widen the range, not describe the
         noise, and a sample that missed its batch measured another B (see usable)."""
-        by: dict[tuple[int, int], list[StepSample]] = {}
-        for smp in self.samples:
-            by.setdefault((smp.B, smp.k), []).append(smp)
         return {key: (spread([smp.step_ms for smp in usable(v)[:max(self.repeats, 2)]]), len(v))
-                for key, v in by.items() if len(usable(v)) >= 2}
+                for key, v in self.samples_by_cell().items() if len(usable(v)) >= 2}
 
     def underfilled(self) -> list[StepSample]:
         """The samples of cells where none held the batch (fewer than BATCH_FILL·B requests a
         step in every repeat): those cells' T is for a smaller batch than their B. A cell with
         one filled sample takes its median over the filled ones (usable) and is not listed."""
-        by: dict[tuple[int, int], list[StepSample]] = {}
-        for smp in self.samples:
-            by.setdefault((smp.B, smp.k), []).append(smp)
-        return [smp for v in by.values() if not any(filled(x) for x in v) for smp in v]
+        return [smp for v in self.samples_by_cell().values() if not any(filled(x) for x in v)
+                for smp in v]
 
     def batch_warnings(self) -> list[str]:
         by: dict[int, list[StepSample]] = {}

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from tuner.goodput import goodput, interpolate_step_times, predicted_loss
-from tuner.profile import Profile, StepSample, usable
+from tuner.profile import Profile, usable
 from tuner.table import Table, documented_table
 
 COLORS = ["#444444", "#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
@@ -37,10 +37,8 @@ def over_time(profile: Profile) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     timed = [s for s in profile.samples if s.started is not None]
     if not timed:
         return np.empty(0), np.empty(0), np.empty(0, dtype=int)
-    by: dict[tuple[int, int], list[StepSample]] = {}
-    for smp in profile.samples:
-        by.setdefault((smp.B, smp.k), []).append(smp)
-    median = {key: float(np.median([x.step_ms for x in usable(v)])) for key, v in by.items()}
+    median = {key: float(np.median([x.step_ms for x in usable(v)]))
+              for key, v in profile.samples_by_cell().items()}
     t0 = min(s.started for s in timed if s.started is not None)
     return (np.array([((s.started or t0) - t0) / 60 for s in timed]),
             np.array([s.step_ms / median[(s.B, s.k)] for s in timed]),

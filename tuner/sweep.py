@@ -191,8 +191,9 @@ class CellTimer:
         server admits them over many steps (on the H200 a one-lifetime window opened 8 steps in
         saw 23-91 of 256). Waits, in stretches of 4 steps, until one stretch ran at least
         BATCH_FILL·B requests a step. It gives up when `patience` stretches in a row set no new
-        high by half a request (the batch has stopped growing: more waiting would only burn device time) or after
-        timeout_s; the sample's mean_batch then says what the window got (Profile.batch_warnings)."""
+        high by half a request (the batch has stopped growing: more waiting would only burn
+        device time) or after timeout_s; the sample's mean_batch then says what the window got
+        (it is retaken, see profile.cell_needs_another)."""
         since = await self.wait_steps(None, 8, k, workers)
         deadline, best, flat = time.monotonic() + timeout_s, 0.0, 0
         while True:
@@ -225,9 +226,9 @@ class CellTimer:
 
         workers = [asyncio.create_task(client(n)) for n in first_lengths(B, life)]
         try:
-            # staggered first requests finish at an even rate from the start: the warm-up only
-            # lets the first steps (all B prompts prefilled together) pass; the window spans at
-            # least one lifetime, so even at B=1 it holds the prefill its share says
+            # staggered first requests finish at an even rate from the start; the window opens
+            # once the engine holds the batch and spans at least one lifetime, so even at B=1 it
+            # holds the prefill its share says
             s0 = await self.wait_batch(B, k, workers)
             t0 = time.perf_counter()
             s1 = await self.wait_steps(s0, max(window_steps, life + 1), k, workers)

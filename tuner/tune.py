@@ -325,8 +325,8 @@ async def measure_interleaved(cfg: TuneConfig, profile: Profile, bar: tqdm, serv
                               admin_url: str, swap: Callable[[int], Awaitable[None]]) -> None:
     """--one-server: a batch size's k's timed in turn through table swaps, repeats in alternating
     order (sweep.repeat_order), instead of one k's whole column at a time. On the H200 the
-    k-major order let one slow stretch of the host decide a column: k=2 took 12.6-13.8 ms at
-    B <= 16 in both back-to-back repeats, every other k 7-10 ms, and 6.7-8.1 ms in the bench.
+    k-major order let one slow stretch of the host decide a column: k=2's cells took 12.6-13.8 ms
+    at B <= 16 (both back-to-back repeats slow), every other k's 6.9-9.8 ms, the bench 6.7-8.1 ms.
     A batch size's cells land on disk together once each has its repeats."""
     todo = {k: todo_for(cfg, profile, k)[0] for k in range(cfg.num_speculative_tokens + 1)}
     async with CellTimer(server, admin_url, timing_prompts(cfg)) as timer:
