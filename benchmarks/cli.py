@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import shlex
 import sys
 import time
 from pathlib import Path
 
-from tuner.errors import InvalidInput
+from tuner import flags
+from tuner.engine_defaults import vocab_size
+from tuner.errors import InvalidInput, TableTuneError
 from tuner.profile import Workload, load
 from tuner.prompts import random_tokens, repetitive
-from tuner.replay import Replay
 
 DEFAULT_POLICIES = ("nospec,fixed-k*,documented,tuned,quarter,turbospec-style,nightjar-style,"
                     "sidecar-from-quarter,sidecar-from-documented")
@@ -47,7 +47,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     profile = load(Path(args.profile))
     model = Path(args.model or profile.engine.model)
-    vocab = json.loads((model / "config.json").read_text())["vocab_size"]
+    vocab = vocab_size(model)
     make = repetitive if args.prompts == "repetitive" else random_tokens
     prompt_tokens, max_tokens = request_shape(args, profile.workload)
     out = Path(args.out)
@@ -59,7 +59,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                           max_tokens=max_tokens, temperature=args.temperature,
                           prompts=make(64, vocab, length=prompt_tokens, seed=7),
                           converge_s=args.converge_s, out=out,
-                          emulate=Replay.parse(args.emulate, args.emulate_with) if args.emulate else None,
+                          emulate=flags.replay(args, profile.K),
                           extra_args=tuple(args.engine_arg or ()))
     except ValueError as exc:
         raise InvalidInput(str(exc)) from None
@@ -76,7 +76,25 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("bench", help="throughput of every policy at every load (the paper's comparison)")
+    arguments(sub.add_parser("bench", help=HELP))
+
+
+HELP = "throughput of every policy at every load (the paper's comparison)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m benchmarks` (from a source checkout): the same as `tabletune bench`."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=HELP)
+    arguments(p)
+    args = p.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except TableTuneError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", required=True, help="profile from `tabletune tune`")
     p.add_argument("--model", help="model path (default: the profile's)")
     p.add_argument("--loads", default="1,2,4,8,16,32,64", help="open requests per cell")
@@ -95,10 +113,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--prompts", choices=["repetitive", "random"], default="repetitive")
     p.add_argument("--converge-s", type=float, default=20.0, help="sidecar warm-up before measuring")
-    p.add_argument("--emulate", help="replay this acceptance instead of the drafter's own, e.g. 0.75,0.55,0.4")
-    p.add_argument("--emulate-with", choices=["plugin", "vllm"], default="plugin",
-                   help="plugin: the plugin's emulator (can only lower acceptance); vllm: vLLM's "
-                        "synthetic rejection sampling (forces it; GPU builds only)")
-    p.add_argument("--engine-arg", action="append", metavar="ARG", help="extra vLLM argument, repeatable")
+    flags.add_engine_flags(p)
     p.add_argument("--out", default="runs/bench")
     p.set_defaults(func=cmd_bench)

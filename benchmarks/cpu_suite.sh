@@ -7,10 +7,11 @@ TEMP=${TEMP:-0}     # greedy on repetitive prompts: the drafter's real acceptanc
 EMULATE=${EMULATE:-0.6,0.35,0.2}  # ... and the plugin's emulator replays a moderate profile, under
                                   # which the best k changes with load (sampling at T=1 gave a1=0.02)
 TT=${TT:-.venv/bin/tabletune}
+BENCH=${BENCH:-.venv/bin/python -m benchmarks}
 PY=${PY:-.venv/bin/python}
 mkdir -p "$OUT"
 echo "== tune"; $TT tune -K 3 --max-num-seqs 32 --temperature "$TEMP" --repeats 2 --emulate "$EMULATE" --out "$OUT/profile.json"
-echo "== bench"; $TT bench --profile "$OUT/profile.json" --loads "${LOADS:-1,2,4,8,16,32}" --repeats 2 \
+echo "== bench"; $BENCH --profile "$OUT/profile.json" --loads "${LOADS:-1,2,4,8,16,32}" --repeats 2 \
     --temperature "$TEMP" --emulate "$EMULATE" --window-s "${WINDOW_S:-6}" --out "$OUT"
 echo "== workload switch"; $PY -m benchmarks.switch --profile "$OUT/profile.json" --out "$OUT/switch"
 echo "== overhead"; $PY -m benchmarks.overhead --out "$OUT/overhead"

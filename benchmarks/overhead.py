@@ -26,11 +26,12 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from benchmarks.load import closed_loop
 from benchmarks.synthetic import paper_profile
-from tuner.engine_defaults import default_model, plugin_env
+from tuner.engine_defaults import default_model, plugin_env, vocab_size
+from tuner.engine_client import EngineClient
 from tuner.goodput import choose_table
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
+from tuner.load import closed_loop
 from tuner.prompts import repetitive
 from tuner.table import Table
 from vllm_patch.hooks import count_step, generated_lengths
@@ -72,15 +73,15 @@ def rebuild_us(max_num_seqs: int = 1024, K: int = 8) -> float:
     return statistics.median(runs) / 200 * 1e6
 
 
-METRICS_BODY = Path(__file__).parent.parent / "tests" / "sidecar" / "data" / "vllm-0.32-cpu-metrics.txt"
+METRICS_BODY = Path(__file__).parent.parent / "tests" / "data" / "vllm-0.32-cpu-metrics.txt"
 
 
 def scrape_parse_ms() -> dict[str, float]:
     """The sidecar's parse of a real vLLM /metrics body: all of it with prometheus_client's parser
-    (what it did before) vs the wanted lines only (sidecar.scrape.parse)."""
+    (what it did before) vs the wanted lines only (tuner.scrape.parse)."""
     import re
 
-    from sidecar import scrape
+    from tuner import scrape
 
     text = METRICS_BODY.read_text()
     wanted = timeit.repeat(lambda: scrape.parse(text), number=50, repeat=3)
@@ -138,7 +139,7 @@ def proc_usage(pid: int) -> tuple[float, float]:
 async def throughput(with_plugin: bool, loads: list[int], window_s: float, out: Path,
                      sidecar_s: float, engine: Engine) -> dict[str, Any]:
     model = engine.model or default_model().target
-    vocab = json.loads((model / "config.json").read_text())["vocab_size"]
+    vocab = vocab_size(model)
     admin_port = free_port()
     env = plugin_env(admin_port, token=TOKEN) if with_plugin else {"VLLM_PLUGINS": "none"}
     n = engine.max_num_seqs
@@ -167,10 +168,9 @@ async def sidecar_usage(url: str, admin_url: str, prompts: list[Any], out: Path,
     profile = paper_profile()
     profile.table = [[1, 16, 1]]
     profile.save(out / "profile.json")
-    async with aiohttp.ClientSession() as s:  # start from a table the sidecar will change
-        await s.put(admin_url + "/v1/table", json={"table": [[1, 16, 0]]},
-                    headers={"Authorization": f"Bearer {TOKEN}"})
-    proc = subprocess.Popen([sys.executable, "-m", "tuner.cli", "sidecar", "--profile",
+    async with EngineClient(admin_url=admin_url, token=TOKEN) as engine:
+        await engine.put_table(Table.from_list([[1, 16, 0]]))  # a table the sidecar will change
+    proc = subprocess.Popen([sys.executable, "-m", "sidecar", "--profile",
                              str(out / "profile.json"), "--engine-url", url, "--admin-url", admin_url,
                              "--interval-s", "1", "--listen-port", str(free_port()), "--allowed-k", "all"],
                             stdout=open(out / "sidecar.log", "wb"), stderr=subprocess.STDOUT,
@@ -181,10 +181,10 @@ async def sidecar_usage(url: str, admin_url: str, prompts: list[Any], out: Path,
         t0 = time.monotonic()
         await closed_loop(url, prompts, 8, 48, 0.0, seconds)
         cpu1, rss = proc_usage(proc.pid)
-        async with aiohttp.ClientSession() as s, s.get(admin_url + "/v1/table") as r:
-            table = await r.json()
+        async with EngineClient(admin_url=admin_url) as engine:
+            table = await engine.get_table()
         return {"cpu_share_of_one_core": (cpu1 - cpu0) / (time.monotonic() - t0), "rss_mb": rss,
-                "swap_latency_s": table["swap_latency_s"], "table_version": table["version"]}
+                "swap_latency_s": table.swap_latency_s, "table_version": table.version}
     finally:
         proc.terminate()
         proc.wait(timeout=10)

@@ -10,27 +10,31 @@ blocks whose order alternates across repeats. Warm-up is excluded from every win
 from __future__ import annotations
 
 import contextlib
+import functools
+import io
 import csv
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from collections.abc import Sequence
 from typing import Any
 
-import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
 from benchmarks.analysis import Row
 from benchmarks.baselines import turbospec_table
-from benchmarks.load import closed_loop
-from tuner.engine_defaults import plugin_env
 from sidecar.process import sidecar_process
-from tuner.serve import admin_stats, fresh_connections
+from tuner.engine_defaults import plugin_env
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
+from tuner.load import closed_loop
 from tuner.profile import Profile
 from tuner.replay import Replay
+from tuner.admin_api import StatsReply
+from tuner.engine_client import EngineClient
+from tuner.files import write_atomic
+from tuner.errors import EngineUnavailable
 from tuner.sweep import repeat_order
 from tuner.table import Table, documented_table, every_k_table, shrink
 
@@ -111,29 +115,17 @@ def policy_tables(profile: Profile, policies: Sequence[str] = ()) -> dict[str, T
     return tables
 
 
-class Admin:
-    def __init__(self, url: str, session: aiohttp.ClientSession) -> None:
-        self.url, self.s = url, session
+def admin_client(admin_port: int) -> EngineClient:
+    """The plugin of the bench's engine (token: TOKEN)."""
+    return EngineClient(admin_url=f"http://127.0.0.1:{admin_port}", token=TOKEN, timeout_s=30.0)
 
-    async def put_table(self, table: Table) -> None:
-        async with self.s.put(self.url + "/v1/table", json={"table": table.to_list()},
-                              headers={"Authorization": f"Bearer {TOKEN}"}) as r:
-            if r.status != 200:
-                raise RuntimeError(f"table swap refused: {await r.text()}")
 
-    async def put_policy(self, body: dict[str, Any]) -> None:
-        async with self.s.put(self.url + "/v1/policy", json=body,
-                              headers={"Authorization": f"Bearer {TOKEN}"}) as r:
-            if r.status != 200:
-                raise RuntimeError(f"policy refused: {await r.text()}")
-
-    async def table(self) -> dict[str, Any]:
-        async with self.s.get(self.url + "/v1/table") as r:
-            return await r.json()  # type: ignore[no-any-return]
-
-    async def stats(self) -> dict[str, Any] | None:
-        """The plugin's counters, or None (the cell then lacks its step columns, nothing else)."""
-        return await admin_stats(self.s, self.url)
+async def probe_stats(admin: EngineClient) -> StatsReply | None:
+    """The plugin's counters, or None (the cell then lacks its step columns, nothing else)."""
+    try:
+        return await admin.get_stats()
+    except EngineUnavailable:
+        return None
 
 
 def sidecar(cfg: BenchConfig, engine_url: str, admin_url: str) -> Any:
@@ -144,13 +136,13 @@ def sidecar(cfg: BenchConfig, engine_url: str, admin_url: str) -> Any:
                             "--listen-port", str(port), "--allowed-k", "all", *cfg.sidecar_args))
 
 
-async def converge(cfg: BenchConfig, url: str, admin: Admin) -> float:
+async def converge(cfg: BenchConfig, url: str, admin: EngineClient) -> float:
     """Drive mid load until the sidecar's first rewrite settles; seconds to the last change."""
-    t0, version, last_change = time.monotonic(), (await admin.table())["version"], 0.0
+    t0, version, last_change = time.monotonic(), (await admin.get_table()).version, 0.0
     mid = cfg.loads[len(cfg.loads) // 2]
     while time.monotonic() - t0 < cfg.converge_s:
         await closed_loop(url, cfg.prompts, mid, cfg.max_tokens, 0.0, 2.0, cfg.temperature)
-        v = (await admin.table())["version"]
+        v = (await admin.get_table()).version
         if v != version:
             version, last_change = v, time.monotonic() - t0
     return last_change
@@ -175,8 +167,7 @@ async def run_table_policies(cfg: BenchConfig, rows: list[Row], bar: tqdm) -> di
                               extra_args=engine_args(cfg.extra_args))
     converge_times: dict[str, float] = {}
     policies = [p for p in cfg.policies if p != "nospec"]
-    async with launch(server_cfg, log_dir=cfg.log_dir) as server, aiohttp.ClientSession(connector=fresh_connections()) as s:
-        admin = Admin(f"http://127.0.0.1:{admin_port}", s)
+    async with launch(server_cfg, log_dir=cfg.log_dir) as server, admin_client(admin_port) as admin:
         for k in sorted({0, K}):
             await admin.put_table(tables[f"fixed-k{k}"])
             bar.set_description(f"priming k={k}")
@@ -185,8 +176,8 @@ async def run_table_policies(cfg: BenchConfig, rows: list[Row], bar: tqdm) -> di
         async def cell(policy: str, load: int, rep: int) -> None:
             bar.set_description(f"{policy} N={load} rep {rep}")
             res = await closed_loop(server.url, cfg.prompts, load, cfg.max_tokens,
-                                    cfg.warmup_s, cfg.window_s, cfg.temperature, probe=admin.stats)
-            table = (await admin.table())["table"]
+                                    cfg.warmup_s, cfg.window_s, cfg.temperature, probe=lambda: probe_stats(admin))
+            table = (await admin.get_table()).table
             st = res.steps
             rows.append(Row(policy, load, rep, res.tokens_per_s, res.completed, res.window_s,
                             json.dumps(table), st.step_ms if st else None,
@@ -200,10 +191,10 @@ async def run_table_policies(cfg: BenchConfig, rows: list[Row], bar: tqdm) -> di
             await admin.put_table(tables[SIDECAR_POLICIES.get(policy, policy)])
             async with contextlib.AsyncExitStack() as stack:
                 if policy == "nightjar-style":  # a fresh bandit per (policy, repeat)
-                    await admin.put_policy({"baseline": "nightjar"})
-                    stack.push_async_callback(admin.put_policy, {"baseline": "none"})
+                    await admin.put_policy(baseline="nightjar")
+                    stack.push_async_callback(functools.partial(admin.put_policy, baseline="none"))
                 if policy in SIDECAR_POLICIES:
-                    await stack.enter_async_context(sidecar(cfg, server.url, admin.url))
+                    await stack.enter_async_context(sidecar(cfg, server.url, admin.admin_url))
                     converge_times[f"{policy}#{rep}"] = await converge(cfg, server.url, admin)
                 for load in cfg.loads:
                     await cell(policy, load, rep)
@@ -244,13 +235,12 @@ async def run_nospec(cfg: BenchConfig, rows: list[Row], bar: tqdm) -> None:
 
 
 def write_rows(rows: list[Row], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")  # a kill mid-write leaves the previous file whole
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(asdict(rows[0]).keys()))
-        w.writeheader()
-        w.writerows(asdict(r) for r in rows)
-    tmp.replace(path)
+    """cells.csv, atomically: a kill mid-write leaves the previous file whole."""
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=list(asdict(rows[0]).keys()))
+    w.writeheader()
+    w.writerows(asdict(r) for r in rows)
+    write_atomic(path, out.getvalue(), newline="")
 
 
 async def bench(cfg: BenchConfig) -> tuple[list[Row], dict[str, float]]:

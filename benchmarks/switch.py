@@ -23,16 +23,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 
-from benchmarks.load import closed_loop
-from benchmarks.run import TOKEN, Admin, BenchConfig, sidecar
+from benchmarks.run import TOKEN, BenchConfig, admin_client, sidecar
 from tuner.acceptance import per_position
-from tuner.engine_defaults import plugin_env
+from tuner.engine_defaults import plugin_env, vocab_size
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
+from tuner.load import closed_loop
 from tuner.profile import load
 from tuner.prompts import repetitive
-from tuner.serve import admin_stats, fresh_connections
+from tuner.engine_client import EngineClient
 from tuner.table import Table
 
 WINDOW_S = 5.0
@@ -43,15 +42,13 @@ async def windows(url: str, prompts: list[Any], load_n: int, temp: float, n: int
             for _ in range(n)]
 
 
-async def measure_a(url: str, admin_url: str, prompts: list[Any], load_n: int, temp: float,
-                    s: aiohttp.ClientSession) -> list[float]:
-    s0 = await admin_stats(s, admin_url)
+async def measure_a(url: str, admin: EngineClient, prompts: list[Any], load_n: int,
+                    temp: float) -> list[float]:
+    s0 = await admin.get_stats()
     await closed_loop(url, prompts, load_n, 48, 0.0, 10.0, temp)
-    s1 = await admin_stats(s, admin_url)
-    if s0 is None or s1 is None:
-        raise RuntimeError(f"the plugin's stats at {admin_url} did not answer")
-    acc = [b - a for a, b in zip(s0["accepted_per_pos"], s1["accepted_per_pos"])]
-    dr = [b - a for a, b in zip(s0["drafted_per_pos"], s1["drafted_per_pos"])]
+    s1 = await admin.get_stats()
+    acc = [b - a for a, b in zip(s0.accepted_per_pos, s1.accepted_per_pos)]
+    dr = [b - a for a, b in zip(s0.drafted_per_pos, s1.drafted_per_pos)]
     return [float(x) for x in per_position(acc, dr)]
 
 
@@ -65,7 +62,7 @@ def reach(traj: list[float], stale: float, best: float, level: float) -> float |
 async def run(profile_path: Path, out: Path, load_n: int, temp_a: float, temp_b: float) -> dict[str, Any]:
     profile = load(profile_path)
     model = Path(profile.engine.model)
-    vocab = json.loads((model / "config.json").read_text())["vocab_size"]
+    vocab = vocab_size(model)
     prompts = repetitive(64, vocab, seed=11)
     K, n = profile.K, profile.engine.max_num_seqs
     admin_port = free_port()
@@ -75,12 +72,10 @@ async def run(profile_path: Path, out: Path, load_n: int, temp_a: float, temp_b:
     bench_cfg = BenchConfig(profile=profile, profile_path=profile_path, model=model, loads=[load_n],
                             policies=[], prompts=prompts, out=out, log_dir=out / "logs",
                             sidecar_args=("--prior-decay", "0.5"))
-    async with launch(cfg, log_dir=out / "logs") as server, \
-            aiohttp.ClientSession(connector=fresh_connections()) as s:
-        admin = Admin(f"http://127.0.0.1:{admin_port}", s)
+    async with launch(cfg, log_dir=out / "logs") as server, admin_client(admin_port) as admin:
         # Each workload's own best table: the profile's step times with its measured a_i.
-        a_a = await measure_a(server.url, admin.url, prompts, load_n, temp_a, s)
-        a_b = await measure_a(server.url, admin.url, prompts, load_n, temp_b, s)
+        a_a = await measure_a(server.url, admin, prompts, load_n, temp_a)
+        a_b = await measure_a(server.url, admin, prompts, load_n, temp_b)
         table_a = profile.build([max(0.0, x) for x in a_a]).table
         table_b = profile.build([max(0.0, x) for x in a_b]).table
         await admin.put_table(table_a)
@@ -88,11 +83,11 @@ async def run(profile_path: Path, out: Path, load_n: int, temp_a: float, temp_b:
         await admin.put_table(table_b)
         best = await windows(server.url, prompts, load_n, temp_b, 3)
         await admin.put_table(table_a)
-        async with sidecar(bench_cfg, server.url, admin.url):
+        async with sidecar(bench_cfg, server.url, admin.admin_url):
             before = await windows(server.url, prompts, load_n, temp_a, 3)
             t_switch = time.monotonic()
             traj = await windows(server.url, prompts, load_n, temp_b, int(60 // (WINDOW_S + 0.5)))
-            after_table = (await admin.table())["table"]
+            after_table = (await admin.get_table()).table
     st, bt = statistics.median(stale), statistics.median(best)
     recovery = (statistics.mean(traj) - st) / (bt - st) if bt > st else None
     return {"load": load_n, "workload_a": f"repetitive prompts, temperature {temp_a}",

@@ -19,12 +19,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 
-from tuner.engine_defaults import default_model, plugin_env
+from tuner.engine_defaults import default_model, plugin_env, vocab_size
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.prompts import repetitive
-from tuner.serve import fresh_connections
+from tuner.engine_client import EngineClient
 from tuner.sweep import CellTimer
 from tuner.table import Table, every_k_table
 
@@ -39,7 +38,7 @@ def excess(lo: list[float], hi: list[float], alt: list[float]) -> float:
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     model = Path(args.model) if args.model else default_model().target
-    vocab = json.loads((model / "config.json").read_text())["vocab_size"]
+    vocab = vocab_size(model)
     n, K = args.max_num_seqs, args.hi
     admin_port = free_port()
     admin = f"http://127.0.0.1:{admin_port}"
@@ -49,16 +48,13 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"lo": args.lo, "hi": K, "repeats": args.repeats, "loads": {}}
     prompts = lambda count, seed: repetitive(count, vocab, length=32, seed=seed)  # noqa: E731
     async with launch(cfg, log_dir=Path(args.out) / "logs") as server, \
-            aiohttp.ClientSession(connector=fresh_connections()) as s, \
+            EngineClient(admin_url=admin, timeout_s=30.0) as engine, \
             CellTimer(server, admin, prompts) as timer:
 
         async def arm(name: str) -> None:
             k = args.lo if name in ("lo", "alternating") else K
-            async with s.put(admin + "/v1/table", json={"table": Table.from_list([[1, n, k]]).to_list()}) as r:
-                r.raise_for_status()
-            async with s.put(admin + "/v1/policy",
-                             json={"explore_every": 2 if name == "alternating" else 0}) as r:
-                r.raise_for_status()
+            await engine.put_table(Table.from_list([[1, n, k]]))
+            await engine.put_policy(explore_every=2 if name == "alternating" else 0)
 
         loads = [int(x) for x in args.loads.split(",")]
         await timer.warm_up(loads)

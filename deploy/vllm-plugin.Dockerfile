@@ -29,10 +29,10 @@ ARG SETUPTOOLS_VERSION=80.9.0
 WORKDIR /src
 RUN pip install --no-cache-dir "setuptools==${SETUPTOOLS_VERSION}"
 COPY pyproject.toml README.md ./
+COPY tabletune/ tabletune/
 COPY tuner/ tuner/
 COPY sidecar/ sidecar/
 COPY vllm_patch/ vllm_patch/
-COPY benchmarks/ benchmarks/
 RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels .
 
 FROM ${VLLM_IMAGE}:${VLLM_VERSION}

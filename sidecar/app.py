@@ -21,13 +21,13 @@ from pydantic import ValidationError
 
 from sidecar import logs
 from sidecar.controller import Controller
-from sidecar.engine_client import EngineClient
 from sidecar.server import serve
 from sidecar.settings import SidecarSettings
+from tuner.engine_client import EngineClient
 from tuner.errors import InvalidInput, ProfileMismatch, TableTuneError
 from tuner.profile import Profile, load
 
-__all__ = ["backoff_delay", "control_loop", "main", "run"]
+__all__ = ["backoff_delay", "cli", "control_loop", "main", "run"]
 
 log = logging.getLogger("sidecar")
 STOP_GRACE_S = 0.5
@@ -158,6 +158,19 @@ async def main(settings: SidecarSettings, stop: asyncio.Event | None = None,
         raise fatal
     log.info("stopped")
     return 0
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """`python -m sidecar` (what `tabletune sidecar` runs): bad flags exit 2 with one line."""
+    from sidecar.settings import from_args, parser
+
+    args = parser().parse_args(argv)
+    try:
+        settings = from_args(args)
+    except InvalidInput as exc:
+        print(f"tabletune sidecar: {exc}", file=sys.stderr)
+        return 2
+    return run(settings)
 
 
 def run(settings: SidecarSettings) -> int:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ import numpy.typing as npt
 
 from sidecar.estimator import EstimatorState
 from tuner.errors import InvalidInput
+from tuner.files import write_atomic
 
 __all__ = ["SCHEMA_VERSION", "load", "restore", "save"]
 
@@ -30,17 +29,7 @@ def save(path: Path, state: EstimatorState, saved_at: float) -> None:
     """Write ``state`` to ``path`` atomically (tmp + fsync + os.replace)."""
     data: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "saved_at": saved_at,
                             "estimator": state.to_dict()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps(data))
 
 
 def load(path: Path) -> EstimatorState | None:

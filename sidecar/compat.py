@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import PurePath
 
-from sidecar.engine_client import TableInfo
+from tuner.engine_client import TableInfo
 from tuner.errors import ProfileMismatch
 from tuner.profile import Profile
 

@@ -25,13 +25,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sidecar import checkpoint, compat, scrape
+from sidecar import checkpoint, compat
+from tuner import scrape
 from sidecar.decision import BIAS_NOTE, Decision, DriftCell, Outcome, Source, range_gains
 from sidecar.drift import DriftTracker, drifting
-from sidecar.engine_client import AdminRejected, EngineClient, TableInfo
 from sidecar.estimator import decay_prior, estimate, halve_live, observe
 from sidecar.logs import Conditions
 from sidecar.settings import SidecarSettings
+from tuner.engine_client import AdminRejected, EngineClient, TableInfo
 from tuner.errors import EngineUnavailable, InvalidInput, ScrapeError
 from tuner.goodput import choose_table, interpolate_step_times
 from tuner.profile import Profile
@@ -129,7 +130,8 @@ class Controller:
 
     async def _put_policy(self) -> bool:
         try:
-            await self.client.put_policy(self.settings.explore_every, self.settings.hysteresis)
+            await self.client.put_policy(explore_every=self.settings.explore_every,
+                                         hysteresis=self.settings.hysteresis)
         except AdminRejected as exc:
             self.stats.failures["policy_rejected"] += 1
             log.error("policy rejected; the engine keeps its own", extra={"error": str(exc)})
@@ -233,7 +235,8 @@ class Controller:
                 log.error("the restarted engine does not match the profile; not pushing",
                           extra={"differences": diffs})
                 return
-            await self.client.put_policy(self.settings.explore_every, self.settings.hysteresis)
+            await self.client.put_policy(explore_every=self.settings.explore_every,
+                                         hysteresis=self.settings.hysteresis)
             if self.desired is not None and info.parsed_table() != self.desired:
                 info = await self.client.put_table(self.desired)
                 self.stats.pushes += 1

@@ -86,7 +86,7 @@ class EstimatorState:
 def observe(state: EstimatorState, accepted_delta: Any, drafted_delta: Any) -> None:
     """Add one scrape's per-position count deltas to the live counts (eq. â's counts).
 
-    Deltas must be >= 0: the caller detects counter resets (sidecar/scrape.is_reset) and
+    Deltas must be >= 0: the caller detects counter resets (tuner/scrape.is_reset) and
     skips that interval instead of feeding negative counts.
     """
     size = state.prior.size

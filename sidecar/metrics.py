@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, Metric,
-                                    SummaryMetricFamily)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
 from sidecar import probes

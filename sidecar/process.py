@@ -17,7 +17,7 @@ from pathlib import Path
 @contextlib.asynccontextmanager
 async def sidecar_process(profile: Path, engine_url: str, admin_url: str, token: str,
                           log: Path, args: Sequence[str] = ()) -> AsyncIterator[subprocess.Popen[bytes]]:
-    cmd = [sys.executable, "-m", "tuner.cli", "sidecar", "--profile", str(profile),
+    cmd = [sys.executable, "-m", "sidecar", "--profile", str(profile),
            "--engine-url", engine_url, "--admin-url", admin_url, *args]
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as f:

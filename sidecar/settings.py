@@ -8,13 +8,18 @@ Precedence: flag > environment > default. Defaults work next to a vLLM on the sa
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tuner.errors import InvalidInput
+
 ENV_PREFIX = "TABLETUNE_SIDECAR_"
+DESCRIPTION = ("Scrape vLLM's /metrics, estimate acceptance, rebuild the table with the profile's "
+               "step times, push it (or only recommend).")
 
 
 class SidecarSettings(BaseSettings):
@@ -82,6 +87,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def from_args(args: argparse.Namespace) -> SidecarSettings:
+    """Flags over environment over defaults; InvalidInput naming the flag, its value and the fix."""
     given: dict[str, Any] = {n: getattr(args, n) for n in SidecarSettings.model_fields
                              if getattr(args, n, None) is not None}
-    return SidecarSettings(**given)
+    try:
+        return SidecarSettings(**given)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        name = str(error["loc"][0]) if error["loc"] else ""
+        where = (f"{flag(name)} (env {ENV_PREFIX}{name.upper()})" if name in
+                 SidecarSettings.model_fields else "settings")
+        value = given.get(name, os.environ.get(ENV_PREFIX + name.upper(), error.get("input")))
+        shown = "" if name.startswith("admin_token") and name != "admin_token_file" else f"={value!r}"
+        raise InvalidInput(f"{where}{shown}: {error['msg']}; see `tabletune sidecar --help`") from None
+
+
+def parser() -> argparse.ArgumentParser:
+    """`python -m sidecar` / `tabletune sidecar`: one flag per settings field."""
+    p = argparse.ArgumentParser(
+        prog="tabletune sidecar", description=DESCRIPTION)
+    add_arguments(p)
+    return p

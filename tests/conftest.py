@@ -7,7 +7,6 @@ Tests that change the table, policy or emulation put the defaults back (see `eng
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +16,7 @@ import pytest
 import pytest_asyncio
 from hypothesis import settings
 
-from tuner.engine_defaults import default_model, plugin_env
+from tuner.engine_defaults import default_model, plugin_env, vocab_size
 from tuner.launcher import ServerConfig, SpeculativeSpec, VllmServer, free_port, launch
 from tuner.table import Table
 
@@ -68,7 +67,7 @@ async def engine() -> AsyncIterator[Engine]:
         speculative=SpeculativeSpec(num_speculative_tokens=3, table=Table.from_list(STARTUP_TABLE)),
         env=plugin_env(admin_port, token=TOKEN, emulate=(1.0, 1.0, 1.0)))
     async with launch(cfg) as server:
-        vocab = json.loads((paths.target / "config.json").read_text())["vocab_size"]
+        vocab = vocab_size(paths.target)
         yield Engine(server, f"http://127.0.0.1:{admin_port}", TOKEN, vocab)
 
 

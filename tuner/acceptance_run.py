@@ -8,28 +8,24 @@ Without it, vLLM's stock accepted_i / num_drafts is used, and the profile says i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from typing import Any
 
 import aiohttp
 import numpy as np
 
-from sidecar.scrape import parse
 from tuner.acceptance import per_position, stock_estimate
+from tuner.engine_client import AdminRejected, EngineClient
 from tuner.errors import EngineUnavailable
 from tuner.launcher import VllmServer
+from tuner.load import complete, fresh_connections
 from tuner.profile import AcceptanceMeasurement
 from tuner.prompts import Prompt
 from tuner.replay import Replay
-from tuner.serve import admin_stats, complete, fresh_connections
+from tuner.scrape import parse
 
 STOCK_NOTE = ("vLLM's stock accepted_i / num_drafts: biased low when draft lengths vary (ngram "
               "no-match, DSD), because num_drafts counts drafts that never had position i")
-
-
-async def _metrics(s: aiohttp.ClientSession, url: str) -> str:
-    async with s.get(url + "/metrics") as r:
-        return await r.text()
 
 
 async def measure_acceptance(server: VllmServer, admin_url: str | None, prompts: list[Prompt],
@@ -42,13 +38,14 @@ async def measure_acceptance(server: VllmServer, admin_url: str | None, prompts:
     restore_reject_all, put back after it, for a server that goes on timing cells."""
     t0 = time.monotonic()
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600),
-                                     connector=fresh_connections()) as s:
+                                     connector=fresh_connections()) as s, \
+            EngineClient(server.url, admin_url or "", timeout_s=10.0) as engine:
         if admin_url:  # lift the timing mode's reject-all: real (or replayed) acceptance from here
-            body = {"rates": list(replay.emulator_rates()) if replay else [1.0] * K}
-            async with s.put(admin_url + "/v1/emulation", json=body) as r:
-                await r.read()
-        stats0 = await admin_stats(s, admin_url) if admin_url else None
-        m0 = parse(await _metrics(s, server.url))
+            rates = list(replay.emulator_rates()) if replay else [1.0] * K
+            with contextlib.suppress(AdminRejected):  # 409: emulation off, nothing to lift
+                await engine.put_emulation(rates)
+        stats0 = await engine.get_stats() if admin_url else None
+        m0 = parse(await engine.get_metrics())
         gate = asyncio.Semaphore(concurrency)
 
         async def one(p: Prompt) -> None:
@@ -57,17 +54,18 @@ async def measure_acceptance(server: VllmServer, admin_url: str | None, prompts:
 
         await asyncio.gather(*[one(p) for p in prompts])
         await asyncio.sleep(0.5)  # let vLLM's stat loggers catch up
-        stats1 = await admin_stats(s, admin_url) if admin_url else None
-        m1 = parse(await _metrics(s, server.url))
+        stats1 = await engine.get_stats() if admin_url else None
+        m1 = parse(await engine.get_metrics())
         if admin_url and restore_reject_all:
-            async with s.put(admin_url + "/v1/emulation", json={"rates": [0.0] * K}) as r:
-                if r.status != 200:
-                    raise EngineUnavailable(f"could not restore reject-all after measuring "
-                                            f"acceptance ({r.status}): {await r.text()}")
+            try:
+                await engine.put_emulation([0.0] * K)
+            except EngineUnavailable as exc:
+                raise EngineUnavailable(f"could not restore reject-all after measuring "
+                                        f"acceptance: {exc}") from exc
     wall = time.monotonic() - t0
     if stats0 is not None and stats1 is not None:
-        drafted = [b - a for a, b in zip(stats0["drafted_per_pos"], stats1["drafted_per_pos"])]
-        accepted = [b - a for a, b in zip(stats0["accepted_per_pos"], stats1["accepted_per_pos"])]
+        drafted = [b - a for a, b in zip(stats0.drafted_per_pos, stats1.drafted_per_pos)]
+        accepted = [b - a for a, b in zip(stats0.accepted_per_pos, stats1.accepted_per_pos)]
         a = np.nan_to_num(per_position(accepted, drafted), nan=0.0)
         return AcceptanceMeasurement(a=[float(x) for x in a], accepted=accepted, drafted=drafted,
                                      source="plugin", num_prompts=len(prompts),

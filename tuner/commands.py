@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import TYPE_CHECKING
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tuner.engine_defaults import default_model
+from tuner import flags
+from tuner.engine_defaults import default_model, vocab_size
 from tuner.errors import InvalidInput
 from tuner.goodput import interpolate_step_times, predicted_loss
 from tuner.profile import Profile, Workload, load
 from tuner.prompts import load_file, repetitive
-from tuner.replay import Replay
 from tuner.sweep import default_grid
 from tuner.table import Table
 
@@ -47,7 +47,7 @@ def tune_config(args: argparse.Namespace) -> "TuneConfig":
     if args.prompts:
         prompts = load_file(Path(args.prompts))
     else:
-        vocab = json.loads((model / "config.json").read_text())["vocab_size"]
+        vocab = vocab_size(model)
         prompts = repetitive(args.num_prompts, vocab, seed=42)
     try:
         return TuneConfig(model=model, method=args.method, drafter=drafter,
@@ -58,7 +58,7 @@ def tune_config(args: argparse.Namespace) -> "TuneConfig":
                           temperature=args.temperature, acceptance_prompts=prompts[:args.num_prompts],
                           out=Path(args.out), fresh=args.fresh, tie=args.tie,
                           extra_args=tuple(args.engine_arg or ()),
-                          emulate=Replay.parse(args.emulate, args.emulate_with) if args.emulate else None,
+                          emulate=flags.replay(args, args.num_speculative_tokens),
                           one_server=args.one_server, refine=args.refine,
                           workload=Workload.parse(args.workload) if args.workload else None)
     except ValueError as exc:
@@ -145,15 +145,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     p.add_argument("--tie", type=float, default=0.005, help="keep the previous k unless this much better")
     p.add_argument("--out", default="runs/profile.json", help="profile path (resumes if present)")
     p.add_argument("--fresh", action="store_true", help="ignore an existing profile at --out")
-    p.add_argument("--engine-arg", action="append", metavar="ARG",
-                   help="extra vLLM argument, repeatable: --engine-arg=--tensor-parallel-size=2 "
-                        "--engine-arg=--load-format=dummy")
-    p.add_argument("--emulate", help="replay this acceptance instead of the drafter's own, e.g. "
-                                     "0.75,0.55,0.4: for dummy weights")
-    p.add_argument("--emulate-with", choices=["plugin", "vllm"], default="plugin",
-                   help="plugin: the plugin's emulator, which can only lower acceptance (ngram on "
-                        "repetitive output); vllm: vLLM's synthetic rejection sampling, which forces "
-                        "it (any drafter; GPU builds only)")
+    flags.add_engine_flags(p)
     p.add_argument("--one-server", action="store_true",
                    help="one vLLM for all k, tables swapped through the plugin; it starts with a "
                         "table holding every k, so the V2 runner captures graphs for each; "

@@ -1,13 +1,16 @@
 """Where the embedded default lives and how a TableTune-managed vLLM is configured.
 
-One place for: the cache folder, the default model, and the plugin's environment.
+One place for: the cache folder, the default model, a model's vocabulary size, and the
+plugin's environment.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
+from tuner.errors import InvalidInput
 from tuner.tiny_model import ModelPaths, build
 
 
@@ -18,6 +21,22 @@ def cache_dir() -> Path:
 def default_model(seed: int = 0) -> ModelPaths:
     """The tiny Llama target and drafter, built on first use (a few seconds) and cached."""
     return build(cache_dir() / "models", seed=seed)
+
+
+def vocab_size(model: Path) -> int:
+    """vocab_size from a Hugging Face model folder's config.json (prompts are token ids)."""
+    config = model / "config.json"
+    try:
+        value = json.loads(config.read_text())["vocab_size"]
+    except OSError as exc:
+        raise InvalidInput(f"model {model}: cannot read {config.name} ({exc.strerror}); pass the "
+                           "folder of a Hugging Face model (--model)") from None
+    except (ValueError, KeyError, TypeError):
+        raise InvalidInput(f"model {model}: {config.name} has no integer vocab_size") from None
+    if not isinstance(value, int) or value < 1:
+        raise InvalidInput(f"model {model}: vocab_size={value!r} in {config.name} is not a "
+                           "positive integer")
+    return value
 
 
 def plugin_env(admin_port: int | None = None, token: str | None = None, reject_all: bool = False,

@@ -4,9 +4,7 @@ without the engine: what was measured (raw samples too), on what, and how long i
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Literal
 
@@ -14,6 +12,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tuner.errors import InvalidInput, ProfileMismatch
+from tuner.files import write_atomic
 from tuner.goodput import Cliff, TableChoice, build_table, cliff_warnings, cliffs, refine_points
 from tuner.table import Table
 
@@ -316,11 +315,7 @@ class Profile(_Model):
     # -- I/O -----------------------------------------------------------------------------
     def save(self, path: Path) -> None:
         """Atomic: a crash mid-write leaves the previous profile intact."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        with os.fdopen(fd, "w") as f:
-            f.write(self.model_dump_json(indent=1))
-        os.replace(tmp, path)
+        write_atomic(path, self.model_dump_json(indent=1))
 
 
 def load(path: Path) -> Profile:

@@ -48,13 +48,13 @@ class Replay(BaseModel):
         try:
             rates = tuple(float(x) for x in text.split(","))
         except ValueError:
-            raise ValueError(f"--emulate={text!r}: expected rates like 0.75,0.55,0.4") from None
+            raise ValueError("expected rates like 0.75,0.55,0.4") from None
         return cls(rates=rates, by=by)
 
     def check_k(self, K: int) -> None:
         """vLLM's synthetic mode wants exactly K rates; the plugin pads with the last one."""
         if self.by == "vllm" and len(self.rates) != K:
-            raise ValueError(f"--emulate has {len(self.rates)} rates but K={K}: vLLM's synthetic "
+            raise ValueError(f"{len(self.rates)} rates but K={K}: vLLM's synthetic "
                              f"rejection sampling needs exactly one rate per position")
 
     def speculative_extra(self) -> dict[str, Any]:

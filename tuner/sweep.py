@@ -16,24 +16,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import aiohttp
 
+from tuner.admin_api import StatsReply
+from tuner.engine_client import EngineClient
 from tuner.errors import EngineUnavailable
 from tuner.launcher import VllmServer, log_tail
+from tuner.load import complete, first_lengths, fresh_connections
 from tuner.profile import BATCH_FILL, StepSample, Workload
-from tuner.serve import admin_stats, complete, fresh_connections
+from tuner.step_clock import engine_clock, step_load
 
 PromptSource = Callable[[int, int], list[Any]]  # (n, seed) -> prompts
 T = TypeVar("T")
-
-
-def first_lengths(concurrency: int, max_tokens: int) -> list[int]:
-    """Lengths of the workers' first requests, spread evenly over 1..max_tokens: after one request
-    lifetime the phases of the N workers are uniform, i.e. the load is in steady state."""
-    return [max(1, round((i + 1) / concurrency * max_tokens)) for i in range(concurrency)]
 
 
 def repeat_order(items: Sequence[T], rep: int) -> list[T]:
@@ -53,47 +49,6 @@ def default_grid(max_num_seqs: int) -> list[int]:
     return grid
 
 
-@dataclass(frozen=True, slots=True)
-class EngineClock:
-    seconds: float
-    steps: int
-    full_drafts: int
-    request_steps: int
-
-
-def engine_clock(stats: dict[str, Any], k: int) -> EngineClock:
-    """Totals over all batch-size buckets (ramp-up steps cancel in the difference)."""
-    seconds = sum(row[2] for row in stats["step_times"])
-    steps = sum(row[3] for row in stats["step_times"])
-    hist = stats["histogram"]
-    return EngineClock(seconds, steps, sum(n for d, _, n in hist if k and d >= k),
-                       sum(n for _, _, n in hist))
-
-
-@dataclass(frozen=True, slots=True)
-class StepLoad:
-    """What an engine's steps carried between two /v1/stats snapshots (exact totals)."""
-
-    steps: int
-    step_ms: float | None      # engine step clock, all batch sizes
-    requests_per_step: float   # decodes and prefills scheduled per step
-    tokens_per_step: float     # decode, draft and prefill tokens per step
-
-
-def step_load(before: dict[str, Any], after: dict[str, Any]) -> StepLoad | None:
-    """None when no step ran, or the plugin predates the exact totals."""
-    if "scheduled_tokens" not in after or "scheduled_tokens" not in before:
-        return None
-    steps = sum(after["engine_steps_per_k"].values()) - sum(before["engine_steps_per_k"].values())
-    if steps <= 0:
-        return None
-    c0, c1 = engine_clock(before, 0), engine_clock(after, 0)
-    timed = c1.steps - c0.steps
-    return StepLoad(steps, (c1.seconds - c0.seconds) / timed * 1e3 if timed > 0 else None,
-                    (after["scheduled_requests"] - before["scheduled_requests"]) / steps,
-                    (after["scheduled_tokens"] - before["scheduled_tokens"]) / steps)
-
-
 class CellTimer:
     """Times cells against one running server (one k)."""
 
@@ -105,19 +60,26 @@ class CellTimer:
         self.model_name = model_name
         self.seed = 1000
         self.session: aiohttp.ClientSession | None = None
+        self.admin = EngineClient(admin_url=admin_url, timeout_s=10.0)
 
     async def __aenter__(self) -> CellTimer:
         self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600),
                                              connector=fresh_connections())
+        await self.admin.__aenter__()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        await self.admin.__aexit__(None, None, None)
         if self.session is not None:
             await self.session.close()
 
-    async def stats(self) -> dict[str, Any] | None:
-        assert self.session is not None
-        return await admin_stats(self.session, self.admin_url)
+    async def stats(self) -> StatsReply | None:
+        """The plugin's counters; None when they do not answer (the cell then has no engine
+        figure, only the client's)."""
+        try:
+            return await self.admin.get_stats()
+        except EngineUnavailable:
+            return None
 
     async def burst(self, B: int, max_tokens: int) -> float:
         """Wall seconds for B fresh prompts (fresh: no prefix-cache hits between runs)."""
@@ -160,8 +122,8 @@ class CellTimer:
         return StepSample(B=B, k=k, rep=rep, client_ms=client_ms, engine_ms=engine_ms,
                           engine_steps=steps, full_draft_share=share, started=started)
 
-    async def wait_steps(self, since: dict[str, Any] | None, steps: int, k: int,
-                         workers: list[asyncio.Task[None]], timeout_s: float = 300.0) -> dict[str, Any]:
+    async def wait_steps(self, since: StatsReply | None, steps: int, k: int,
+                         workers: list[asyncio.Task[None]], timeout_s: float = 300.0) -> StatsReply:
         """Poll the plugin's clock until `steps` more engine steps ran; a dead worker (vLLM gone,
         a refused request) ends the wait with its error."""
         base = engine_clock(since, k).steps if since else None
@@ -186,7 +148,7 @@ class CellTimer:
             await asyncio.sleep(0.05)
 
     async def wait_batch(self, B: int, k: int, workers: list[asyncio.Task[None]],
-                         timeout_s: float = 30.0, patience: int = 5) -> dict[str, Any]:
+                         timeout_s: float = 30.0, patience: int = 5) -> StatsReply:
         """Stats once the engine runs the cell's batch: B requests start at once and the API
         server admits them over many steps (on the H200 a one-lifetime window opened 8 steps in
         saw 23-91 of 256). Waits, in stretches of 4 steps, until one stretch ran at least

@@ -8,7 +8,6 @@ and Ctrl-C leaves no vLLM running (the launcher's context manager stops it).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import platform
 import statistics
@@ -19,19 +18,18 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
 from tuner.acceptance_run import measure_acceptance
-from tuner.engine_defaults import plugin_env
+from tuner.engine_client import AdminRejected, EngineClient
+from tuner.engine_defaults import plugin_env, vocab_size
 from tuner.errors import EngineUnavailable, InvalidInput
-from tuner.launcher import MODEL_DRAFTERS, ServerConfig, SpeculativeSpec, VllmServer, free_port, launch
 from tuner.goodput import tau
+from tuner.launcher import MODEL_DRAFTERS, ServerConfig, SpeculativeSpec, VllmServer, free_port, launch
 from tuner.profile import Cell, EngineInfo, Profile, StepSample, Workload, cell_needs_another, load, usable
 from tuner.prompts import Prompt, repetitive
 from tuner.replay import Replay
-from tuner.serve import fresh_connections
 from tuner.sweep import CellTimer, PromptSource, repeat_order
 from tuner.table import Table, every_k_table
 
@@ -98,7 +96,7 @@ class TuneConfig(BaseModel):
 
     @property
     def vocab_size(self) -> int:
-        return int(json.loads((self.model / "config.json").read_text())["vocab_size"])
+        return vocab_size(self.model)
 
 
 def hardware() -> str:
@@ -298,13 +296,13 @@ async def sweep_one_server(cfg: TuneConfig, profile: Profile, bar: tqdm) -> Tune
     bar.set_description("starting vLLM")
     async with launch(server_for(cfg, None, admin_port, reject_all=True), log_dir=cfg.log_dir) as server:
         profile.timings_s["server_start_shared"] = server.ready_after_s or 0.0
-        async with aiohttp.ClientSession(connector=fresh_connections()) as s:
+        async with EngineClient(admin_url=admin_url, timeout_s=30.0) as engine:
 
             async def swap(k: int) -> None:
-                async with s.put(admin_url + "/v1/table",
-                                 json={"table": [[1, cfg.max_num_seqs, k]]}) as r:
-                    if r.status != 200:
-                        raise EngineUnavailable(f"the plugin refused the k={k} table: {await r.text()}")
+                try:
+                    await engine.put_table(Table.from_list([[1, cfg.max_num_seqs, k]]))
+                except AdminRejected as exc:
+                    raise EngineUnavailable(f"the plugin refused the k={k} table: {exc}") from exc
 
             async def measure(c: TuneConfig) -> None:
                 K = c.num_speculative_tokens

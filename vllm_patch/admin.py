@@ -27,44 +27,18 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
-from tuner.table import Table, check_for_engine
+from tuner.admin_api import EmulationBody, PolicyBody, TableBody
+from tuner.errors import InvalidTable
+from tuner.table import check_for_engine
 from vllm_patch import emulation
-from vllm_patch.settings import MAX_BODY_BYTES, check_rates
+from vllm_patch.settings import MAX_BODY_BYTES
 from vllm_patch.state import EngineState, Policy, TableState
 
 log = logging.getLogger("vllm.tabletune")
-
-
-class TableBody(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    table: Table
-
-    @field_validator("table", mode="before")
-    @classmethod
-    def _from_list(cls, v: Any) -> Any:
-        return {"ranges": v} if isinstance(v, list) else v
-
-
-class PolicyBody(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    explore_every: int | None = Field(default=None, ge=0, le=1_000_000)
-    hysteresis: int | None = Field(default=None, ge=0, le=1_000_000)
-    baseline: Literal["nightjar", "none"] | None = None  # benchmarks only; "none" turns it off
-
-
-class EmulationBody(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    rates: tuple[float, ...]
-
-    @field_validator("rates")
-    @classmethod
-    def _check(cls, v: tuple[float, ...]) -> tuple[float, ...]:
-        check_rates(v)
-        return v
 
 
 class HttpError(Exception):
@@ -107,21 +81,23 @@ def stats_reply(engine: EngineState) -> dict[str, Any]:
 
 def _validation_error(exc: ValidationError) -> HttpError:
     err = exc.errors()[0]
+    if err["type"] == "json_invalid":
+        return HttpError(400, f"body is not JSON: {err['msg']}")
     field = ".".join(str(p) for p in err.get("loc", ())) or None
     return HttpError(422, f"{field}: {err['msg']}" if field else err["msg"], field)
 
 
-def put_table(engine: EngineState, body: dict[str, Any]) -> dict[str, Any]:
+def put_table(engine: EngineState, body: bytes) -> dict[str, Any]:
     if engine.table is None:
         raise HttpError(409, "this vLLM was started without num_speculative_tokens_per_batch_size; "
                              "start it with any DSD table so the scheduler has a lookup to swap")
     try:
-        table = TableBody.model_validate(body).table
+        table = TableBody.model_validate_json(body).parsed()
         check_for_engine(table, engine.num_speculative_tokens, engine.max_num_seqs,
                          set(engine.startup_k) if engine.restrict_k else None)
     except ValidationError as exc:
         raise _validation_error(exc) from None
-    except ValueError as exc:
+    except (InvalidTable, ValueError) as exc:
         raise HttpError(422, str(exc), "table") from None
     dense = tuple(table.dense(engine.max_num_seqs, engine.num_speculative_tokens))
     old = engine.table
@@ -130,9 +106,9 @@ def put_table(engine: EngineState, body: dict[str, Any]) -> dict[str, Any]:
     return table_reply(engine)
 
 
-def put_policy(engine: EngineState, body: dict[str, Any]) -> dict[str, Any]:
+def put_policy(engine: EngineState, body: bytes) -> dict[str, Any]:
     try:
-        p = PolicyBody.model_validate(body)
+        p = PolicyBody.model_validate_json(body)
     except ValidationError as exc:
         raise _validation_error(exc) from None
     old = engine.policy
@@ -149,12 +125,12 @@ def policy_reply(engine: EngineState) -> dict[str, Any]:
             "baseline": engine.policy.baseline}
 
 
-def put_emulation(engine: EngineState, body: dict[str, Any]) -> dict[str, Any]:
+def put_emulation(engine: EngineState, body: bytes) -> dict[str, Any]:
     if not engine.emulation_enabled:
         raise HttpError(409, "acceptance emulation is off; start vLLM with "
                              "TABLETUNE_EMULATE_ACCEPTANCE=a1,a2,... to make it settable")
     try:
-        rates = EmulationBody.model_validate(body).rates
+        rates = EmulationBody.model_validate_json(body).rates
     except ValidationError as exc:
         raise _validation_error(exc) from None
     emulation.publish(rates)
@@ -170,7 +146,7 @@ def emulation_reply(engine: EngineState) -> dict[str, Any]:
 GETS: dict[str, Callable[[EngineState], dict[str, Any]]] = {
     "/healthz": lambda e: {"ok": True}, "/v1/table": table_reply, "/v1/policy": policy_reply,
     "/v1/stats": stats_reply, "/v1/emulation": emulation_reply}
-PUTS: dict[str, Callable[[EngineState, dict[str, Any]], dict[str, Any]]] = {
+PUTS: dict[str, Callable[[EngineState, bytes], dict[str, Any]]] = {
     "/v1/table": put_table, "/v1/policy": put_policy, "/v1/emulation": put_emulation}
 
 
@@ -218,13 +194,7 @@ def make_handler(engine: EngineState, token: str | None) -> type[BaseHTTPRequest
             length = int(self.headers.get("Content-Length") or 0)
             if length > MAX_BODY_BYTES:
                 raise HttpError(413, f"body of {length} bytes exceeds {MAX_BODY_BYTES}")
-            try:
-                body = json.loads(self.rfile.read(length) or b"null")
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise HttpError(400, f"body is not JSON: {exc}") from None
-            if not isinstance(body, dict):
-                raise HttpError(422, "body must be a JSON object")
-            return route(engine, body)
+            return route(engine, self.rfile.read(length))
 
     return Handler
 

@@ -28,6 +28,8 @@ import os
 import tempfile
 from typing import Any
 
+from tuner.files import write_atomic
+
 log = logging.getLogger("vllm.tabletune")
 ENV_FILE = "TABLETUNE_EMULATION_FILE"
 
@@ -44,10 +46,7 @@ def ensure_channel(initial: tuple[float, ...]) -> str:
 
 
 def _write(path: str, rates: tuple[float, ...]) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(list(rates), f)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(list(rates)))
 
 
 def publish(rates: tuple[float, ...]) -> None:

@@ -20,6 +20,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from tuner.admin_api import check_rates
+
 MAX_BODY_BYTES = 64 * 1024
 
 
@@ -59,18 +61,6 @@ def _rates(raw: str) -> tuple[float, ...]:
         raise ValueError(f"TABLETUNE_EMULATE_ACCEPTANCE={raw!r}: expected rates like 0.7,0.5,0.3") from None
     check_rates(rates)
     return rates
-
-
-def check_rates(rates: tuple[float, ...]) -> None:
-    """Emulated a_i: probabilities of nested events, so in [0, 1] and non-increasing."""
-    if not rates:
-        raise ValueError("rates must not be empty")
-    for i, r in enumerate(rates):
-        if not 0.0 <= r <= 1.0:
-            raise ValueError(f"rates[{i}]={r} is not a probability in [0, 1]")
-        if i and r > rates[i - 1]:
-            raise ValueError(f"rates[{i}]={r} > rates[{i - 1}]={rates[i - 1]}: a_i (first i drafts "
-                             "all accepted) cannot grow with i")
 
 
 def _token(env: dict[str, str]) -> str | None:

@@ -56,13 +56,13 @@ for stage in "$@"; do case $stage in
  install)
   python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/tt . 2>&1 | tail -3
   [ -d .whl ] && python3 -m pip install -q --no-deps --no-index --target /tmp/whl .whl/*.whl 2>&1 | tail -3
-  python3 -c "import tuner.cli, sidecar.settings, vllm_patch.plugin; print('tabletune importable')" ;;
+  python3 -c "import tabletune.cli, sidecar.settings, vllm_patch.plugin; print('tabletune importable')" ;;
  moe-kernels)
   [ -f /tmp/site/vllm/_moe_C_stable_libtorch.abi3.so ] || xz -dc .gpu/moe_kernels.xz > /tmp/site/vllm/_moe_C_stable_libtorch.abi3.so
   ls -la /tmp/site/vllm/_moe_C_stable_libtorch.abi3.so
   for m in moe30b; do [ -d .gpu/$m ] && { rm -rf /tmp/$m; cp -r .gpu/$m /tmp/$m; }; done; true ;;
  tune)
-  /usr/bin/time -f "tune wall %e s" timeout "${TUNE_S:-520}" python3 -m tuner.cli tune --model "$MODEL" \
+  /usr/bin/time -f "tune wall %e s" timeout "${TUNE_S:-520}" python3 -m tabletune.cli tune --model "$MODEL" \
      "${SPEC[@]}" -K 3 --max-num-seqs 256 "${ONE_FLAG[@]}" \
      --grid "${GRID:-1,4,8,16,32,64,96,128,192,256}" --repeats "${REPEATS:-2}" --decode-tokens 33 \
      ${MAX_REPEATS:+--max-repeats $MAX_REPEATS} \
@@ -73,7 +73,7 @@ for stage in "$@"; do case $stage in
   python3 -c "import json,sys; sys.exit(0 if json.load(open(sys.argv[1])).get('table') else 1)" \
     $R/profile.json 2>/dev/null || { echo "stage tune left no tuned profile"; STATUS=1; } ;;
  bench)
-  timeout "${BENCH_S:-540}" python3 -m tuner.cli bench --profile $R/profile.json \
+  timeout "${BENCH_S:-540}" python3 -m tabletune.cli bench --profile $R/profile.json \
      --loads "${LOADS:-1,16,64,128,256}" \
      --policies "${POLICIES:-fixed-k*,documented,tuned,sidecar-from-quarter,nospec}" \
      --repeats "${BENCH_REPEATS:-1}" --warmup-s 2 --window-s "${WINDOW_S:-4}" \

@@ -37,35 +37,6 @@ def test_turbospec_fits_the_linear_model_and_builds_a_table() -> None:
     assert table.to_list()[0][0] == 1 and table.to_list()[-1][1] == 16
 
 
-def test_first_requests_are_staggered_over_one_lifetime() -> None:
-    from tuner.sweep import first_lengths
-
-    assert first_lengths(1, 128) == [128]
-    lengths = first_lengths(4, 128)
-    assert lengths == [32, 64, 96, 128]  # evenly spread, the last one full length
-    assert min(first_lengths(256, 128)) == 1 and max(first_lengths(256, 128)) == 128
-
-
-def stats(steps: dict[str, int], timed: list[list[float]], requests: int, tokens: int) -> dict:
-    return {"engine_steps_per_k": steps, "step_times": timed, "histogram": [],
-            "scheduled_requests": requests, "scheduled_tokens": tokens}
-
-
-def test_step_load_from_two_plugin_snapshots() -> None:
-    from tuner.sweep import step_load
-
-    before = stats({"1": 10}, [[256, 1, 0.10, 10]], 2560, 5120)
-    after = stats({"1": 30, "3": 10}, [[256, 1, 0.50, 30], [256, 3, 0.40, 10]], 12800, 30000)
-    load = step_load(before, after)
-    assert load is not None and load.steps == 30
-    assert load.step_ms == pytest.approx(800 / 30)            # (0.9 - 0.1) s over 30 timed steps
-    assert load.requests_per_step == pytest.approx(10240 / 30)
-    assert load.tokens_per_step == pytest.approx(24880 / 30)
-    assert step_load(before, before) is None                  # no step ran
-    old = {k: v for k, v in before.items() if k != "scheduled_tokens"}  # a plugin before them
-    assert step_load(old, after) is None
-
-
 def test_summary_shows_what_steps_carried_and_merge_reads_older_cells(tmp_path) -> None:
     from benchmarks.analysis import steps_markdown
     from benchmarks.merge import read

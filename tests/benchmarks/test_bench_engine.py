@@ -11,7 +11,7 @@ from benchmarks.analysis import summarize
 from benchmarks.report import write
 from benchmarks.run import BenchConfig, bench
 from benchmarks.synthetic import paper_profile
-from tuner.engine_defaults import default_model
+from tuner.engine_defaults import default_model, vocab_size
 from tuner.prompts import repetitive
 from tuner.replay import Replay
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.engine
 
 async def test_reduced_bench_runs_end_to_end(tmp_path: Path) -> None:
     paths = default_model()
-    vocab = json.loads((paths.target / "config.json").read_text())["vocab_size"]
+    vocab = vocab_size(paths.target)
     profile = paper_profile()  # K=3, max_num_seqs=16; tables are what is compared here
     profile.table = profile.build().table.to_list()
     profile.save(tmp_path / "profile.json")
@@ -56,7 +56,7 @@ async def test_reduced_bench_runs_end_to_end(tmp_path: Path) -> None:
 async def test_bench_runs_a_draft_model_profile(tmp_path: Path) -> None:
     """A profile tuned with draft_model is benchmarked with its drafter (the spec needs the path)."""
     paths = default_model()
-    vocab = json.loads((paths.target / "config.json").read_text())["vocab_size"]
+    vocab = vocab_size(paths.target)
     profile = paper_profile()
     profile.engine = profile.engine.model_copy(update={"method": "draft_model",
                                                        "drafter": str(paths.drafter)})
@@ -77,7 +77,7 @@ async def test_sidecar_policies_run_in_blocks_whose_order_alternates(tmp_path: P
     quarter table with a real `tabletune sidecar` beside the engine; the block comes after the
     plain tables in even repeats and before them in odd ones."""
     paths = default_model()
-    vocab = json.loads((paths.target / "config.json").read_text())["vocab_size"]
+    vocab = vocab_size(paths.target)
     profile = paper_profile()
     profile.table = profile.build().table.to_list()
     profile.save(tmp_path / "profile.json")

@@ -24,8 +24,8 @@ from dockerfile_parse import DockerfileParser
 
 from sidecar.compat import mismatches
 from sidecar.settings import ENV_PREFIX, SidecarSettings, flag, from_args
+from tabletune.cli import parser as cli_parser
 from tests.deploy import manifests as m
-from tuner.cli import parser as cli_parser
 from tuner.profile import load as load_profile
 from tuner.table import Table, check_for_engine
 from vllm_patch.settings import from_env as plugin_from_env

@@ -145,15 +145,17 @@ def test_wheel_from_the_copied_files(tmp_path: Path) -> None:
         (ep_name,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
         eps = configparser.ConfigParser()
         eps.read_string(z.read(ep_name).decode())
-    assert eps["console_scripts"]["tabletune"] == "tuner.cli:main"
+    assert eps["console_scripts"]["tabletune"] == "tabletune.cli:main"
     assert eps["vllm.general_plugins"]["tabletune"] == "vllm_patch.plugin:register"
-    for module in ("sidecar/settings.py", "sidecar/app.py", "vllm_patch/plugin.py", "tuner/cli.py"):
+    for module in ("sidecar/settings.py", "sidecar/app.py", "sidecar/__main__.py",
+                   "vllm_patch/plugin.py", "tabletune/cli.py", "tuner/scrape.py"):
         assert module in names, f"{module} missing from the image's wheel"
+    assert not [n for n in names if n.startswith("benchmarks/")], "the wheel ships the bench harness"
 
 
 # Top-level modules the sidecar image does not have: the engine extras and what they pull in.
 NOT_IN_SIDECAR_IMAGE = ("vllm", "torch", "matplotlib", "tqdm", "transformers", "tokenizers",
-                        "safetensors", "huggingface_hub", "scipy")
+                        "safetensors", "huggingface_hub", "scipy", "benchmarks")
 _CORE_ONLY = f"""
 import importlib.abc, sys
 class Block(importlib.abc.MetaPathFinder):
@@ -162,7 +164,7 @@ class Block(importlib.abc.MetaPathFinder):
             raise ModuleNotFoundError(f"{{name}} is not in the sidecar image (core dependencies only)")
 sys.meta_path.insert(0, Block())
 import sidecar.app
-from tuner.cli import main
+from tabletune.cli import main
 sys.argv = ["tabletune", "sidecar", "--help"]
 sys.exit(main())
 """

@@ -18,9 +18,8 @@ from sidecar import checkpoint
 from sidecar.app import backoff_delay, main, run
 from sidecar.controller import Controller
 from sidecar.probes import health, ready
-from sidecar.engine_client import EngineClient
-from tests.sidecar.fake_engine import TOKEN, TUNED, FakeEngine, make_profile, running, settings
-from tests.sidecar.fake_engine import write_profile
+from tests.sidecar.fake_engine import TOKEN, TUNED, FakeEngine, make_profile, running, settings, write_profile
+from tuner.engine_client import EngineClient
 from tuner.launcher import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,7 +122,7 @@ def test_backoff_doubles_up_to_the_ceiling(tmp_path: Path) -> None:
 
 
 def sidecar_cmd(profile: Path, url: str, port: int, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "tuner.cli", "sidecar", "--profile", str(profile),
+    return [sys.executable, "-m", "sidecar", "--profile", str(profile),
             "--engine-url", url, "--admin-url", url, "--listen-port", str(port),
             "--interval-s", "0.05", "--rebuild-every-steps", "100", "--model-name", "tiny",
             *extra]

@@ -17,12 +17,20 @@ import pytest
 
 from sidecar import checkpoint
 from sidecar.controller import Controller
-from sidecar.probes import ready
 from sidecar.decision import BIAS_NOTE
-from sidecar.engine_client import EngineClient
+from sidecar.probes import ready
 from sidecar.server import state_of
-from tests.sidecar.fake_engine import (STARTUP, TOKEN, TUNED, FakeEngine, closed_port_url,
-                                       running, settings, write_profile)
+from tests.sidecar.fake_engine import (
+    STARTUP,
+    TOKEN,
+    TUNED,
+    FakeEngine,
+    closed_port_url,
+    running,
+    settings,
+    write_profile,
+)
+from tuner.engine_client import EngineClient
 from tuner.errors import ProfileMismatch
 from tuner.profile import load
 

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.synthetic import INFO, paper_profile
 from tuner.commands import tune_config
 from tuner.errors import InvalidInput, ProfileMismatch
-from benchmarks.synthetic import INFO, paper_profile
 from tuner.profile import load
+
 
 def test_build_follows_the_paper_example() -> None:
     choice = paper_profile().build()

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from tuner.engine_defaults import default_model
+from tuner.engine_defaults import default_model, vocab_size
 from tuner.errors import ProfileMismatch
 from tuner.profile import Profile, load
 from tuner.prompts import repetitive
@@ -19,7 +18,7 @@ pytestmark = pytest.mark.engine
 
 def config(out: Path, log_dir: Path) -> TuneConfig:
     paths = default_model()
-    vocab = json.loads((paths.target / "config.json").read_text())["vocab_size"]
+    vocab = vocab_size(paths.target)
     return TuneConfig(model=paths.target, num_speculative_tokens=2, max_num_seqs=8, grid=[1, 4, 8],
                       repeats=1, decode_tokens=17, acceptance_prompts=repetitive(16, vocab, seed=1),
                       acceptance_max_tokens=32, out=out, log_dir=log_dir)
@@ -33,8 +32,10 @@ async def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[TuneConfig, P
 
 
 async def test_small_tune_gives_a_valid_profile_and_table(tuned: tuple[TuneConfig, Profile]) -> None:
-    from vllm.v1.spec_decode.dynamic.utils import (build_dynamic_sd_schedule_lookup,
-                                                    validate_and_normalize_dynamic_sd_schedule)
+    from vllm.v1.spec_decode.dynamic.utils import (
+        build_dynamic_sd_schedule_lookup,
+        validate_and_normalize_dynamic_sd_schedule,
+    )
 
     cfg, profile = tuned
     assert profile.finished_k() == {0, 1, 2}

@@ -17,12 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 
-from benchmarks.load import closed_loop
 from sidecar.process import sidecar_process
-from tuner.engine_defaults import default_model, plugin_env
+from tuner.engine_client import EngineClient
+from tuner.engine_defaults import default_model, plugin_env, vocab_size
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
+from tuner.load import closed_loop
 from tuner.profile import Profile
 from tuner.prompts import random_tokens, repetitive
 from tuner.report import write_report
@@ -40,7 +40,7 @@ def say(msg: str) -> None:
 
 async def tuned_profile(out: Path) -> Profile:
     paths = default_model()
-    vocab = json.loads((paths.target / "config.json").read_text())["vocab_size"]
+    vocab = vocab_size(paths.target)
     cfg = TuneConfig(model=paths.target, num_speculative_tokens=3, max_num_seqs=16,
                      grid=[1, 2, 4, 8, 12, 16], repeats=1, decode_tokens=17,
                      acceptance_prompts=repetitive(48, vocab, seed=42), acceptance_max_tokens=48,
@@ -98,8 +98,8 @@ async def run_phases(url: str, admin_url: str, log: Path, vocab: int, seconds: f
                     say(describe(d))
                     shown = a_hat
             say(f"    {res.tokens_per_s:6.0f} tokens/s")
-        async with aiohttp.ClientSession() as s, s.get(admin_url + "/v1/table") as r:
-            table = (await r.json())["table"]
+        async with EngineClient(admin_url=admin_url) as engine:
+            table = (await engine.get_table()).table
         results.append({"phase": label, "tokens_per_s": tps, "table_after": table})
     return results
 
@@ -108,7 +108,7 @@ async def demo(out_dir: Path, seconds: float, load: int) -> int:
     t0 = time.monotonic()
     profile = await tuned_profile(out_dir / "profile.json")
     paths = default_model()
-    vocab = json.loads((paths.target / "config.json").read_text())["vocab_size"]
+    vocab = vocab_size(paths.target)
     admin_port = free_port()
     assert profile.table is not None
     start_table = Table.from_list(profile.table)

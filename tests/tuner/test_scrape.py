@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from sidecar.scrape import Snapshot, delta, is_reset, parse
 from tuner.errors import ScrapeError
+from tuner.scrape import Snapshot, delta, is_reset, parse
 
 # vLLM 0.32's real exposition for the spec-decode series of a 3-token ngram drafter
 REAL = """\
@@ -278,9 +278,9 @@ def test_a_real_vllm_body_reads_the_same_as_parsing_all_of_it(monkeypatch: pytes
     """Only the wanted lines are parsed (fast); the result equals parsing the whole ~50 KB body."""
     import re
 
-    from sidecar import scrape
+    from tuner import scrape
 
-    text = (Path(__file__).parent / "data" / "vllm-0.32-cpu-metrics.txt").read_text()
+    text = (Path(__file__).parent.parent / "data" / "vllm-0.32-cpu-metrics.txt").read_text()
     # give every wanted sample a distinct value, so the comparison is not between zeros
     counter = iter(range(1, 10_000))
     text = re.sub(r"^((?:vllm:spec_decode|tabletune_)\S*(?:\{[^}]*\})?) \S+$",

@@ -8,15 +8,13 @@ import aiohttp
 import pytest
 from pydantic import ValidationError
 
-from sidecar.scrape import parse
 from tests.conftest import Engine
 from tests.helpers import burst
 from tuner.errors import EngineStartError
 from tuner.launcher import ServerConfig, SpeculativeSpec, launch, parse_spec, startup_cause
 from tuner.prompts import repetitive
+from tuner.scrape import parse
 from tuner.table import Table
-
-
 
 
 async def metrics(url: str) -> str:

@@ -1,4 +1,7 @@
-"""aiohttp client for vLLM's /metrics and the plugin's admin API, with timeouts and retries.
+"""The one client for vLLM's /metrics and the plugin's admin API: timeouts, retries, typed errors.
+
+Every TableTune part that talks to the plugin uses it: the sidecar, the tuner, the demo and the
+benchmarks. Bodies and replies are the models of tuner/admin_api.py.
 
 Errors (see tuner/errors.py for the whole tree):
 
@@ -15,17 +18,20 @@ header of PUTs; it is never part of a message, a log line or an exception.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
-from pydantic import BaseModel, ConfigDict, ValidationError
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
-from tenacity import wait_exponential_jitter
+from pydantic import BaseModel, ValidationError
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
+from tuner.admin_api import EmulationReply, ErrorReply, PolicyReply, StatsReply, TableReply
 from tuner.errors import EngineUnavailable, InvalidTable
 from tuner.table import Table
 
 __all__ = ["AdminRejected", "EngineClient", "TableInfo"]
+
+TableInfo = TableReply  # the sidecar's name for the table state
+R = TypeVar("R", bound=BaseModel)
 
 
 class AdminRejected(EngineUnavailable):
@@ -44,21 +50,6 @@ class _ServerError(Exception):
 TRANSIENT = (aiohttp.ClientError, TimeoutError, _ServerError)
 
 
-class TableInfo(BaseModel):
-    """The parts of the admin API's table reply the sidecar uses."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    table: list[list[int]] | None
-    num_speculative_tokens: int
-    max_num_seqs: int
-    startup_k: list[int] = []
-    version: int = 0
-
-    def parsed_table(self) -> Table | None:
-        return None if self.table is None else Table.from_list(self.table)
-
-
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "timed out"
@@ -68,31 +59,34 @@ def _describe(exc: BaseException) -> str:
 def _error_body(text: str) -> tuple[str, str | None]:
     """The admin API's {"error", "field"}; the raw text when it is not that shape."""
     try:
-        body = _ErrorBody.model_validate_json(text)
+        body = ErrorReply.model_validate_json(text)
     except ValidationError:
         return text[:200], None
     return body.error, body.field
 
 
-class _ErrorBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    error: str
-    field: str | None = None
-
-
 class EngineClient:
-    """One aiohttp session for vLLM (``engine_url``) and the plugin (``admin_url``)."""
+    """One aiohttp session for vLLM (``engine_url``) and the plugin (``admin_url``).
 
-    def __init__(self, engine_url: str, admin_url: str, token: str | None, timeout_s: float,
-                 attempts: int = 3, max_wait_s: float = 1.0) -> None:
+    Use as an async context manager. ``max_body_bytes`` caps what a /metrics read may return
+    (vLLM's body is ~50-70 KB): a larger one is refused, not parsed.
+    """
+
+    def __init__(self, engine_url: str = "", admin_url: str = "", token: str | None = None,
+                 timeout_s: float = 5.0, attempts: int = 3, max_wait_s: float = 1.0,
+                 max_body_bytes: int = 4 * 1024 * 1024) -> None:
         self.engine_url, self.admin_url = engine_url.rstrip("/"), admin_url.rstrip("/")
         self._token = token
         self.timeout_s, self.attempts, self.max_wait_s = timeout_s, attempts, max_wait_s
+        self.max_body_bytes = max_body_bytes
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> EngineClient:
+        # force_close: uvicorn drops idle keep-alive connections after 5 s, and a request racing
+        # that close fails with ServerDisconnectedError (seen between tuner cells on the GPU)
         self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+            timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+            connector=aiohttp.TCPConnector(limit=0, force_close=True))
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
@@ -110,7 +104,13 @@ class EngineClient:
         if method != "GET" and self._token:
             headers["Authorization"] = f"Bearer {self._token}"
         async with self._session.request(method, url, json=body, headers=headers) as reply:
-            text = await reply.text(errors="replace")
+            size = reply.content_length
+            if size is not None and size > self.max_body_bytes:
+                raise _ServerError(f"reply of {size} bytes exceeds {self.max_body_bytes}")
+            raw = await reply.content.read(self.max_body_bytes + 1)
+            if len(raw) > self.max_body_bytes:
+                raise _ServerError(f"reply exceeds {self.max_body_bytes} bytes")
+            text = raw.decode(reply.get_encoding() if reply.charset else "utf-8", errors="replace")
             if reply.status >= 500:
                 raise _ServerError(f"{reply.status} {text[:200]}")
             if reply.status >= 400:
@@ -131,45 +131,48 @@ class EngineClient:
             raise EngineUnavailable(f"{method} {url}: {_describe(exc)}") from exc
         raise AssertionError("tenacity ended without a result or an error")
 
-    async def _admin(self, method: str, route: str, body: Any = None) -> str:
-        return await self._request(method, self.admin_url + route, body)
+    async def _admin(self, model: type[R], method: str, route: str, body: Any = None) -> R:
+        url = self.admin_url + route
+        text = await self._request(method, url, body)
+        try:
+            return model.model_validate_json(text)
+        except ValidationError as exc:
+            raise EngineUnavailable(f"{method} {url}: the reply is not a {model.__name__} "
+                                    f"({exc.errors()[0]['msg']}); is admin_url the TableTune "
+                                    "plugin's admin endpoint?") from None
 
     # -- the API -------------------------------------------------------------------------
     async def get_metrics(self) -> str:
-        """vLLM's /metrics text (one try: the control loop is the retry)."""
+        """vLLM's /metrics text (one try: the caller's loop is the retry)."""
         return await self._request("GET", self.engine_url + "/metrics", attempts=1)
 
-    async def get_table(self) -> TableInfo:
-        return self._table_info("GET", await self._admin("GET", "/v1/table"))
+    async def get_table(self) -> TableReply:
+        return self._checked(await self._admin(TableReply, "GET", "/v1/table"), "GET")
 
-    async def put_table(self, table: Table) -> TableInfo:
-        return self._table_info("PUT", await self._admin("PUT", "/v1/table",
-                                                         {"table": table.to_list()}))
+    async def put_table(self, table: Table) -> TableReply:
+        reply = await self._admin(TableReply, "PUT", "/v1/table", {"table": table.to_list()})
+        return self._checked(reply, "PUT")
 
-    async def put_policy(self, explore_every: int, hysteresis: int) -> dict[str, Any]:
-        text = await self._admin("PUT", "/v1/policy", {"explore_every": explore_every,
-                                                       "hysteresis": hysteresis})
+    async def get_policy(self) -> PolicyReply:
+        return await self._admin(PolicyReply, "GET", "/v1/policy")
+
+    async def put_policy(self, **fields: Any) -> PolicyReply:
+        """Set any of the policy's fields (explore_every, hysteresis, baseline)."""
+        return await self._admin(PolicyReply, "PUT", "/v1/policy", fields)
+
+    async def get_stats(self) -> StatsReply:
+        return await self._admin(StatsReply, "GET", "/v1/stats")
+
+    async def get_emulation(self) -> EmulationReply:
+        return await self._admin(EmulationReply, "GET", "/v1/emulation")
+
+    async def put_emulation(self, rates: list[float]) -> EmulationReply:
+        return await self._admin(EmulationReply, "PUT", "/v1/emulation", {"rates": rates})
+
+    def _checked(self, info: TableReply, method: str) -> TableReply:
         try:
-            return _Policy.model_validate_json(text).model_dump()
-        except ValidationError as exc:
-            raise EngineUnavailable(f"PUT {self.admin_url}/v1/policy: reply is not a "
-                                    f"policy ({exc.errors()[0]['msg']})") from None
-
-    def _table_info(self, method: str, text: str) -> TableInfo:
-        try:
-            info = TableInfo.model_validate_json(text)
             info.parsed_table()
-            return info
         except InvalidTable as exc:
             raise EngineUnavailable(f"{method} {self.admin_url}/v1/table: the engine reports "
                                     f"an invalid table ({exc})") from None
-        except ValidationError as exc:
-            raise EngineUnavailable(f"{method} {self.admin_url}/v1/table: reply is not a "
-                                    f"table state ({exc.errors()[0]['msg']}); is admin_url "
-                                    "the TableTune plugin's admin endpoint?") from None
-
-
-class _Policy(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    explore_every: int
-    hysteresis: int
+        return info

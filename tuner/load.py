@@ -1,4 +1,6 @@
-"""Closed-loop load: N requests kept in flight, a finished one replaced at once.
+"""Traffic for a running vLLM: one completion, and a closed loop of N requests kept in flight.
+
+Closed loop: a finished request is replaced at once.
 
 Throughput is read from the engine's own `vllm:generation_tokens_total` over a steady-state window
 after a warm-up, so requests straddling the window edges are counted exactly (only the tokens
@@ -14,15 +16,15 @@ import asyncio
 import contextlib
 import itertools
 import time
-from dataclasses import dataclass
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from tuner.serve import fresh_connections
-from tuner.sweep import StepLoad, first_lengths, step_load
+from tuner.admin_api import StatsReply
+from tuner.step_clock import StepLoad, step_load
 
 GEN_TOKENS = "vllm:generation_tokens_total"
 RUNNING = "vllm:num_requests_running"
@@ -37,7 +39,31 @@ class LoadResult:
     steps: StepLoad | None = None  # what the engine's steps carried (with a `probe`)
 
 
-Probe = Callable[[], Awaitable[dict[str, Any] | None]]  # the plugin's /v1/stats, or None
+Probe = Callable[[], Awaitable[StatsReply | None]]  # the plugin's /v1/stats, or None
+
+
+def fresh_connections() -> aiohttp.TCPConnector:
+    """No keep-alive: uvicorn closes idle connections after 5 s, and a request racing that close
+    fails with ServerDisconnectedError (seen between tuner cells on the GPU)."""
+    return aiohttp.TCPConnector(limit=0, force_close=True)
+
+
+def first_lengths(concurrency: int, max_tokens: int) -> list[int]:
+    """Lengths of the workers' first requests, spread evenly over 1..max_tokens: after one request
+    lifetime the phases of the N workers are uniform, i.e. the load is in steady state."""
+    return [max(1, round((i + 1) / concurrency * max_tokens)) for i in range(concurrency)]
+
+
+async def complete(session: aiohttp.ClientSession, url: str, prompt: Any, max_tokens: int,
+                   temperature: float = 0.0, model: str = "tiny") -> dict[str, Any]:
+    """One /v1/completions request with ignore_eos (so it makes exactly max_tokens tokens)."""
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens,
+            "temperature": temperature, "ignore_eos": True}
+    async with session.post(url + "/v1/completions", json=body) as r:
+        reply: dict[str, Any] = await r.json(content_type=None)
+        if r.status != 200:
+            raise RuntimeError(f"completion failed ({r.status}): {reply}")
+        return reply
 
 
 async def _sample(s: aiohttp.ClientSession, url: str, name: str) -> float:

@@ -1,4 +1,10 @@
-"""`tabletune`: one console command, a small function per subcommand."""
+"""`tabletune`: one console command, a small function per subcommand.
+
+This is the application layer: it imports tuner/, sidecar/ and (from a source checkout only)
+benchmarks/, and nothing imports it. Bad input ends in one line naming the argument, the value
+and the fix, and exit status 2 (every TableTuneError); anything else is a bug and keeps its
+traceback.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tuner.errors import TableTuneError
+from tuner.errors import InvalidInput, TableTuneError
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -26,9 +32,9 @@ def _model(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from tuner.serve import serve_forever
+    from tuner.serve import serve_forever, server_config
 
-    return asyncio.run(serve_forever(args))
+    return asyncio.run(serve_forever(server_config(args), smoke_only=args.smoke))
 
 
 def _sidecar(args: argparse.Namespace) -> int:
@@ -39,17 +45,28 @@ def _sidecar(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from tuner.demo import run
+    from tabletune.demo import run
 
     return run(Path(args.out), seconds=args.seconds, load=args.load)
 
 
-def _add_engine_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", help="model path (default: the embedded tiny Llama)")
-    p.add_argument("--method", default="ngram", choices=["ngram", "draft_model"])
-    p.add_argument("--num-speculative-tokens", "-K", type=int, default=3)
-    p.add_argument("--max-num-seqs", type=int, default=32)
-    p.add_argument("--port", type=int, default=None, help="vLLM port (default: a free one)")
+def _no_bench(args: argparse.Namespace) -> int:
+    raise InvalidInput("the benchmark harness (benchmarks/) is not installed with the package; "
+                       "run it from a source checkout's root: python -m benchmarks --profile ...")
+
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """`tabletune bench` from a source checkout; the wheel ships without benchmarks/."""
+    try:
+        from benchmarks.cli import add_parser
+    except ImportError:
+        # every argument is taken as text (no prefix chars), so even --help reaches _no_bench
+        p = sub.add_parser("bench", help="(source checkout only) throughput of every policy",
+                           add_help=False, prefix_chars="\x00")
+        p.add_argument("rest", nargs=argparse.REMAINDER)
+        p.set_defaults(func=_no_bench)
+        return
+    add_parser(sub)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -64,14 +81,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="rebuild even if present")
     p.set_defaults(func=_model)
 
-    p = sub.add_parser("serve", help="start vLLM with the TableTune plugin and a DSD table")
-    _add_engine_args(p)
-    p.add_argument("--table", default=None, help="DSD table as JSON, e.g. '[[1,8,3],[9,32,1]]'")
-    p.add_argument("--admin-port", type=int, default=None, help="plugin admin port (off if unset)")
-    p.add_argument("--reject-all", action="store_true", help="timing mode: reject every draft")
-    p.add_argument("--emulate", default=None, help="acceptance emulator rates, e.g. 0.7,0.5,0.3")
-    p.add_argument("--smoke", action="store_true", help="send a few completions, print, and stop")
-    p.set_defaults(func=_serve)
+    from tuner.serve import add_parser as add_serve
+
+    add_serve(sub).set_defaults(func=_serve)
 
     p = sub.add_parser("demo", help="the whole loop on the tiny model: tune, serve, sidecar, traffic shift")
     p.add_argument("--out", default="runs/demo", help="profile, report, logs (the profile is reused)")
@@ -82,16 +94,12 @@ def parser() -> argparse.ArgumentParser:
     from tuner.commands import add_parsers
 
     add_parsers(sub)
+    _add_bench(sub)
 
-    from benchmarks.cli import add_parser as add_bench
-
-    add_bench(sub)
-
-    from sidecar.settings import add_arguments
+    from sidecar.settings import DESCRIPTION, add_arguments
 
     p = sub.add_parser("sidecar", help="follow live acceptance and keep the engine's table optimal",
-                       description="Scrape vLLM's /metrics, estimate acceptance, rebuild the table "
-                                   "with the profile's step times, push it (or only recommend).")
+                       description=DESCRIPTION)
     add_arguments(p)
     p.set_defaults(func=_sidecar)
     return ap

@@ -1,0 +1,7 @@
+"""`python -m sidecar`: the sidecar process next to one vLLM (what `tabletune sidecar` runs)."""
+
+import sys
+
+from sidecar.app import cli
+
+sys.exit(cli())

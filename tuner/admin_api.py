@@ -1,0 +1,152 @@
+"""The plugin's admin API as data: every request body and reply, in one place.
+
+The plugin (vllm_patch/admin.py) validates bodies with these models and builds its replies from
+them; every client (tuner/engine_client.py) parses replies with them. So the two sides cannot
+drift, and a field is named once.
+
+| route              | body             | reply          |
+|--------------------|------------------|----------------|
+| GET  /healthz      |                  | {"ok": true}   |
+| GET  /v1/table     |                  | TableReply     |
+| PUT  /v1/table     | TableBody        | TableReply     |
+| GET  /v1/policy    |                  | PolicyReply    |
+| PUT  /v1/policy    | PolicyBody       | PolicyReply    |
+| GET  /v1/stats     |                  | StatsReply     |
+| GET  /v1/emulation |                  | EmulationReply |
+| PUT  /v1/emulation | EmulationBody    | EmulationReply |
+| any error          |                  | ErrorReply     |
+
+Bodies are strict (``extra="forbid"``, and integers must be JSON integers: ``"1"``, ``true`` and
+``2.0`` are refused), since a table pushed by hand with a typo must not run. Replies ignore
+unknown fields, so a newer plugin can add some without breaking an older client.
+
+stdlib + pydantic only: imported inside the vLLM engine process.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field_validator
+
+from tuner.table import Table
+
+__all__ = ["EmulationBody", "EmulationReply", "ErrorReply", "PolicyBody", "PolicyReply",
+           "StatsReply", "TableBody", "TableReply", "check_rates"]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class _Reply(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+def check_rates(rates: tuple[float, ...]) -> None:
+    """Emulated a_i: probabilities of nested events, so in [0, 1] and non-increasing."""
+    if not rates:
+        raise ValueError("rates must not be empty")
+    for i, r in enumerate(rates):
+        if not 0.0 <= r <= 1.0:
+            raise ValueError(f"rates[{i}]={r} is not a probability in [0, 1]")
+        if i and r > rates[i - 1]:
+            raise ValueError(f"rates[{i}]={r} > rates[{i - 1}]={rates[i - 1]}: a_i (first i drafts "
+                             "all accepted) cannot grow with i")
+
+
+class TableBody(_Body):
+    """PUT /v1/table: vLLM's ``[[start_bs, end_bs, K], ...]``."""
+
+    table: tuple[tuple[StrictInt, StrictInt, StrictInt], ...]
+
+    def parsed(self) -> Table:
+        """The validated Table (vLLM's rules); raises InvalidTable naming the range."""
+        return Table.parse_list([list(r) for r in self.table])
+
+
+class PolicyBody(_Body):
+    """PUT /v1/policy: any subset of the fields; the others keep their value."""
+
+    explore_every: StrictInt | None = Field(default=None, ge=0, le=1_000_000)
+    hysteresis: StrictInt | None = Field(default=None, ge=0, le=1_000_000)
+    baseline: Literal["nightjar", "none"] | None = None  # benchmarks only; "none" turns it off
+
+
+class EmulationBody(_Body):
+    """PUT /v1/emulation: the a_i the emulator caps acceptance at."""
+
+    rates: tuple[StrictFloat | StrictInt, ...]
+
+    @field_validator("rates")
+    @classmethod
+    def _check(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        rates = tuple(float(x) for x in v)
+        check_rates(rates)
+        return rates
+
+
+class ErrorReply(_Reply):
+    error: str
+    field: str | None = None
+
+
+class TableReply(_Reply):
+    """The engine's table state. ``swap_latency_s`` is None while a swap waits for its first
+    step (an idle engine runs no step), then the seconds from the swap to that step."""
+
+    table: list[list[int]] | None
+    num_speculative_tokens: int
+    max_num_seqs: int
+    startup_k: list[int] = []
+    version: int = 0
+    swapped_at: float | None = None
+    restrict_k: bool = False
+    swap_latency_s: float | None = None
+
+    def parsed_table(self) -> Table | None:
+        return None if self.table is None else Table.from_list(self.table)
+
+
+class PolicyReply(_Reply):
+    explore_every: int
+    hysteresis: int
+    baseline: str | None = None
+
+
+class EmulationReply(_Reply):
+    enabled: bool
+    rates: list[float] | None = None
+
+
+class StatsReply(_Reply):
+    """The plugin's exact counters (GET /v1/stats); positions are 0-based, like vLLM's.
+
+    ``step_times`` rows are [batch-size bucket, k, seconds, steps]; ``histogram`` rows are
+    [drafted, accepted, request-steps]; ``scheduled_requests``/``_tokens`` are exact totals over
+    all steps (decodes, drafts and prefill chunks).
+    """
+
+    model_name: str = "unknown"
+    num_speculative_tokens: int = 0
+    max_num_seqs: int = 0
+    started_at: float = 0.0
+    table_version: int = 0
+    current_k: int | None = None
+    steps: int = 0
+    drafted_per_pos: list[int] = []
+    accepted_per_pos: list[int] = []
+    histogram: list[tuple[int, int, int]] = []
+    request_steps_per_k: dict[int, int] = {}
+    engine_steps_per_k: dict[int, int] = {}
+    explore_steps: int = 0
+    scheduled_requests: int | None = None  # None: a plugin that predates the exact totals
+    scheduled_tokens: int | None = None
+    step_times: list[tuple[int, int, float, int]] = []
+    swap_latency_s: float | None = None
+    hook_errors: int = 0
+    bandit: list[Any] | None = None
+
+    @property
+    def engine_steps(self) -> int:
+        return sum(self.engine_steps_per_k.values())

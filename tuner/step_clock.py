@@ -1,0 +1,58 @@
+"""The plugin's step clock, read between two /v1/stats snapshots (pure).
+
+Every timing in TableTune that does not come from a client's stopwatch comes from here: the
+tuner's cells, the bench's per-cell step columns and the load generator's probe. Differences
+of exact totals, so steps that ramp up or down at the window's edges cancel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tuner.admin_api import StatsReply
+
+__all__ = ["EngineClock", "StepLoad", "engine_clock", "step_load"]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineClock:
+    seconds: float      # summed step wall time, all batch-size buckets
+    steps: int          # timed steps
+    full_drafts: int    # request-steps whose draft had >= k tokens
+    request_steps: int  # request-steps that were offered a draft
+
+
+def engine_clock(stats: StatsReply, k: int) -> EngineClock:
+    """Totals over all batch-size buckets (ramp-up steps cancel in the difference)."""
+    seconds = sum(row[2] for row in stats.step_times)
+    steps = sum(row[3] for row in stats.step_times)
+    hist = stats.histogram
+    return EngineClock(seconds, steps, sum(n for d, _, n in hist if k and d >= k),
+                       sum(n for _, _, n in hist))
+
+
+@dataclass(frozen=True, slots=True)
+class StepLoad:
+    """What an engine's steps carried between two /v1/stats snapshots (exact totals)."""
+
+    steps: int
+    step_ms: float | None      # engine step clock, all batch sizes
+    requests_per_step: float   # decodes and prefills scheduled per step
+    tokens_per_step: float     # decode, draft and prefill tokens per step
+
+
+def step_load(before: StatsReply, after: StatsReply) -> StepLoad | None:
+    """None when no step ran between the two snapshots, or the plugin predates the totals."""
+    if None in (before.scheduled_requests, before.scheduled_tokens, after.scheduled_requests,
+                after.scheduled_tokens):
+        return None
+    steps = after.engine_steps - before.engine_steps
+    if steps <= 0:
+        return None
+    c0, c1 = engine_clock(before, 0), engine_clock(after, 0)
+    timed = c1.steps - c0.steps
+    assert after.scheduled_requests is not None and before.scheduled_requests is not None
+    assert after.scheduled_tokens is not None and before.scheduled_tokens is not None
+    return StepLoad(steps, (c1.seconds - c0.seconds) / timed * 1e3 if timed > 0 else None,
+                    (after.scheduled_requests - before.scheduled_requests) / steps,
+                    (after.scheduled_tokens - before.scheduled_tokens) / steps)
