@@ -66,9 +66,15 @@ class TableBody(_Body):
 
 
 class PolicyBody(_Body):
-    """PUT /v1/policy: any subset of the fields; the others keep their value."""
+    """PUT /v1/policy: any subset of the fields; the others keep their value.
+
+    Exploration: every ``explore_every`` steps a run of ``explore_run`` consecutive steps at one
+    other allowed k, the k's visited in turn, so every k keeps live step times and acceptance at
+    the loads that occur; the share of explored steps is explore_run / explore_every.
+    """
 
     explore_every: StrictInt | None = Field(default=None, ge=0, le=1_000_000)
+    explore_run: StrictInt | None = Field(default=None, ge=1, le=64)
     hysteresis: StrictInt | None = Field(default=None, ge=0, le=1_000_000)
     baseline: Literal["nightjar", "none"] | None = None  # benchmarks only; "none" turns it off
 
@@ -111,6 +117,7 @@ class TableReply(_Reply):
 class PolicyReply(_Reply):
     explore_every: int
     hysteresis: int
+    explore_run: int = 1
     baseline: str | None = None
 
 
@@ -143,6 +150,11 @@ class StatsReply(_Reply):
     scheduled_requests: int | None = None  # None: a plugin that predates the exact totals
     scheduled_tokens: int | None = None
     step_times: list[tuple[int, int, float, int]] = []
+    # the last engine steps, oldest first (GET /v1/stats?since=SEQ: only seq > SEQ):
+    # (seq, batch_size, k_verified, k_drafted, seconds, tokens). A step's time is verify(the
+    # previous step's k) + draft(this step's k); a steady step has both equal
+    recent_steps: list[tuple[int, int, int, int, float, int]] = []
+    transition_steps: int = 0  # steps whose verified and drafted k differ (not in step_times)
     swap_latency_s: float | None = None
     hook_errors: int = 0
     bandit: list[Any] | None = None
