@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from tuner import flags
-from tuner.engine_defaults import vocab_size
+from tuner.engine_defaults import resolve_model, vocab_size
 from tuner.errors import InvalidInput, TableTuneError
 from tuner.profile import Workload, load
 from tuner.prompts import random_tokens, repetitive
@@ -46,7 +46,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from benchmarks.run import BenchConfig, bench
 
     profile = load(Path(args.profile))
-    model = Path(args.model or profile.engine.model)
+    model = resolve_model(profile.engine.model, args.model)
     vocab = vocab_size(model)
     make = repetitive if args.prompts == "repetitive" else random_tokens
     prompt_tokens, max_tokens = request_shape(args, profile.workload)

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from benchmarks.analysis import Row
 from benchmarks.baselines import turbospec_table
 from sidecar.process import sidecar_process
-from tuner.engine_defaults import plugin_env
+from tuner.engine_defaults import plugin_env, resolve_model
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.load import closed_loop
 from tuner.profile import Profile
@@ -159,7 +159,8 @@ async def run_table_policies(cfg: BenchConfig, rows: list[Row], bar: tqdm) -> di
     admin_port = free_port()
     K, n = cfg.profile.K, cfg.profile.engine.max_num_seqs
     spec = SpeculativeSpec(method=cfg.profile.engine.method, num_speculative_tokens=K,
-                           table=every_k_table(K, n), draft_model=cfg.profile.engine.drafter,
+                           table=every_k_table(K, n), draft_model=(str(resolve_model(cfg.profile.engine.drafter, None, "--drafter"))
+                                        if cfg.profile.engine.drafter else None),
                            extra=cfg.emulate.speculative_extra() if cfg.emulate else {})
     server_cfg = ServerConfig(model=cfg.model, max_num_seqs=n, speculative=spec,
                               env=plugin_env(admin_port, token=TOKEN,

@@ -26,7 +26,7 @@ from typing import Any
 
 from benchmarks.run import TOKEN, BenchConfig, admin_client, sidecar
 from tuner.acceptance import per_position
-from tuner.engine_defaults import plugin_env, vocab_size
+from tuner.engine_defaults import resolve_model, plugin_env, vocab_size
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.load import closed_loop
 from tuner.profile import load
@@ -61,7 +61,7 @@ def reach(traj: list[float], stale: float, best: float, level: float) -> float |
 
 async def run(profile_path: Path, out: Path, load_n: int, temp_a: float, temp_b: float) -> dict[str, Any]:
     profile = load(profile_path)
-    model = Path(profile.engine.model)
+    model = resolve_model(profile.engine.model, None)
     vocab = vocab_size(model)
     prompts = repetitive(64, vocab, seed=11)
     K, n = profile.K, profile.engine.max_num_seqs

@@ -50,7 +50,8 @@ async def measure_acceptance(server: VllmServer, admin_url: str | None, prompts:
 
         async def one(p: Prompt) -> None:
             async with gate:
-                await complete(s, server.url, p, max_tokens, temperature)
+                await complete(s, server.url, p, max_tokens, temperature,
+                               model=server.cfg.served_model_name)
 
         await asyncio.gather(*[one(p) for p in prompts])
         await asyncio.sleep(0.5)  # let vLLM's stat loggers catch up

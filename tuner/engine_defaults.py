@@ -39,6 +39,42 @@ def vocab_size(model: Path) -> int:
     return value
 
 
+SHAPE_KEYS = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+              "num_attention_heads", "num_key_value_heads", "vocab_size", "num_experts",
+              "num_experts_per_tok", "moe_intermediate_size")
+
+
+def model_shape(model: Path) -> dict[str, int | str]:
+    """What a profile records of the model: its architecture and sizes (config.json), so a
+    profile names the model by name and shape, never by a path of the machine that tuned it.
+    Empty when the folder has no config.json (a Hugging Face id vLLM downloads itself)."""
+    try:
+        config = json.loads((model / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    shape: dict[str, int | str] = {k: config[k] for k in SHAPE_KEYS
+                                   if isinstance(config.get(k), int | str)}
+    if isinstance(config.get("architectures"), list) and config["architectures"]:
+        shape["architecture"] = str(config["architectures"][0])
+    return shape
+
+
+def resolve_model(name: str, given: str | Path | None, what: str = "--model") -> Path:
+    """The folder to serve a profile's model from: ``given`` if set, else the embedded tiny
+    model when the profile names it, else ``name`` itself when it is a folder here (older
+    profiles stored paths) or a Hugging Face id vLLM can fetch."""
+    if given:
+        return Path(given)
+    paths = default_model()
+    for path in (paths.target, paths.drafter):
+        if name == path.name:
+            return path
+    if Path(name).is_dir() or (not Path(name).is_absolute() and name.count("/") == 1):
+        return Path(name)
+    raise InvalidInput(f"the profile's model {name!r} is not on this machine; pass {what} PATH "
+                       "(the folder of that model)")
+
+
 def plugin_env(admin_port: int | None = None, token: str | None = None, reject_all: bool = False,
                emulate: tuple[float, ...] | None = None, explore_every: int = 0,
                hysteresis: int = 0) -> dict[str, str]:

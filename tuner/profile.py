@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tuner.errors import InvalidInput, ProfileMismatch
 from tuner.files import write_atomic
@@ -111,15 +111,32 @@ class AcceptanceMeasurement(_Model):
     wall_s: float
 
 
+def model_name(value: str) -> str:
+    """A model as the profile stores it: a Hugging Face id as given ("Qwen/Qwen3-8B"), a local
+    folder by its own name: a profile travels between machines, their paths do not."""
+    if value.startswith(("/", "./", "../", "~")) or Path(value).is_dir():
+        return Path(value).name
+    return value
+
+
 class EngineInfo(_Model):
     hardware: str
     vllm_version: str
-    model: str
+    model: str  # the model's name (see model_name), never a path of the machine that tuned
+    # the name vLLM served it under (its /metrics label model_name); None in older profiles
+    served_model_name: str | None = None
+    # what the model is, from its config.json: architecture, layers, sizes, experts
+    model_shape: dict[str, int | str] = Field(default_factory=dict)
     method: str
-    drafter: str | None = None
+    drafter: str | None = None  # the drafter's name, like model
     num_speculative_tokens: int = Field(ge=1)
     max_num_seqs: int = Field(ge=1)
     temperature: float = 0.0
+
+    @field_validator("model", "drafter", mode="before")
+    @classmethod
+    def _name(cls, v: object) -> object:
+        return model_name(v) if isinstance(v, str) else v
 
 
 class Workload(_Model):

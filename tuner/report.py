@@ -81,7 +81,7 @@ def plot(profile: Profile, path: Path) -> Path:
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(f"TableTune — {Path(profile.engine.model).name}, {profile.engine.method}, "
+    fig.suptitle(f"TableTune — {profile.engine.model}, {profile.engine.method}, "
                  f"K={profile.K}, {profile.engine.hardware}", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -53,11 +53,11 @@ class CellTimer:
     """Times cells against one running server (one k)."""
 
     def __init__(self, server: VllmServer, admin_url: str, prompts: PromptSource,
-                 model_name: str = "tiny") -> None:
+                 model_name: str | None = None) -> None:
         self.server = server
         self.admin_url = admin_url
         self.prompts = prompts
-        self.model_name = model_name
+        self.model_name = model_name or server.cfg.served_model_name
         self.seed = 1000
         self.session: aiohttp.ClientSession | None = None
         self.admin = EngineClient(admin_url=admin_url, timeout_s=10.0)

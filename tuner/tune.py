@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import platform
+import re
 import statistics
 import subprocess
 import time
@@ -23,7 +24,7 @@ from tqdm import tqdm
 
 from tuner.acceptance_run import measure_acceptance
 from tuner.engine_client import AdminRejected, EngineClient
-from tuner.engine_defaults import plugin_env, vocab_size
+from tuner.engine_defaults import model_shape, plugin_env, vocab_size
 from tuner.errors import EngineUnavailable, InvalidInput
 from tuner.goodput import tau
 from tuner.launcher import MODEL_DRAFTERS, ServerConfig, SpeculativeSpec, VllmServer, free_port, launch
@@ -70,6 +71,7 @@ class TuneConfig(BaseModel):
     # decode; acceptance is then measured first, since a request's lifetime depends on τ(k).
     workload: Workload | None = None
     log_dir: Path = Path("runs/logs")
+    served_model_name: str = "tiny"  # the name vLLM serves it under (its /metrics label)
 
     @model_validator(mode="after")
     def _check(self) -> TuneConfig:
@@ -103,7 +105,8 @@ def hardware() -> str:
     try:
         gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
         if gpus.returncode == 0 and gpus.stdout.strip():
-            return gpus.stdout.strip().splitlines()[0]
+            # "GPU 0: NVIDIA H200 (UUID: GPU-...)": the model, never the card's serial
+            return re.sub(r"\s*\(UUID:[^)]*\)", "", gpus.stdout.strip().splitlines()[0])
     except (OSError, subprocess.TimeoutExpired):
         pass
     for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
@@ -123,6 +126,7 @@ def vllm_version() -> str:
 
 def engine_info(cfg: TuneConfig) -> EngineInfo:
     return EngineInfo(hardware=hardware(), vllm_version=vllm_version(), model=str(cfg.model),
+                      served_model_name=cfg.served_model_name, model_shape=model_shape(cfg.model),
                       method=cfg.method, drafter=str(cfg.drafter) if cfg.drafter else None,
                       num_speculative_tokens=cfg.num_speculative_tokens,
                       max_num_seqs=cfg.max_num_seqs, temperature=cfg.temperature)
@@ -149,7 +153,8 @@ def server_for(cfg: TuneConfig, k: int | None, admin_port: int, reject_all: bool
                            table=table,
                            draft_model=str(cfg.drafter) if cfg.drafter else None,
                            extra=cfg.emulate.speculative_extra() if cfg.emulate else {})
-    return ServerConfig(model=cfg.model, max_num_seqs=cfg.max_num_seqs, speculative=spec,
+    return ServerConfig(model=cfg.model, served_model_name=cfg.served_model_name,
+                        max_num_seqs=cfg.max_num_seqs, speculative=spec,
                         env=plugin_env(admin_port, reject_all=reject_all),
                         extra_args=("--no-enable-prefix-caching", *cfg.extra_args))
 

@@ -14,7 +14,8 @@ class ScriptedTimer(CellTimer):
     """Each /v1/stats answer is 4 steps later; `batch(step)` says how many requests each ran."""
 
     def __init__(self, batch: Any) -> None:
-        super().__init__(server=None, admin_url="", prompts=lambda n, seed: [])  # type: ignore[arg-type]
+        super().__init__(server=None, admin_url="", prompts=lambda n, seed: [],  # type: ignore[arg-type]
+                         model_name="tiny")
         self.batch, self.steps, self.requests, self.polls = batch, 0, 0.0, 0
 
     async def stats(self) -> StatsReply:
