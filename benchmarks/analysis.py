@@ -10,7 +10,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from tuner.profile import spread as repeat_spread
+from tuner.samples import spread as repeat_spread
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,10 @@ def _sidecar(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from tabletune.demo import run
 
+    if args.load < 1:
+        raise InvalidInput(f"--load={args.load}: open requests must be >= 1")
+    if args.seconds <= 0:
+        raise InvalidInput(f"--seconds={args.seconds}: each traffic phase needs a length > 0")
     return run(Path(args.out), seconds=args.seconds, load=args.load)
 
 

@@ -1,11 +1,12 @@
 """`tabletune demo` / `make demo`: the whole TableTune loop on the embedded tiny model.
 
-1. a short tune (the cached profile is reused on a second run);
+1. a short tune on one vLLM (`--one-server`; the cached profile is reused on a second run);
 2. vLLM with the plugin and the tuned table;
-3. the sidecar beside it, its decisions printed as they happen;
+3. the sidecar beside it, its decisions and warnings printed as they happen;
 4. load that shifts from high acceptance (greedy, repetitive prompts) to low (random prompts
    sampled at temperature 1.5);
-5. a closing summary. Everything it starts is stopped on exit, error or Ctrl-C.
+5. a closing summary with each stage's time. Everything it starts is stopped on exit, error
+   or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -17,17 +18,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 from sidecar.process import sidecar_process
+from tuner.config import TuneConfig
 from tuner.engine_client import EngineClient
 from tuner.engine_defaults import default_model, plugin_env, vocab_size
+from tuner.findings import edge_lines
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.load import closed_loop
 from tuner.profile import Profile
 from tuner.prompts import random_tokens, repetitive
 from tuner.report import write_report
 from tuner.table import Table
-from tuner.tune import TuneConfig, tune
+from tuner.tune import tune
 
 TOKEN = "demo-token"
 PHASES = (("high acceptance: greedy, repetitive prompts", "repetitive", 0.0),
@@ -38,18 +40,34 @@ def say(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+class Stages:
+    """Wall time per stage, for the summary."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._t0 = time.monotonic()
+
+    def done(self, name: str) -> None:
+        now = time.monotonic()
+        self.seconds[name] = now - self._t0
+        self._t0 = now
+
+
 async def tuned_profile(out: Path) -> Profile:
     paths = default_model()
-    vocab = vocab_size(paths.target)
     cfg = TuneConfig(model=paths.target, num_speculative_tokens=3, max_num_seqs=16,
-                     grid=[1, 2, 4, 8, 12, 16], repeats=1, decode_tokens=17,
-                     acceptance_prompts=repetitive(48, vocab, seed=42), acceptance_max_tokens=48,
-                     out=out, log_dir=out.parent / "logs")
-    say(f"1/4 tuning (K=3, B up to 16) -> {out}" + (" (resuming)" if out.exists() else ""))
+                     grid=[1, 2, 4, 8, 12, 16], repeats=2, max_repeats=3, ci_target=0.05,
+                     decode_tokens=17, one_server=True, refine=0,
+                     acceptance_prompts=repetitive(48, vocab_size(paths.target), seed=42),
+                     acceptance_max_tokens=48, out=out, log_dir=out.parent / "logs")
+    say(f"1/4 tuning on one vLLM (K=3, B up to 16) -> {out}"
+        + (" (reusing it)" if out.exists() else ""))
     profile = await tune(cfg)
     md, png = write_report(profile, out.with_suffix(""))
-    say(f"    tuned table {profile.table}, a_i = {[round(a, 2) for a in profile.acceptance.a]}"
-        if profile.acceptance else "")
+    assert profile.acceptance is not None
+    say(f"    tuned table {profile.table}, a_i = {[round(a, 2) for a in profile.acceptance.a]}")
+    for line in edge_lines(profile.build()):
+        say(f"    {line}")
     say(f"    report: {md}, plot: {png}")
     return profile
 
@@ -61,14 +79,13 @@ def sidecar(profile_path: Path, engine_url: str, admin_url: str, log: Path) -> A
         "--checkpoint", str(log.with_suffix(".state.json"))))
 
 
-def new_decisions(log: Path, seen: int) -> tuple[list[dict[str, Any]], int]:
+def new_lines(log: Path, seen: int) -> tuple[list[dict[str, Any]], int]:
+    """The sidecar's JSON log lines written since line ``seen``."""
     lines = log.read_text(errors="replace").splitlines() if log.exists() else []
     out = []
     for line in lines[seen:]:
         with contextlib.suppress(ValueError):
-            rec = json.loads(line)
-            if rec.get("event") == "rebuild":
-                out.append(rec["decision"])
+            out.append(json.loads(line))
     return out, len(lines)
 
 
@@ -79,9 +96,35 @@ def describe(d: dict[str, Any]) -> str:
     return f"    sidecar: {d['outcome']:<9} â=[{a_hat}] table {change}"
 
 
-async def run_phases(url: str, admin_url: str, log: Path, vocab: int, seconds: float,
+class Narrator:
+    """Prints what the sidecar does: every push, a rebuild where â moved, every warning."""
+
+    def __init__(self, log: Path) -> None:
+        self.log, self.seen, self.shown_a = log, 0, None
+
+    def tell(self) -> None:
+        records, self.seen = new_lines(self.log, self.seen)
+        for rec in records:
+            if rec.get("event") == "rebuild":
+                self._decision(rec["decision"])
+            elif rec.get("level") in ("WARNING", "ERROR"):
+                extra = {k: v for k, v in rec.items()
+                         if k not in ("ts", "level", "logger", "event", "exception")}
+                say(f"    sidecar {rec['level'].lower()}: {rec.get('event')} "
+                    f"{json.dumps(extra)[:300]}")
+
+    def _decision(self, d: dict[str, Any]) -> None:
+        a_hat = d.get("a_hat", [])
+        moved = self.shown_a is None or max(
+            (abs(x - y) for x, y in zip(a_hat, self.shown_a)), default=0) > 0.05
+        if d["outcome"] != "unchanged" or moved:
+            say(describe(d))
+            self.shown_a = a_hat
+
+
+async def run_phases(url: str, admin_url: str, narrator: Narrator, vocab: int, seconds: float,
                      load: int) -> list[dict[str, Any]]:
-    results, seen, shown = [], 0, None
+    results = []
     for label, kind, temp in PHASES:
         say(f"3/4 traffic: {label}, {load} open requests, {seconds:.0f} s")
         prompts = (repetitive if kind == "repetitive" else random_tokens)(64, vocab, seed=3)
@@ -90,13 +133,7 @@ async def run_phases(url: str, admin_url: str, log: Path, vocab: int, seconds: f
         while time.monotonic() < t_end:
             res = await closed_loop(url, prompts, load, 48, 0.5, 5.0, temp)
             tps.append(res.tokens_per_s)
-            decisions, seen = new_decisions(log, seen)
-            for d in decisions:  # every push; an unchanged rebuild only when â moved
-                a_hat = d.get("a_hat", [])
-                if d["outcome"] != "unchanged" or shown is None or max(
-                        (abs(x - y) for x, y in zip(a_hat, shown)), default=0) > 0.05:
-                    say(describe(d))
-                    shown = a_hat
+            narrator.tell()
             say(f"    {res.tokens_per_s:6.0f} tokens/s")
         async with EngineClient(admin_url=admin_url) as engine:
             table = (await engine.get_table()).table
@@ -105,10 +142,10 @@ async def run_phases(url: str, admin_url: str, log: Path, vocab: int, seconds: f
 
 
 async def demo(out_dir: Path, seconds: float, load: int) -> int:
-    t0 = time.monotonic()
+    stages = Stages()
     profile = await tuned_profile(out_dir / "profile.json")
+    stages.done("tune")
     paths = default_model()
-    vocab = vocab_size(paths.target)
     admin_port = free_port()
     assert profile.table is not None
     start_table = Table.from_list(profile.table)
@@ -118,20 +155,29 @@ async def demo(out_dir: Path, seconds: float, load: int) -> int:
     say(f"2/4 starting vLLM with the plugin and the tuned table {start_table.to_list()}")
     async with launch(cfg, log_dir=out_dir / "logs") as server:
         say(f"    vLLM ready at {server.url} after {server.ready_after_s:.0f}s")
+        stages.done("vLLM start")
         admin = f"http://127.0.0.1:{admin_port}"
         log = out_dir / "sidecar.log"
         async with sidecar(out_dir / "profile.json", server.url, admin, log):
             say(f"    sidecar started (log: {log})")
-            results = await run_phases(server.url, admin, log, vocab, seconds, load)
+            results = await run_phases(server.url, admin, Narrator(log), vocab_size(paths.target),
+                                       seconds, load)
+    stages.done("traffic")
+    summary(out_dir, start_table, results, stages)
+    return 0
+
+
+def summary(out_dir: Path, start: Table, results: list[dict[str, Any]], stages: Stages) -> None:
     say("4/4 summary (vLLM and the sidecar are stopped)")
-    print(f"    tuned table (start):            {start_table.to_list()}")
+    print(f"    tuned table (start):            {start.to_list()}")
     for r in results:
         tps = r["tokens_per_s"]
         print(f"    {r['phase']:<50} median {sorted(tps)[len(tps) // 2]:6.0f} tokens/s, "
               f"table after: {r['table_after']}")
     print(f"    tuner report: {out_dir / 'profile-report.md'} and .png; sidecar decisions: "
-          f"{out_dir / 'sidecar.log'}\n    total {time.monotonic() - t0:.0f} s")
-    return 0
+          f"{out_dir / 'sidecar.log'}")
+    print("    stages: " + ", ".join(f"{k} {v:.0f} s" for k, v in stages.seconds.items())
+          + f"; total {sum(stages.seconds.values()):.0f} s")
 
 
 def run(out_dir: Path, seconds: float = 40.0, load: int = 8) -> int:

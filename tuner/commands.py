@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pydantic import ValidationError
+
 import numpy as np
 
 from tuner import flags
@@ -19,20 +21,16 @@ from tuner.sweep import default_grid
 from tuner.table import Table
 
 if TYPE_CHECKING:
-    from tuner.tune import TuneConfig
+    from tuner.config import TuneConfig
 
 
 def _grid(raw: str | None, max_num_seqs: int) -> list[int]:
-    if not raw:
-        return default_grid(max_num_seqs)
-    try:
-        return [int(x) for x in raw.split(",")]
-    except ValueError:
-        raise InvalidInput(f"--grid={raw!r}: expected batch sizes like 1,2,4,8,16") from None
+    return flags.ints(raw, "--grid") if raw else default_grid(max_num_seqs)
 
 
 def tune_config(args: argparse.Namespace) -> "TuneConfig":
-    from tuner.tune import TuneConfig
+    """The flags as a TuneConfig; InvalidInput naming the flag on a bad value."""
+    from tuner.config import TuneConfig
 
     if args.num_speculative_tokens < 1:
         raise InvalidInput(f"--num-speculative-tokens={args.num_speculative_tokens}: K must be >= 1 "
@@ -54,15 +52,27 @@ def tune_config(args: argparse.Namespace) -> "TuneConfig":
                           num_speculative_tokens=args.num_speculative_tokens,
                           max_num_seqs=args.max_num_seqs, grid=_grid(args.grid, args.max_num_seqs),
                           repeats=args.repeats, max_repeats=args.max_repeats,
-                          noise_tol=args.noise_tol, decode_tokens=args.decode_tokens,
+                          ci_target=args.ci_target, confidence=args.confidence,
+                          min_width=args.min_width, decode_tokens=args.decode_tokens,
                           temperature=args.temperature, acceptance_prompts=prompts[:args.num_prompts],
                           out=Path(args.out), fresh=args.fresh, tie=args.tie,
                           extra_args=tuple(args.engine_arg or ()),
                           emulate=flags.replay(args, args.num_speculative_tokens),
                           one_server=args.one_server, refine=args.refine,
                           workload=Workload.parse(args.workload) if args.workload else None)
-    except ValueError as exc:
-        raise InvalidInput(str(exc)) from None
+    except ValidationError as exc:
+        raise InvalidInput(_config_error(exc)) from None
+
+
+def _config_error(exc: ValidationError) -> str:
+    """pydantic's first error as the flag it came from, its value and why."""
+    err = exc.errors()[0]
+    field = str(err["loc"][0]) if err["loc"] else ""
+    flag = {"num_speculative_tokens": "--num-speculative-tokens", "grid": "--grid",
+            "acceptance_prompts": "--prompts"}.get(field, "--" + field.replace("_", "-"))
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    value = "" if field in ("acceptance_prompts", "") else f"={err.get('input')!r}"
+    return f"{flag}{value}: {msg}" if field else msg
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -78,19 +88,33 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def _acceptance(raw: str | None) -> list[float] | None:
-    if raw is None:
-        return None
-    try:
-        return [float(x) for x in raw.split(",")]
-    except ValueError:
-        raise InvalidInput(f"--acceptance={raw!r}: expected rates like 0.7,0.5,0.3") from None
+    a = flags.rates(raw, "--acceptance")
+    if a is not None and (any(not 0 <= x <= 1 for x in a) or any(y > x for x, y in zip(a, a[1:]))):
+        raise InvalidInput(f"--acceptance={raw!r}: a_i is P(first i drafts accepted), each in "
+                           "[0, 1] and non-increasing, e.g. 0.7,0.5,0.3")
+    return a
+
+
+def _rule(profile: Profile, args: argparse.Namespace) -> Profile:
+    """The profile with the table rule the flags give (--tie, --confidence, --min-width)."""
+    update = {name: getattr(args, name) for name in ("tie", "confidence", "min_width")
+              if getattr(args, name, None) is not None}
+    if update.get("tie", 0) < 0 or not 0.5 <= update.get("confidence", 0.9) < 1 or \
+            update.get("min_width", 1) < 1:
+        raise InvalidInput(f"{update}: need --tie >= 0, --confidence in [0.5, 1), --min-width >= 1")
+    return profile.model_copy(update=update)
 
 
 def cmd_table(args: argparse.Namespace) -> int:
-    profile = load(Path(args.profile))
+    from tuner.findings import edge_lines
+
+    profile = _rule(load(Path(args.profile)), args)
     choice = profile.build(_acceptance(args.acceptance))
     print(json.dumps({"num_speculative_tokens_per_batch_size": choice.table.to_list(),
-                      "speculative_config": profile.speculative_config(choice.table)}, indent=1))
+                      "speculative_config": profile.speculative_config(choice.table),
+                      "rule": {"tie": profile.tie, "confidence": profile.confidence,
+                               "min_width": profile.min_width},
+                      "evidence": edge_lines(choice)}, indent=1))
     return 0
 
 
@@ -105,7 +129,7 @@ def losses(profile: Profile, table: Table, a: list[float] | None = None) -> np.n
 def cmd_compare(args: argparse.Namespace) -> int:
     profile = load(Path(args.profile))
     a = _acceptance(args.acceptance)
-    tables = [Table.parse_list(json.loads(raw)) for raw in args.tables]
+    tables = [flags.table(raw, "TABLE") for raw in args.tables]
     rows = {raw: losses(profile, t, a) for raw, t in zip(args.tables, tables)}
     print("predicted goodput loss vs the best k at each B")
     print("B     " + "  ".join(f"{raw[:28]:>28}" for raw in rows))
@@ -123,6 +147,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rule_flags(p: argparse.ArgumentParser, defaults: bool) -> None:
+    """The table rule: where a table may split. Without defaults: the profile's own rule."""
+    p.add_argument("--tie", type=float, default=0.005 if defaults else None,
+                   help="keep the previous k unless another is this much better (0.005: 0.5%%)")
+    p.add_argument("--confidence", type=float, default=0.9 if defaults else None,
+                   help="... at this one-sided confidence (lower bound of the gain, by resampling "
+                        "the measured step times and acceptance)")
+    p.add_argument("--min-width", type=int, default=4 if defaults else None,
+                   help="narrowest range in batch sizes (or 1/8 of its start, if more) that a table "
+                        "keeps without a measured step-time cliff at its edge")
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("tune", help="measure T(B,k) and acceptance on vLLM, build the table")
     p.add_argument("--model", help="model path (default: the embedded tiny Llama)")
@@ -134,15 +170,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     p.add_argument("--grid", help="batch sizes, e.g. 1,2,4,8,16 (default: every B to 16, then every 8)")
     p.add_argument("--repeats", type=int, default=3, help="repeats per cell (median)")
     p.add_argument("--max-repeats", type=int, default=None,
-                   help="take more repeats, up to this many, where a cell's repeats disagree by "
-                        "more than --noise-tol (default: --repeats + 2)")
-    p.add_argument("--noise-tol", type=float, default=0.10,
-                   help="(max - min) / median of a cell's repeats above which one more is taken")
+                   help="take more repeats, up to this many, while a cell's interval is wider "
+                        "than --ci-target (default: --repeats + 2)")
+    p.add_argument("--ci-target", type=float, default=0.02,
+                   help="another repeat while a cell's 95%% interval is wider than this share of "
+                        "its median (0.02: ±2%%), up to --max-repeats")
     p.add_argument("--decode-tokens", type=int, default=65, help="tokens of the long run (paper: 65)")
     p.add_argument("--temperature", type=float, default=0.0, help="serving temperature")
     p.add_argument("--prompts", help="JSONL ({'prompt': ...}) or text file for acceptance")
     p.add_argument("--num-prompts", type=int, default=160)
-    p.add_argument("--tie", type=float, default=0.005, help="keep the previous k unless this much better")
+    _rule_flags(p, defaults=True)
     p.add_argument("--out", default="runs/profile.json", help="profile path (resumes if present)")
     p.add_argument("--fresh", action="store_true", help="ignore an existing profile at --out")
     flags.add_engine_flags(p)
@@ -162,9 +199,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                    help="also time vLLM without speculation and warn where k=0 or any table loses")
     p.set_defaults(func=cmd_tune)
 
-    p = sub.add_parser("table", help="rebuild the table from a profile, offline")
+    p = sub.add_parser("table", help="rebuild the table from a profile, offline, with its evidence")
     p.add_argument("profile")
     p.add_argument("--acceptance", help="override a_1..a_K, e.g. 0.7,0.5,0.3")
+    _rule_flags(p, defaults=False)
     p.set_defaults(func=cmd_table)
 
     p = sub.add_parser("compare", help="predicted goodput loss of tables against the best k per B")

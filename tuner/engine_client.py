@@ -160,8 +160,10 @@ class EngineClient:
         """Set any of the policy's fields (explore_every, hysteresis, baseline)."""
         return await self._admin(PolicyReply, "PUT", "/v1/policy", fields)
 
-    async def get_stats(self) -> StatsReply:
-        return await self._admin(StatsReply, "GET", "/v1/stats")
+    async def get_stats(self, since: int | None = None) -> StatsReply:
+        """The plugin's counters; with ``since``, per-step samples only after that seq."""
+        route = "/v1/stats" if since is None else f"/v1/stats?since={int(since)}"
+        return await self._admin(StatsReply, "GET", route)
 
     async def get_emulation(self) -> EmulationReply:
         return await self._admin(EmulationReply, "GET", "/v1/emulation")

@@ -1,6 +1,7 @@
 """The tuning report: a Markdown summary and one PNG a person can read at a glance.
 
-PNG panels: (1) measured T(B, k) per k; (2) G(B, k) per k with the chosen k shaded per B;
+PNG panels: (1) measured T(B, k) per k with each cell's 95% interval; (2) G(B, k) per k with
+the chosen k shaded per B;
 (3) predicted goodput loss of vLLM's documented table and of the tuned table against the best k;
 (4) where samples record when they started: each sample's step time over its cell's median,
 against time, so the host's drift and a slow stretch that hit one k show at a glance.
@@ -12,8 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
+from tuner import findings
 from tuner.goodput import goodput, interpolate_step_times, predicted_loss
-from tuner.profile import Profile, usable
+from tuner.profile import Profile
+from tuner.samples import usable
 from tuner.table import Table, documented_table
 
 COLORS = ["#444444", "#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
@@ -57,10 +60,14 @@ def plot(profile: Profile, path: Path) -> Path:
     minutes, ratio, sample_k = over_time(profile)
     panels = 4 if minutes.size else 3
     fig, axes = plt.subplots(1, panels, figsize=(5.4 * panels, 4.6))
+    lo, hi = (profile._grid_matrix(v) for v in ("ci_low_ms", "ci_high_ms"))
     for k in range(profile.K + 1):
-        axes[0].plot(profile.grid, T_grid[:, k], "o-", ms=3, color=COLORS[k % 9], label=f"k={k}")
+        err = np.array([T_grid[:, k] - lo[:, k], hi[:, k] - T_grid[:, k]])
+        axes[0].errorbar(profile.grid, T_grid[:, k], yerr=np.nan_to_num(np.clip(err, 0, None)),
+                         fmt="o-", ms=3, capsize=2, color=COLORS[k % 9], label=f"k={k}")
         axes[1].plot(B, G[:, k], color=COLORS[k % 9], label=f"k={k}")
-    axes[0].set(title="Measured step time T(B, k)", xlabel="batch size B", ylabel="ms / step")
+    axes[0].set(title="Measured step time T(B, k), 95% intervals", xlabel="batch size B",
+                ylabel="ms / step")
     ks = np.asarray(tuned.dense(profile.engine.max_num_seqs, profile.K)[1:])
     for start, end, k in tuned.to_list():
         axes[1].axvspan(start - 0.5, end + 0.5, color=COLORS[k % 9], alpha=0.12, lw=0)
@@ -95,9 +102,9 @@ def markdown(profile: Profile, png_name: str) -> str:
     _, _, tuned, doc, loss_tuned, loss_doc = _series(profile)
     acc = profile.acceptance
     assert acc is not None
-    gap = profile.client_engine_gap()
+    gap = findings.client_engine_gap(profile)
     e = profile.engine
-    lines = [f"# TableTune report: {Path(e.model).name}", "",
+    lines = [f"# TableTune report: {e.model}", "",
              f"- engine: {e.vllm_version}, {e.hardware}, method `{e.method}`, K={e.num_speculative_tokens}, "
              f"max_num_seqs={e.max_num_seqs}, temperature {e.temperature}",
              f"- acceptance a_i ({acc.source}, {acc.num_prompts} prompts): "
@@ -107,7 +114,9 @@ def markdown(profile: Profile, png_name: str) -> str:
                  f"steady serving of {profile.workload.prompt_tokens}-token prompts and "
                  f"{profile.workload.output_tokens}-token outputs: each step carries the prefill "
                  "of the requests that replace finished ones"),
-             f"- **tuned table**: `{tuned.to_list()}`",
+             f"- **tuned table**: `{tuned.to_list()}` (splits only where a k's gain beats the tie "
+             f"of {profile.tie * 100:.1f}% at {profile.confidence * 100:.0f}% confidence; ranges of "
+             f"at least {profile.min_width} batch sizes unless a measured cliff forces one)",
              f"- speculative config: `{profile.speculative_config(tuned)}`",
              f"- predicted worst-case loss vs the best k: tuned {loss_tuned.max() * 100:.1f}%, "
              f"documented `{doc.to_list()}` {loss_doc.max() * 100:.1f}%",
@@ -115,20 +124,27 @@ def markdown(profile: Profile, png_name: str) -> str:
              + ("n/a" if gap is None else f"{gap * 100:.1f}%"),
              "- tuning wall time: " + ", ".join(f"{k} {v:.0f}s" for k, v in profile.timings_s.items()),
              "", f"![report]({png_name})", "",
+             "## Why this table", ""] + [f"- {line}" for line in findings.edge_lines(profile.build())] + [
+             "", "Step times in ms, median [95% interval]:", "",
              "| B | " + " | ".join(f"T(k={k}) ms" for k in range(profile.K + 1)) + " | tuned k | loss tuned | loss documented |",
              "|---" * (profile.K + 5) + "|"]
+    lo, hi = (profile._grid_matrix(v) for v in ("ci_low_ms", "ci_high_ms"))
+
+    def cell(g: int, k: int) -> str:
+        ci = "" if np.isnan(lo[g, k]) else f" [{lo[g, k]:.2f}, {hi[g, k]:.2f}]"
+        return f"{T_grid[g, k]:.2f}{ci}"
+
     for g, B in enumerate(profile.grid):
-        lines.append(f"| {B} | " + " | ".join(f"{T_grid[g, k]:.2f}" for k in range(profile.K + 1))
+        lines.append(f"| {B} | " + " | ".join(cell(g, k) for k in range(profile.K + 1))
                      + f" | {tuned.k_at(B)} | {loss_tuned[B - 1] * 100:.1f}% | {loss_doc[B - 1] * 100:.1f}% |")
     cells = [c for c in profile.cells]
     if cells:
         lines += ["", f"Per-cell measuring time: median {np.median([c.wall_s for c in cells]):.1f}s "
                       f"over {len(cells)} cells ({profile.repeats} repeats each or more)."]
-    noise = profile.noise_line()
+    noise = [x for x in (findings.interval_line(profile), findings.noise_line(profile)) if x]
     if noise:
-        lines += ["", f"Noise: {noise}. Where the best k's goodput leads by less than that, "
-                      "the choice is within noise."]
-    warnings = profile.cliff_warnings() + profile.batch_warnings()
+        lines += ["", f"Noise: {'; '.join(noise)}."]
+    warnings = findings.cliff_lines(profile) + findings.batch_warnings(profile)
     if warnings:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in warnings]
     if profile.preflight:

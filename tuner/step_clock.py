@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from tuner.admin_api import StatsReply
 
-__all__ = ["EngineClock", "StepLoad", "engine_clock", "step_load"]
+__all__ = ["EngineClock", "StepLoad", "engine_clock", "last_seq", "steady_steps", "step_load"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,3 +56,33 @@ def step_load(before: StatsReply, after: StatsReply) -> StepLoad | None:
     return StepLoad(steps, (c1.seconds - c0.seconds) / timed * 1e3 if timed > 0 else None,
                     (after.scheduled_requests - before.scheduled_requests) / steps,
                     (after.scheduled_tokens - before.scheduled_tokens) / steps)
+
+
+def last_seq(stats: StatsReply | None) -> int:
+    """The newest step in the stats' per-step samples (-1: none): the cursor for `since`."""
+    if stats is None or not stats.recent_steps:
+        return -1
+    return stats.recent_steps[-1][0]
+
+
+def steady_steps(stats: StatsReply | None, after: int, k: int, batch: int | None = None,
+                 min_batch: float | None = None, max_batch: int | None = None,
+                 max_tokens: int | None = None) -> list[float]:
+    """Times (ms) of the steps after seq ``after`` that ran at a steady k (verified and drafted
+    k: a step's time is verify(previous k) + draft(this k)), with exactly ``batch`` requests, or
+    between ``min_batch`` and ``max_batch``, and at most ``max_tokens`` tokens (a pure-decode
+    cell leaves out the prefill step that admitted its requests)."""
+    if stats is None:
+        return []
+    out = []
+    for seq, b, k_verified, k_drafted, seconds, tokens in stats.recent_steps:
+        if seq <= after or k_verified != k or k_drafted != k:
+            continue
+        if batch is not None and b != batch:
+            continue
+        if (min_batch is not None and b < min_batch) or (max_batch is not None and b > max_batch):
+            continue
+        if max_tokens is not None and tokens > max_tokens:
+            continue
+        out.append(seconds * 1e3)
+    return out

@@ -14,6 +14,7 @@ carries the prefill of the requests that replace finished ones (CellTimer.time_m
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -25,10 +26,12 @@ from tuner.engine_client import EngineClient
 from tuner.errors import EngineUnavailable
 from tuner.launcher import VllmServer, log_tail
 from tuner.load import complete, first_lengths, fresh_connections
-from tuner.profile import BATCH_FILL, StepSample, Workload
-from tuner.step_clock import engine_clock, step_load
+from tuner.profile import StepSample, Workload
+from tuner.samples import BATCH_FILL
+from tuner.step_clock import engine_clock, last_seq, steady_steps, step_load
 
 PromptSource = Callable[[int, int], list[Any]]  # (n, seed) -> prompts
+NO_STEPS = 2**62  # `since` past any step: the stats without per-step samples (small replies)
 T = TypeVar("T")
 
 
@@ -73,11 +76,12 @@ class CellTimer:
         if self.session is not None:
             await self.session.close()
 
-    async def stats(self) -> StatsReply | None:
-        """The plugin's counters; None when they do not answer (the cell then has no engine
+    async def stats(self, since: int | None = NO_STEPS) -> StatsReply | None:
+        """The plugin's counters, with the per-step samples after seq ``since`` (default: none,
+        for polls that only count); None when they do not answer (the cell then has no engine
         figure, only the client's)."""
         try:
-            return await self.admin.get_stats()
+            return await self.admin.get_stats(since=since)
         except EngineUnavailable:
             return None
 
@@ -106,10 +110,12 @@ class CellTimer:
         started = time.time()
         s0 = await self.stats()
         t_short = await self.burst(B, 1)
-        s1 = await self.stats()
+        s1 = await self.stats(since=None)
         t_long = await self.burst(B, decode_tokens)
-        s2 = await self.stats()
+        s2 = await self.stats(since=last_seq(s1))
         client_ms = (t_long - t_short) / (decode_tokens - 1) * 1000.0
+        # the engine's own step times: the long run's decode steps at exactly B and steady k
+        steps_ms = steady_steps(s2, last_seq(s1), k, batch=B, max_tokens=B * (k + 1))
         engine_ms = steps = share = None
         if s0 is not None and s1 is not None and s2 is not None:
             c0, c1, c2 = engine_clock(s0, k), engine_clock(s1, k), engine_clock(s2, k)
@@ -119,8 +125,11 @@ class CellTimer:
             steps = c2.steps - c1.steps
             rs = c2.request_steps - c1.request_steps
             share = (c2.full_drafts - c1.full_drafts) / rs if (k and rs) else None
+        if steps_ms:
+            engine_ms = statistics.median(steps_ms)
         return StepSample(B=B, k=k, rep=rep, client_ms=client_ms, engine_ms=engine_ms,
-                          engine_steps=steps, full_draft_share=share, started=started)
+                          engine_steps=steps, full_draft_share=share, started=started,
+                          steps_ms=[round(x, 4) for x in steps_ms] or None)
 
     async def wait_steps(self, since: StatsReply | None, steps: int, k: int,
                          workers: list[asyncio.Task[None]], timeout_s: float = 300.0) -> StatsReply:
@@ -192,9 +201,11 @@ class CellTimer:
             # once the engine holds the batch and spans at least one lifetime, so even at B=1 it
             # holds the prefill its share says
             s0 = await self.wait_batch(B, k, workers)
+            cursor = last_seq(await self.stats(since=None))
             t0 = time.perf_counter()
             s1 = await self.wait_steps(s0, max(window_steps, life + 1), k, workers)
             wall = time.perf_counter() - t0
+            window = await self.stats(since=cursor)
         finally:
             for w in workers:
                 w.cancel()
@@ -202,8 +213,12 @@ class CellTimer:
         c0, c1 = engine_clock(s0, k), engine_clock(s1, k)
         steps, rs = c1.steps - c0.steps, c1.request_steps - c0.request_steps
         load = step_load(s0, s1)
+        # the window's steady steps that held the batch (prefill included, as serving brings it)
+        steps_ms = [x for x in steady_steps(window, cursor, k, min_batch=BATCH_FILL * B, max_batch=B)]
         return StepSample(B=B, k=k, rep=rep, client_ms=wall / steps * 1e3,
-                          engine_ms=(c1.seconds - c0.seconds) / steps * 1e3, engine_steps=steps,
+                          engine_ms=(statistics.median(steps_ms) if steps_ms
+                                     else (c1.seconds - c0.seconds) / steps * 1e3),
+                          engine_steps=steps, steps_ms=[round(x, 4) for x in steps_ms] or None,
                           full_draft_share=(c1.full_drafts - c0.full_drafts) / rs if (k and rs) else None,
                           mean_batch=load.requests_per_step if load else None,
                           tokens_per_step=load.tokens_per_step if load else None, started=started)

@@ -6,11 +6,13 @@ import argparse
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from benchmarks.synthetic import INFO, paper_profile
 from tuner.commands import tune_config
 from tuner.errors import InvalidInput, ProfileMismatch
+from tuner import findings
 from tuner.profile import load
 
 
@@ -61,7 +63,7 @@ def args(**kw: object) -> argparse.Namespace:
                 grid="1,4", repeats=1, decode_tokens=17, temperature=0.0, prompts=None,
                 num_prompts=8, out="runs/x.json", fresh=False, tie=0.005, preflight=False,
                 engine_arg=None, emulate=None, emulate_with="plugin", one_server=False, refine=None,
-                workload=None, max_repeats=None, noise_tol=0.10)
+                workload=None, max_repeats=None, ci_target=0.02, confidence=0.9, min_width=4)
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -122,15 +124,21 @@ def test_a_profile_timed_under_another_workload_is_not_resumed() -> None:
     p.check_matches(INFO, p.grid, Workload.parse("96:128"))
 
 
-def test_another_repeat_only_while_repeats_disagree() -> None:
-    from tuner.profile import needs_another
+def test_another_repeat_while_the_cells_interval_is_wide() -> None:
+    from tuner.profile import StepSample
+    from tuner.samples import needs_more
 
-    assert not needs_another([10.0], 0.1, 4)            # one sample: no spread yet
-    assert not needs_another([10.0, 10.5], 0.1, 4)      # 5% apart: enough
-    assert needs_another([10.0, 13.0], 0.1, 4)          # 30% apart: a third settles the median
-    assert not needs_another([10.0, 13.0, 10.2], 0.1, 4)  # two agree: the median (10.2) stands
-    assert needs_another([10.0, 13.0, 16.0], 0.1, 4)    # no two agree yet, one more allowed
-    assert not needs_another([10.0, 13.0, 16.0, 20.0], 0.1, 4)  # the limit
+    def smp(steps: list[float]) -> StepSample:
+        return StepSample(B=4, k=1, rep=0, client_ms=10.0, engine_ms=float(np.median(steps)),
+                          engine_steps=len(steps), full_draft_share=None, steps_ms=steps)
+
+    steady = [smp([10.0, 10.1, 9.9, 10.0] * 8) for _ in range(3)]
+    assert not needs_more(steady, repeats=3, ci_target=0.02, max_repeats=5)
+    assert needs_more(steady[:2], repeats=3, ci_target=0.02, max_repeats=5)  # too few yet
+    # one repeat ran in a slow stretch: the interval (repeats resampled) is wide
+    noisy = steady[:2] + [smp([14.0, 14.2, 13.9, 14.1] * 8)]
+    assert needs_more(noisy, repeats=3, ci_target=0.02, max_repeats=5)
+    assert not needs_more(noisy + noisy[:2], repeats=3, ci_target=0.02, max_repeats=5)  # limit
 
 
 def test_noise_line_on_the_h200_3b_profile() -> None:
@@ -138,13 +146,14 @@ def test_noise_line_on_the_h200_3b_profile() -> None:
     # repeats disagree, which is what decides whether a k choice is a finding
     p = load(Path(__file__).parents[2] / "benchmarks" / "results" / "h200-vllm0.26-3b-ngram-v1"
              / "profile.json")
-    spreads = p.repeat_spreads()
+    spreads = findings.repeat_spreads(p)
     assert len(spreads) == len(p.cells) and {n for _, n in spreads.values()} == {2}
-    line = p.noise_line()
+    line = findings.noise_line(p)
     assert line is not None and line.startswith("repeats disagree by 13.2% at the median cell")
     assert "took more than" not in line  # that run had no adaptive repeats
-    p.max_repeats, p.noise_tol = 4, 0.1
-    assert "0 of 52 cells took more than 2 repeats (up to 4" in (p.noise_line() or "")
+    p.max_repeats, p.ci_target = 4, 0.02
+    assert "0 of 52 cells took more than 2 repeats (up to 4, while its interval was wider " \
+        "than ±2%)" in (findings.noise_line(p) or "")
 
 
 def test_underfilled_workload_cells_are_named_on_the_h200_profile() -> None:
@@ -152,10 +161,10 @@ def test_underfilled_workload_cells_are_named_on_the_h200_profile() -> None:
     # 23-91 requests a step; the report must say T there is not T(256)
     p = load(Path(__file__).parents[2] / "benchmarks" / "results"
              / "h200-vllm0.26-3b-ngram-v1-wl96x128" / "profile.json")
-    under = p.underfilled()
+    under = findings.underfilled(p)
     assert {s.B for s in under} >= {64, 128, 192, 256}
     assert all(s.B > 4 for s in under)  # B=1 and 4 held their batch
-    warnings = p.batch_warnings()
+    warnings = findings.batch_warnings(p)
     assert any(w.startswith("B=256: ") and "requests a step" in w and "smaller batch" in w
                for w in warnings)
     from tuner.report import markdown
@@ -163,7 +172,7 @@ def test_underfilled_workload_cells_are_named_on_the_h200_profile() -> None:
     # pure-decode samples record no batch: nothing to warn about
     old = load(Path(__file__).parents[2] / "benchmarks" / "results" / "h200-vllm0.26-3b-ngram-v1"
                / "profile.json")
-    assert old.underfilled() == [] and old.batch_warnings() == []
+    assert findings.underfilled(old) == [] and findings.batch_warnings(old) == []
 
 
 def test_bench_serves_the_shape_the_profile_was_timed_for(capsys: pytest.CaptureFixture[str]) -> None:
@@ -206,7 +215,8 @@ def test_report_plots_repeats_over_time_when_samples_say_when_they_started(tmp_p
     p = paper_profile()
     p.table = p.build().table.to_list()
     assert over_time(p)[0].size == 0  # no start times: three panels, as before
-    narrow = Image.open(plot(p, tmp_path / "old.png")).size[0]
+    with Image.open(plot(p, tmp_path / "old.png")) as im:
+        narrow = im.size[0]
     # k=2's second repeat ran in a slow stretch: twice its first, 4/3 of the cell's median
     p.samples = [StepSample(B=4, k=k, rep=r, client_ms=10.0, engine_ms=ms, engine_steps=16,
                             full_draft_share=None, started=1000.0 + 60 * i)
@@ -215,22 +225,24 @@ def test_report_plots_repeats_over_time_when_samples_say_when_they_started(tmp_p
     minutes, ratio, ks = over_time(p)
     assert minutes.tolist() == [0.0, 1.0, 2.0, 3.0] and ks.tolist() == [0, 2, 2, 0]
     assert ratio.tolist() == [1.0, 10.0 / 15.0, 20.0 / 15.0, 1.0]
-    assert Image.open(plot(p, tmp_path / "new.png")).size[0] > narrow  # the fourth panel
+    with Image.open(plot(p, tmp_path / "new.png")) as im:
+        assert im.size[0] > narrow  # the fourth panel
 
 
 def test_a_sample_that_missed_its_batch_is_retaken_and_left_out_of_the_median() -> None:
-    from tuner.profile import StepSample, cell_needs_another, usable
+    from tuner.profile import StepSample
+    from tuner.samples import needs_more, usable
 
     def smp(ms: float, batch: float | None) -> StepSample:
         return StepSample(B=4, k=1, rep=0, client_ms=ms, engine_ms=ms, engine_steps=64,
                           full_draft_share=None, mean_batch=batch)
 
     full, short = smp(10.0, 3.9), smp(6.0, 2.5)  # 2.5 of 4: a T for a smaller batch
-    assert cell_needs_another([full, short], repeats=2, tol=0.1, max_repeats=4)  # one usable
-    assert not cell_needs_another([full, short, smp(10.2, 3.8)], 2, 0.1, 4)  # two agree
-    assert not cell_needs_another([short, short, short, short], 2, 0.1, 4)  # the limit
+    assert needs_more([full, short], repeats=2, ci_target=0.1, max_repeats=4)  # one usable
+    assert not needs_more([full, short, smp(10.2, 3.8)], 2, 0.1, 4)  # two agree within ±10%
+    assert not needs_more([short, short, short, short], 2, 0.1, 4)  # the limit
     assert usable([full, short]) == [full]
     assert usable([short, short]) == [short, short]  # nothing better: flagged, not dropped
     # pure-decode samples record no batch: the old rule, unchanged
-    assert not cell_needs_another([smp(10.0, None), smp(10.5, None)], 2, 0.1, 4)
-    assert cell_needs_another([smp(10.0, None), smp(13.0, None)], 2, 0.1, 4)
+    assert not needs_more([smp(10.0, None), smp(10.5, None)], 2, 0.1, 4)
+    assert needs_more([smp(10.0, None), smp(13.0, None)], 2, 0.1, 4)

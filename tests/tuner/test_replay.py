@@ -10,7 +10,8 @@ from pydantic import ValidationError
 
 from tuner.prompts import repetitive
 from tuner.replay import Replay
-from tuner.tune import TuneConfig, server_for
+from tuner.config import TuneConfig
+from tuner.tune import server_for
 
 
 def test_plugin_replay_caps_in_the_plugin_and_leaves_vllm_alone() -> None:

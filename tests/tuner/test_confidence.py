@@ -1,0 +1,81 @@
+"""Tables that only split where the data can tell (tuner/confidence.py), on synthetic profiles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tuner.confidence import choose_confident, draw_acceptance, min_width
+from tuner.errors import InvalidInput
+from tuner.goodput import Cliff, choose_table
+
+A = [0.7, 0.5, 0.3]  # tau = 1, 1.7, 2.2, 2.5
+
+
+def flat(n: int, per_k: list[float]) -> np.ndarray:
+    return np.tile(np.asarray(per_k, dtype=float), (n, 1))
+
+
+def test_a_near_tie_inside_the_noise_keeps_one_range() -> None:
+    # k=1 and k=3 within 0.5% of each other everywhere, each cell known to ±3%: the paper's
+    # point rule flips between them on noise; the confident rule keeps the first k throughout
+    rng = np.random.default_rng(1)
+    n = 32
+    base = flat(n, [4.0, 1.7 / 2.5 * 4.0 * 1.4, 5.0, 4.0 * 1.4])  # G(k=1) = G(k=3)
+    noisy = base * np.exp(0.01 * rng.standard_normal(base.shape))
+    point = choose_table(noisy, A, tie=0.005)
+    assert len(point.table.ranges) > 2  # the point rule splits on this noise
+    sure = choose_confident(noisy, np.full(base.shape, 0.03), A, drafted=[10_000] * 3)
+    assert len(sure.table.ranges) == 1, sure.table
+
+
+def test_a_clear_gain_splits_and_says_how_sure_it_is() -> None:
+    n = 32
+    T = np.empty((n, 4))
+    for b in range(n):  # k=3 pays at small B; above B=16 its step grows 40% more than k=1's
+        T[b] = [4.0, 4.4, 5.0, 5.6] if b < 16 else [4.0, 4.4, 6.5, 8.5]
+    sure = choose_confident(T, np.full(T.shape, 0.01), A, drafted=[10_000] * 3)
+    assert sure.table.to_list() == [[1, 16, 3], [17, 32, 1]]
+    (edge,) = sure.edges
+    assert (edge.end, edge.k_before, edge.k_after) == (16, 3, 1) and edge.confidence > 0.95
+    first, second = sure.ranges
+    assert first.k == 3 and first.gain_low > 0 and second.k == 1 and second.gain_low > 0
+
+
+def test_wide_intervals_hold_the_split_back() -> None:
+    n = 32
+    T = np.empty((n, 4))
+    for b in range(n):  # k=1 wins by ~4% above B=16: real, but inside ±10% cells
+        T[b] = [4.0, 4.4, 5.0, 5.6] if b < 16 else [4.0, 4.4, 5.0, 6.4]
+    assert len(choose_confident(T, np.full(T.shape, 0.002), A, [10_000] * 3).table.ranges) == 2
+    assert len(choose_confident(T, np.full(T.shape, 0.10), A, [10_000] * 3).table.ranges) == 1
+
+
+def test_a_narrow_range_is_merged_unless_a_cliff_forces_it() -> None:
+    n = 32
+    T = flat(n, [4.0, 4.4, 5.0, 5.6])
+    T[9:11, 1] = 3.0  # k=1 much better at B=10, 11 only: a two-wide range
+    sigma = np.full(T.shape, 0.005)
+    merged = choose_confident(T, sigma, A, [10_000] * 3)
+    assert all(e - s + 1 >= min_width(s) for s, e, _ in merged.table.ranges), merged.table
+    cliff = Cliff(B_lo=9, B_hi=12, k=1, ratio=1.6)
+    kept = choose_confident(T, sigma, A, [10_000] * 3, cliffs=[cliff])
+    assert [10, 11, 1] in kept.table.to_list()
+
+
+def test_allowed_k_and_bad_input() -> None:
+    T = flat(8, [4.0, 4.4, 5.0, 5.6])
+    only = choose_confident(T, np.full(T.shape, 0.01), A, allowed_k={0, 1})
+    assert {k for _, _, k in only.table.ranges} <= {0, 1}
+    with pytest.raises(InvalidInput, match="confidence"):
+        choose_confident(T, np.full(T.shape, 0.01), A, confidence=1.0)
+    with pytest.raises(InvalidInput, match="one shape"):
+        choose_confident(T, np.full((8, 3), 0.01), A)
+
+
+def test_acceptance_draws_stay_nested() -> None:
+    draws = draw_acceptance([0.7, 0.69, 0.68], [50, 50, 50], 500, np.random.default_rng(0))
+    assert (np.diff(draws, axis=1) <= 0).all()  # first i accepted implies first i-1 accepted
+    assert abs(draws[:, 0].mean() - 0.7) < 0.03
+    exact = draw_acceptance([0.7, 0.5], None, 3, np.random.default_rng(0))
+    assert exact.tolist() == [[0.7, 0.5]] * 3

@@ -1,0 +1,194 @@
+"""Tables that only split where the data can tell (pure).
+
+The paper keeps the previous batch size's k unless another is better by more than a tie
+(0.5%), comparing point estimates. Measured step times carry noise of several percent, so
+near-ties flip from one batch size to the next and split a table into many ranges that no
+measurement supports. Here every goodput is a distribution, not a point:
+
+    G_r(B, k) = B·τ_r(k)/T_r(B, k)   for replicates r = 1..R                      (eq. G)
+
+where T_r is drawn log-normally around each measured T(B, k) with the spread its confidence
+interval implies, and τ_r from a_i drawn from its Beta posterior (accepted, drafted counts).
+Walking B upward, the current k is kept unless the k with the best median goodput beats it by
+more than the tie at the lower confidence bound:
+
+    quantile_{1-confidence}( G_r(B, k*) / G_r(B, k) ) > 1 + tie.
+
+Ranges narrower than the minimum width are merged into a neighbour unless a measured cliff
+(a step-time jump between grid points) lies at their edge. Each edge of the result carries
+the probability that its switch is right: the share of replicates in which the new k beats the
+old one over the new range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from tuner.errors import InvalidInput
+from tuner.goodput import Cliff, _allowed_mask, goodput, tau
+from tuner.table import Table
+
+__all__ = ["Confident", "Edge", "RangeGain", "choose_confident", "draw_acceptance",
+           "draw_step_times", "min_width"]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """Between B=end and B=end+1 the table switches from k_before to k_after."""
+
+    end: int
+    k_before: int
+    k_after: int
+    confidence: float  # P(k_after beats k_before over the range after the edge)
+
+
+@dataclass(frozen=True, slots=True)
+class RangeGain:
+    """A range's k against the runner-up k over that range: mean G ratio with its interval."""
+
+    start: int
+    end: int
+    k: int
+    runner_up: int | None
+    gain: float
+    gain_low: float
+    gain_high: float
+
+
+@dataclass(frozen=True, slots=True)
+class Confident:
+    table: Table
+    ks: IntArray          # ks[b-1]: k at B=b
+    G: FloatArray         # median goodput over replicates, [B, K+1]
+    edges: list[Edge]
+    ranges: list[RangeGain]
+
+
+def min_width(start: int, width: int = 4, share: float = 0.125) -> int:
+    """Narrowest range worth its own k from batch size ``start``: ``width`` batch sizes, or
+    ``share`` of start where that is more (a range [129, 131] says nothing one can measure)."""
+    return max(width, int(np.ceil(share * start)))
+
+
+def draw_step_times(T: Any, sigma: Any, replicates: int, rng: np.random.Generator) -> FloatArray:
+    """T_r = T·exp(σ·z): log-normal replicates [R, B, K+1] of dense step times."""
+    T_arr, s = np.asarray(T, dtype=np.float64), np.asarray(sigma, dtype=np.float64)
+    out: FloatArray = T_arr[None] * np.exp(s[None] * rng.standard_normal((replicates, *T_arr.shape)))
+    return out
+
+
+def draw_acceptance(a: Any, drafted: Any | None, replicates: int,
+                    rng: np.random.Generator) -> FloatArray:
+    """a_r [R, K]: each a_i from Beta(a_i·n_i + 1, (1 - a_i)·n_i + 1), n_i the drafts behind it,
+    then made non-increasing (first i accepted implies first i-1 accepted). Without counts,
+    a is taken as exact."""
+    a_arr = np.asarray(a, dtype=np.float64)
+    if drafted is None:
+        return np.repeat(a_arr[None], replicates, axis=0)
+    n = np.maximum(np.asarray(drafted, dtype=np.float64), 0)
+    draws = rng.beta(a_arr * n + 1, (1 - a_arr) * n + 1, size=(replicates, a_arr.size))
+    out: FloatArray = np.minimum.accumulate(draws, axis=1)
+    return out
+
+
+def _replicate_goodput(T_reps: FloatArray, a_reps: FloatArray) -> FloatArray:
+    B = np.arange(1, T_reps.shape[1] + 1, dtype=np.float64)[None, :, None]
+    taus = np.stack([tau(a) for a in a_reps])[:, None, :]
+    out: FloatArray = B * taus / T_reps
+    return out
+
+
+def _walk(G_reps: FloatArray, mask: npt.NDArray[np.bool_], tie: float,
+          confidence: float) -> IntArray:
+    """Per B: keep the current k unless the best median k beats it beyond the tie with
+    confidence (lower quantile of the replicate ratios)."""
+    G_med = np.where(mask[None], np.median(G_reps, axis=0)[None], -np.inf)[0]
+    best = np.argmax(G_med, axis=1)
+    rows = np.arange(G_reps.shape[1])
+    ratios = G_reps[:, rows, best][:, :, None] / G_reps  # [R, B, K+1]: best over each k
+    low = np.quantile(ratios, 1 - confidence, axis=0)
+    ks = np.empty(len(rows), dtype=np.int64)
+    current = int(best[0])
+    for b in rows.tolist():  # sequential: each B depends on the previous choice
+        if not mask[current] or low[b, current] > 1 + tie:
+            current = int(best[b])
+        ks[b] = current
+    return ks
+
+
+def _cliff_edges(cliffs: list[Cliff]) -> set[int]:
+    """Batch sizes next to which a measured cliff lies: edges there may stay narrow."""
+    return {b for c in cliffs for b in range(c.B_lo, c.B_hi + 1)}
+
+
+def _merge_narrow(ks: IntArray, G_med: FloatArray, cliffs: list[Cliff], width: int,
+                  share: float) -> IntArray:
+    """Merge ranges narrower than min_width into the neighbour whose k does better there."""
+    ks = ks.copy()
+    forced = _cliff_edges(cliffs)
+    while True:
+        ranges = Table.from_dense(ks.tolist()).to_list()
+        narrow = [(e - s + 1, i) for i, (s, e, _) in enumerate(ranges)
+                  if e - s + 1 < min_width(s, width, share) and len(ranges) > 1
+                  and not ({s - 1, s, e, e + 1} & forced)]
+        if not narrow:
+            return ks
+        _, i = min(narrow)
+        s, e, _ = ranges[i]
+        neighbours = [ranges[j][2] for j in (i - 1, i + 1) if 0 <= j < len(ranges)]
+        ks[s - 1:e] = max(neighbours, key=lambda k: float(G_med[s - 1:e, k].sum()))
+
+
+def _edges(ks: IntArray, G_reps: FloatArray) -> list[Edge]:
+    ranges = Table.from_dense(ks.tolist()).to_list()
+    out = []
+    for (_, end, k0), (s1, e1, k1) in zip(ranges, ranges[1:]):
+        wins = (G_reps[:, s1 - 1:e1, k1] / G_reps[:, s1 - 1:e1, k0]).mean(axis=1) > 1
+        out.append(Edge(end, k0, k1, round(float(wins.mean()), 3)))
+    return out
+
+
+def _range_gains(ks: IntArray, G_reps: FloatArray, mask: npt.NDArray[np.bool_]) -> list[RangeGain]:
+    out = []
+    G_med = np.median(G_reps, axis=0)
+    for s, e, k in Table.from_dense(ks.tolist()).to_list():
+        others = [j for j in range(G_reps.shape[2]) if j != k and mask[j]]
+        if not others:
+            out.append(RangeGain(s, e, k, None, 0.0, 0.0, 0.0))
+            continue
+        runner = max(others, key=lambda j: float(G_med[s - 1:e, j].sum()))
+        r = (G_reps[:, s - 1:e, k] / G_reps[:, s - 1:e, runner]).mean(axis=1) - 1
+        lo, mid, hi = np.quantile(r, [0.025, 0.5, 0.975])
+        out.append(RangeGain(s, e, k, runner, float(mid), float(lo), float(hi)))
+    return out
+
+
+def choose_confident(T: Any, sigma: Any, a: Any, drafted: Any | None = None, tie: float = 0.005,
+                     confidence: float = 0.9, allowed_k: set[int] | None = None,
+                     cliffs: list[Cliff] | None = None, width: int = 4, share: float = 0.125,
+                     replicates: int = 200, seed: int = 0) -> Confident:
+    """The table for dense step times T[b-1, k] (ms) with log-spread sigma, acceptance a_i
+    (with the drafted counts behind each, if known), splitting only with confidence."""
+    T_arr = np.asarray(T, dtype=np.float64)
+    if T_arr.ndim != 2 or np.asarray(sigma).shape != T_arr.shape:
+        raise InvalidInput(f"T and sigma must be [B, K+1] arrays of one shape, got {T_arr.shape} "
+                           f"and {np.asarray(sigma).shape}")
+    if not 0.5 <= confidence < 1:
+        raise InvalidInput(f"confidence={confidence}: use a level in [0.5, 1), e.g. 0.9")
+    goodput(T_arr, a)  # validates shapes and values once, with its messages
+    rng = np.random.default_rng(seed)
+    G_reps = _replicate_goodput(draw_step_times(T_arr, sigma, replicates, rng),
+                                draw_acceptance(a, drafted, replicates, rng))
+    mask = _allowed_mask(T_arr.shape[1], allowed_k)
+    ks = _walk(G_reps, mask, tie, confidence)
+    G_med = np.median(G_reps, axis=0)
+    ks = _merge_narrow(ks, np.where(mask[None], G_med, -np.inf), cliffs or [], width, share)
+    return Confident(Table.from_dense(ks.tolist()), ks, G_med, _edges(ks, G_reps),
+                     _range_gains(ks, G_reps, mask))
