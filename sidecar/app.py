@@ -140,7 +140,8 @@ async def main(settings: SidecarSettings, stop: asyncio.Event | None = None,
     fatal: BaseException | None = None
     try:
         async with EngineClient(settings.engine_url, settings.admin_url, _token(settings),
-                                settings.timeout_s, settings.retry_attempts) as client:
+                                settings.timeout_s, settings.retry_attempts,
+                                max_body_bytes=settings.max_metrics_bytes) as client:
             controller = Controller(settings, profile, client)
             try:
                 async with asyncio.TaskGroup() as tg:

@@ -45,6 +45,7 @@ class SidecarSettings(BaseSettings):
     checkpoint: Path | None = Field(None, description="estimator state file, written atomically after every rebuild")
     drift_warn: float = Field(0.15, ge=0, description="warn when live steps are this much slower than the profile")
     timeout_s: float = Field(2.0, gt=0, description="timeout of every request to vLLM or the plugin")
+    max_metrics_bytes: int = Field(4 * 1024 * 1024, ge=64 * 1024, description="largest /metrics (or admin) reply read; a larger one is refused unparsed (vLLM's is ~50-70 KB)")
     retry_attempts: int = Field(3, ge=1, le=10, description="tries per admin request (connection errors, timeouts, 5xx; never 4xx)")
     backoff_max_s: float = Field(10.0, gt=0, description="longest pause between scrapes while vLLM keeps failing")
     log_format: Literal["json", "plain"] = Field("json", description="log line format")

@@ -22,12 +22,15 @@ TableTune plugin series (optional; absent means the plugin is not loaded):
 The per-position deltas are the accepted_i and drafted_i of the estimator's
 â_i = (w·a_i^prior + accepted_i) / (w + drafted_i) (eq. â, sidecar/estimator.py).
 
+Every outcome of :func:`parse` is a Snapshot or a ScrapeError, whatever the text: values must be
+finite counts in [0, MAX_VALUE], integer labels plain digits, and the wanted lines are bounded
+(MAX_LINE_CHARS, MAX_WANTED_CHARS) so a hostile body cannot stall the caller's event loop.
+
 Pure: takes text, returns values.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -60,8 +63,17 @@ WANTED = frozenset({ACCEPTED_PER_POS, PLUGIN_ACCEPTED_PER_POS, DRAFTED_PER_POS, 
 # A line of a wanted sample. vLLM's body is ~50 KB, mostly histograms; prometheus_client's parser
 # took 7.0 ms for all of it, 0.43 ms for these lines alone (benchmarks/overhead.py, scrape_parse).
 _WANTED_LINE = re.compile(r"^[ \t]*(?:%s)[{ \t].*$" % "|".join(map(re.escape, sorted(WANTED))), re.M)
+# Bounds on what is handed to prometheus_client's parser (pure Python, ~0.5 µs a byte; 10 MB of
+# wanted lines took 5-6 s). A real wanted line is < 300 chars; a GPU engine with max_num_seqs=1024
+# has ~2,600 of them (step-time cells), ~280 KB.
+MAX_LINE_CHARS = 4096
+MAX_WANTED_CHARS = 1 << 20
+HEAD_CHARS = 1 << 16  # a body without wanted lines: only its head is parsed, to name garbage
+# Counts beyond 2**53 are no longer exact in a float: no real counter gets there.
+MAX_VALUE = float(2**53)
+_INT_LABEL = re.compile(r"[0-9]{1,9}")
 
-# (name, label values, value) for every wanted sample, grouped by name
+# (labels, value) for every wanted sample, grouped by name
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 
 
@@ -70,7 +82,8 @@ class Snapshot:
     """The counters of one scrape, summed over engines; positions are 0-based.
 
     ``accepted_per_pos`` is the plugin's exact series when present, else vLLM's own
-    (``accepted_source`` says which).
+    (``accepted_source`` says which). ``table_version`` is a gauge: over several engines,
+    the newest (max).
     """
 
     accepted_per_pos: tuple[float, ...]
@@ -107,44 +120,70 @@ class SnapshotDelta:
     explore_steps: float = 0.0
 
 
-def _collect(text: str, model_name: str | None) -> Samples:
-    """Wanted samples from the exposition; ScrapeError on text prometheus cannot parse."""
+# -- parsing -------------------------------------------------------------------------------
+
+def _wanted_text(text: str) -> str:
+    """The wanted lines, bounded; a body with none of them gives its head (to name garbage)."""
+    lines, total = [], 0
+    for m in _WANTED_LINE.finditer(text):
+        size = m.end() - m.start()
+        if size > MAX_LINE_CHARS:
+            raise ScrapeError(f"{m.group(0)[:80]}...: a line of {size} chars (> {MAX_LINE_CHARS}); "
+                              "is engine_url a vLLM /metrics?")
+        total += size + 1
+        if total > MAX_WANTED_CHARS:
+            raise ScrapeError(f"more than {MAX_WANTED_CHARS} chars of TableTune's series; is "
+                              "engine_url a vLLM /metrics?")
+        lines.append(m.group(0))
+    if lines:
+        return "\n".join(lines) + "\n"
+    head = text[:HEAD_CHARS]
+    return head if len(text) <= HEAD_CHARS else head[: head.rfind("\n") + 1]
+
+
+def _value(name: str, labels: Mapping[str, str], raw: float | int) -> float:
+    """A sample's value as a float count: finite, >= 0 and <= MAX_VALUE, else ScrapeError."""
+    # prometheus_client gives an int for integer text (any number of digits): compare first
+    if not (isinstance(raw, int | float) and 0 <= raw <= MAX_VALUE):  # NaN fails this too
+        shown = str(raw) if not isinstance(raw, int) or raw < 10**20 else f"{str(raw)[:20]}..."
+        raise ScrapeError(f"{name}{dict(labels)}: value {shown} is not a finite count in "
+                          f"[0, 2**53]")
+    return float(raw)
+
+
+def _collect(text: str, model_name: str | None) -> tuple[Samples, set[str]]:
+    """Wanted samples, and the other model_name values seen; ScrapeError on unreadable text."""
     samples: Samples = defaultdict(list)
+    others: set[str] = set()
     seen: set[tuple[str, frozenset[tuple[str, str]]]] = set()
-    # Only the wanted lines are parsed (samples are matched by name, with or without # TYPE);
-    # a body with none of them is parsed whole, so garbage is still called what it is.
-    wanted = "\n".join(m.group(0) for m in _WANTED_LINE.finditer(text))
     try:
-        for family in text_string_to_metric_families(wanted + "\n" if wanted else text):
+        for family in text_string_to_metric_families(_wanted_text(text)):
             for sample in family.samples:
                 if sample.name not in WANTED:
                     continue
                 # series without a model_name label (e.g. the plugin's) always pass
-                if model_name is not None and sample.labels.get("model_name",
-                                                                model_name) != model_name:
+                label = sample.labels.get("model_name", model_name)
+                if model_name is not None and label != model_name:
+                    others.add(str(label))
                     continue
                 key = (sample.name, frozenset(sample.labels.items()))
                 if key in seen:
                     raise ScrapeError(f"{sample.name}{sample.labels}: duplicate series")
                 seen.add(key)
-                samples[sample.name].append((sample.labels, float(sample.value)))
-    except (ValueError, TypeError, IndexError, KeyError) as exc:
-        raise ScrapeError(f"not Prometheus text: {exc}") from exc
-    for name, series in samples.items():
-        for labels, value in series:
-            if not math.isfinite(value) or value < 0:
-                raise ScrapeError(f"{name}{labels}: value {value} is not a finite count >= 0")
-    return samples
+                value = _value(sample.name, sample.labels, sample.value)
+                samples[sample.name].append((sample.labels, value))
+    except (ValueError, TypeError, IndexError, KeyError, OverflowError) as exc:
+        raise ScrapeError(f"not Prometheus text: {str(exc)[:200]}") from exc
+    return samples, others
 
 
 def _int_label(name: str, labels: Mapping[str, str], label: str) -> int:
-    """An integer label value, e.g. position="2"; ScrapeError if missing or not an int."""
+    """An integer label value, e.g. position="2"; ScrapeError if missing or not plain digits."""
     raw = labels.get(label, "")
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise ScrapeError(f"{name}{dict(labels)}: label {label}={raw!r} is not an "
-                          "integer") from exc
+    if not _INT_LABEL.fullmatch(raw):
+        raise ScrapeError(f"{name}{dict(labels)}: label {label}={raw[:40]!r} is not an integer "
+                          "(0-9, at most 9 digits)")
+    return int(raw)
 
 
 def _by_label(name: str, series: Iterable[tuple[dict[str, str], float]],
@@ -163,31 +202,40 @@ def _per_position(name: str, samples: Samples) -> tuple[float, ...] | None:
     totals = _by_label(name, samples[name], ("position",))
     positions = sorted(position for (position,) in totals)
     if positions != list(range(len(positions))):
-        raise ScrapeError(f"{name}: positions {positions} are not 0..{len(positions) - 1}; "
+        shown = positions if len(positions) <= 10 else [*positions[:10], "..."]
+        raise ScrapeError(f"{name}: positions {shown} are not 0..{len(positions) - 1}; "
                           "a position is missing")
     return tuple(totals[(position,)] for position in positions)
 
 
 def _total(name: str, samples: Samples) -> float | None:
-    """A counter or gauge summed over engines; None if absent."""
+    """A counter summed over engines; None if absent."""
     if name not in samples:
         return None
     return sum(value for _, value in samples[name])
 
 
-def _required(name: str, samples: Samples, model_name: str | None) -> float:
+def _newest(name: str, samples: Samples) -> float | None:
+    """A gauge over engines: the largest value; None if absent."""
+    return max((value for _, value in samples[name]), default=None) if name in samples else None
+
+
+def _required(name: str, samples: Samples, model_name: str | None, others: set[str]) -> float:
     """A stock vLLM counter summed over engines; ScrapeError if absent."""
     total = _total(name, samples)
     if total is None:
-        raise ScrapeError(_missing(name, model_name))
+        raise ScrapeError(_missing(name, model_name, others))
     return total
 
 
-def _missing(name: str, model_name: str | None) -> str:
+def _missing(name: str, model_name: str | None, others: set[str]) -> str:
     """The message for a required series that is not in the body."""
-    scope = "" if model_name is None else f" for model_name={model_name!r}"
-    return (f"{name}: missing{scope}; is this vLLM with speculative decoding on"
-            f"{'' if model_name is None else ' and that model served'}?")
+    if model_name is None:
+        return f"{name}: missing; is this vLLM with speculative decoding on?"
+    served = ", ".join(repr(o) for o in sorted(others)[:5])
+    hint = (f"; the engine serves model_name={served}: pass that as --model-name" if others
+            else "; is this vLLM with speculative decoding on and that model served?")
+    return f"{name}: missing for model_name={model_name!r}{hint}"
 
 
 def _step_time(samples: Samples) -> dict[tuple[int, int], tuple[float, float]]:
@@ -198,38 +246,46 @@ def _step_time(samples: Samples) -> dict[tuple[int, int], tuple[float, float]]:
             for key in sorted(seconds.keys() | counts.keys())}
 
 
+def _per_k(name: str, samples: Samples) -> dict[int, float]:
+    return {k: v for (k,), v in _by_label(name, samples.get(name, []), ("k",)).items()}
+
+
+def _version(samples: Samples) -> int | None:
+    version = _newest(TABLE_VERSION, samples)
+    if version is not None and not version.is_integer():
+        raise ScrapeError(f"{TABLE_VERSION}: value {version} is not an integer")
+    return None if version is None else int(version)
+
+
 def parse(text: str, model_name: str | None = None) -> Snapshot:
     """Read one /metrics body; sum over engines, optionally only for ``model_name``."""
-    samples = _collect(text, model_name)
-    accepted = _per_position(ACCEPTED_PER_POS, samples)
-    if accepted is None:
-        raise ScrapeError(_missing(ACCEPTED_PER_POS, model_name))
+    samples, others = _collect(text, model_name)
+    stock = _per_position(ACCEPTED_PER_POS, samples)
+    if stock is None:
+        raise ScrapeError(_missing(ACCEPTED_PER_POS, model_name, others))
     for name in (DRAFTED_PER_POS, PLUGIN_ACCEPTED_PER_POS):
         series = _per_position(name, samples)
-        if series is not None and len(series) != len(accepted):
+        if series is not None and len(series) != len(stock):
             raise ScrapeError(f"{name}: {len(series)} positions but "
-                              f"{ACCEPTED_PER_POS} has {len(accepted)}; they must match")
-    drafted = _per_position(DRAFTED_PER_POS, samples)
+                              f"{ACCEPTED_PER_POS} has {len(stock)}; they must match")
     exact = _per_position(PLUGIN_ACCEPTED_PER_POS, samples)
-    version = _total(TABLE_VERSION, samples)
     return Snapshot(
-        accepted_per_pos=accepted if exact is None else exact,
-        drafted_per_pos=drafted,
-        num_drafts=_required(NUM_DRAFTS, samples, model_name),
-        num_draft_tokens=_required(NUM_DRAFT_TOKENS, samples, model_name),
-        num_accepted_tokens=_required(NUM_ACCEPTED_TOKENS, samples, model_name),
+        accepted_per_pos=stock if exact is None else exact,
+        drafted_per_pos=_per_position(DRAFTED_PER_POS, samples),
+        num_drafts=_required(NUM_DRAFTS, samples, model_name, others),
+        num_draft_tokens=_required(NUM_DRAFT_TOKENS, samples, model_name, others),
+        num_accepted_tokens=_required(NUM_ACCEPTED_TOKENS, samples, model_name, others),
         num_requests_running=_total(NUM_REQUESTS_RUNNING, samples),
-        engine_steps={k: v for (k,), v in
-                      _by_label(ENGINE_STEPS, samples.get(ENGINE_STEPS, []), ("k",)).items()},
-        request_steps={k: v for (k,), v in
-                       _by_label(REQUEST_STEPS, samples.get(REQUEST_STEPS, []),
-                                 ("k",)).items()},
+        engine_steps=_per_k(ENGINE_STEPS, samples),
+        request_steps=_per_k(REQUEST_STEPS, samples),
         step_time=_step_time(samples),
-        table_version=None if version is None else int(version),
+        table_version=_version(samples),
         explore_steps=_total(EXPLORE_STEPS, samples),
         accepted_source="stock" if exact is None else "plugin",
     )
 
+
+# -- comparing two scrapes -----------------------------------------------------------------
 
 def _monotone_pairs(snapshot: Snapshot) -> dict[str, float]:
     """Every monotone counter of a snapshot, flattened to name -> value for comparison."""

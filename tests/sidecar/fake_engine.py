@@ -63,7 +63,8 @@ class FakeEngine:
     table: list[list[int]] = field(default_factory=lambda: [list(r) for r in STARTUP])
     version: int = 1
     plugin: bool = True
-    metrics_fault: str | None = None   # 500 | truncate | cut | garbage | hang | missing
+    # 500 | truncate | cut | garbage | hang | missing | overflow | huge
+    metrics_fault: str | None = None
     admin_status: int | None = None    # force this status on admin PUTs (e.g. 422, 500)
     admin_down: bool = False           # 503 on every admin request
     url: str = ""
@@ -147,6 +148,10 @@ class FakeEngine:
         if fault == "missing":
             text = "\n".join(line for line in text.splitlines()
                              if "accepted_tokens_per_pos" not in line) + "\n"
+        if fault == "overflow":  # two versions that once summed to inf (int(inf) crashed)
+            text += "".join(f'tabletune_table_version{{engine="{e}"}} 1.7e308\n' for e in (1, 2))
+        if fault == "huge":  # larger than any vLLM body: refused before it is parsed
+            text += "# padding\n" * 10_000
         if fault == "cut":  # a body cut mid-line but delivered completely
             text = text[: len(text) // 2]
         if fault == "truncate":  # the connection dies mid-body

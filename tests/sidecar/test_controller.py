@@ -43,7 +43,8 @@ async def controller_for(engine: FakeEngine, tmp_path: Path, admin_url: str | No
         path = write_profile(tmp_path / "profile.json", **(profile or {}))
         s = settings(path, fake.url, admin_url, **overrides)
         async with EngineClient(s.engine_url, s.admin_url, s.token(), s.timeout_s,
-                                s.retry_attempts, max_wait_s=0.05) as client:
+                                s.retry_attempts, max_wait_s=0.05,
+                                max_body_bytes=s.max_metrics_bytes) as client:
             yield Controller(s, load(path), client), fake
 
 
@@ -155,11 +156,12 @@ async def test_without_dry_run_the_admin_endpoint_is_awaited(tmp_path: Path) -> 
 
 # --- faults ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("fault", ["500", "truncate", "cut", "garbage", "hang", "missing"])
+@pytest.mark.parametrize("fault", ["500", "truncate", "cut", "garbage", "hang", "missing",
+                                   "overflow", "huge"])
 async def test_metrics_faults_never_crash_and_log_once(tmp_path: Path, fault: str,
                                                        caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, "sidecar")
-    async with controller_for(FakeEngine(), tmp_path) as (c, fake):
+    async with controller_for(FakeEngine(), tmp_path, max_metrics_bytes=64 * 1024) as (c, fake):
         await rebuild_once(c, fake)
         fake.metrics_fault = fault
         for _ in range(3):
