@@ -2,8 +2,10 @@
 
 :meth:`Controller.tick` is the whole control law of the paper's controller:
 
-1. scrape vLLM's /metrics and take counter deltas (a counter going down is an engine
-   restart: the live table and policy are re-pushed to the new engine);
+1. scrape vLLM's /metrics and take counter deltas since the last complete scrape (a counter
+   going down, or a new engine start time, is an engine restart: the live table and policy
+   are re-pushed to the new engine; missing series or stale plugin values are an incomplete
+   scrape, skipped: tuner.scrape.compare);
 2. add the per-position deltas to the estimator, â_i = (w·a_i + accepted_i)/(w + drafted_i)
    (eq. â, sidecar/estimator.py); without the plugin, drafted_i ≈ num_drafts (biased low);
 3. every ``rebuild_every_steps`` engine steps, choose the table with tuner.goodput.choose_table
@@ -41,6 +43,8 @@ from tuner.table import Table
 __all__ = ["Controller", "Stats"]
 
 log = logging.getLogger("sidecar")
+# plugin values older than this many intervals are stale: not this interval's counts
+STALE_INTERVALS = 2.0
 
 
 @dataclass(slots=True)
@@ -55,6 +59,7 @@ class Stats:
     scrape_seconds: float = 0.0  # sum over successful scrapes
     last_scrape_seconds: float | None = None
     explore_steps: float = 0.0  # the plugin's exploration steps seen (at the largest K)
+    transition_steps: float = 0.0  # steps whose verified and drafted k differ (not timed)
 
 
 def prior_of(profile: Profile) -> np.ndarray:
@@ -163,15 +168,14 @@ class Controller:
             self.tick_ended = self.clock()
 
     async def _scrape(self) -> scrape.Snapshot | None:
+        """vLLM's /metrics, parsed; None (and the condition logged) if it cannot be read."""
         started = time.perf_counter()
         try:
             snap = scrape.parse(await self.client.get_metrics(), self.settings.model_name)
         except (EngineUnavailable, ScrapeError) as exc:
             kind = "unavailable" if isinstance(exc, EngineUnavailable) else "unreadable"
-            self.stats.failures[f"scrape_{kind}"] += 1
-            self.consecutive_failures += 1
-            self.conditions.set("scrape", kind, f"vLLM /metrics {kind}; backing off, the "
-                                "engine keeps its table", error=str(exc))
+            self._scrape_failed(kind, f"vLLM /metrics {kind}; backing off, the engine keeps "
+                                "its table", str(exc))
             return None
         if self.last_scrape_ok is None:  # the first scrape: the engine's K, once more
             compat.check(self.profile, None, len(snap.accepted_per_pos))
@@ -184,24 +188,62 @@ class Controller:
         self.stats.scrapes += 1
         self.stats.scrape_seconds += elapsed
         self.stats.last_scrape_seconds = elapsed
-        self.consecutive_failures = 0
-        self.last_scrape_ok = self.clock()
-        self.conditions.ok("scrape", "vLLM /metrics readable again")
         return snap
 
-    def _advance(self, snap: scrape.Snapshot) -> bool:
-        """Feed the deltas since the previous scrape; False on the first scrape or a reset."""
-        prev, self.prev = self.prev, snap
+    def _scrape_failed(self, kind: str, message: str, error: str) -> None:
+        self.stats.failures[f"scrape_{kind}"] += 1
+        self.consecutive_failures += 1
+        self.conditions.set("scrape", kind, message, error=error)
+
+    def _scrape_complete(self, snap: scrape.Snapshot) -> None:
+        self.prev = snap
         self.source = "plugin" if snap.has_plugin else "stock"
-        if prev is None:
+        self.consecutive_failures = 0
+        self.last_scrape_ok = self.clock()
+        self.conditions.ok("scrape", "vLLM /metrics readable and complete again")
+
+    def _advance(self, snap: scrape.Snapshot) -> bool:
+        """Feed the deltas since the last complete scrape; False when there are none to feed.
+
+        Only a counter going down or a new engine start time is a restart; series missing
+        from this scrape, or plugin values older than STALE_INTERVALS, make it incomplete: it
+        is skipped and the last complete scrape kept, so the next one covers the gap.
+        """
+        max_age_s = STALE_INTERVALS * self.settings.interval_s
+        if self.prev is None:
+            comparison = scrape.Comparison("rebaseline", "the first scrape")
+            stale = scrape.stale(snap, max_age_s)
+            if stale is not None:
+                comparison = scrape.Comparison("incomplete", stale)
+        else:
+            comparison = scrape.compare(self.prev, snap, max_age_s)
+        if comparison.kind == "restart":
+            self._restarted(comparison.reason)
+            stale = scrape.stale(snap, max_age_s)
+            if stale is not None:  # the plugin's values are the old run's: no baseline
+                self.prev, comparison = None, scrape.Comparison("incomplete", stale)
+        if comparison.kind == "incomplete":
+            self._scrape_failed("incomplete", "vLLM /metrics incomplete; skipping this "
+                                "interval until a complete scrape covers it", comparison.reason)
             return False
-        if scrape.is_reset(prev, snap):
-            self.stats.resets += 1
-            self.needs_sync = self.has_admin
-            log.warning("engine counters went down (vLLM restarted?); skipping this interval"
-                        + ("; re-pushing the table and policy" if self.needs_sync else ""))
+        prev = self.prev
+        self._scrape_complete(snap)
+        if comparison.kind == "rebaseline" and prev is not None:
+            log.info("new series on vLLM /metrics; counting from this scrape",
+                     extra={"reason": comparison.reason})
+        if comparison.kind != "ok" or prev is None:
             return False
-        d = scrape.delta(prev, snap)
+        self._feed(scrape.delta(prev, snap), snap)
+        return True
+
+    def _restarted(self, reason: str) -> None:
+        self.stats.resets += 1
+        self.needs_sync = self.has_admin
+        log.warning("engine restart", extra={
+            "reason": reason, "action": "skipping this interval" +
+            ("; re-pushing the table and policy" if self.needs_sync else "")})
+
+    def _feed(self, d: scrape.SnapshotDelta, snap: scrape.Snapshot) -> None:
         drafted = (np.asarray(d.drafted_per_pos) if d.drafted_per_pos is not None
                    else np.full(self.K, d.num_drafts))  # stock fallback: biased low
         # a position cannot be kept more often than drafted; stock counters may disagree
@@ -210,9 +252,9 @@ class Controller:
         engine_steps = sum(d.engine_steps.values())
         self.steps_since_rebuild += engine_steps if snap.engine_steps else d.num_drafts
         self.stats.explore_steps += d.explore_steps
+        self.stats.transition_steps += d.transition_steps
         self.drift.observe(d.step_time)
         self._check_drift()
-        return True
 
     def _check_drift(self) -> None:
         self.drift_cells = self.drift.cells(self.T_dense)

@@ -14,10 +14,12 @@ TableTune plugin series (optional; absent means the plugin is not loaded):
     vllm:spec_decode_num_draft_tokens_per_pos_total{position}
     tabletune_accepted_tokens_per_pos_total{position}   (preferred over vLLM's accepted series:
         counted in the same place as the drafted series above, while vLLM's lags slightly)
-    tabletune_explore_steps_total
+    tabletune_explore_steps_total, tabletune_transition_steps_total
     tabletune_engine_steps_total{k}, tabletune_request_steps_total{k},
-    tabletune_step_seconds_total{batch_size,k}, tabletune_steps_timed_total{batch_size,k},
-    tabletune_table_version (gauge)
+    tabletune_step_seconds_total{batch_size,k}, tabletune_steps_timed_total{batch_size,k}
+        (steady steps only: verified k == drafted k)
+    tabletune_table_version, tabletune_stats_age_seconds, tabletune_engine_started_at_seconds
+        (gauges: the age of the plugin values served, 0 when fresh; the engine's start time)
 
 The per-position deltas are the accepted_i and drafted_i of the estimator's
 â_i = (w·a_i^prior + accepted_i) / (w + drafted_i) (eq. â, sidecar/estimator.py).
@@ -25,6 +27,7 @@ The per-position deltas are the accepted_i and drafted_i of the estimator's
 Every outcome of :func:`parse` is a Snapshot or a ScrapeError, whatever the text: values must be
 finite counts in [0, MAX_VALUE], integer labels plain digits, and the wanted lines are bounded
 (MAX_LINE_CHARS, MAX_WANTED_CHARS) so a hostile body cannot stall the caller's event loop.
+Whether two snapshots may be subtracted is :func:`compare`'s call (restart, incomplete, ...).
 
 Pure: takes text, returns values.
 """
@@ -41,7 +44,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tuner.errors import ScrapeError
 
-__all__ = ["Snapshot", "SnapshotDelta", "delta", "is_reset", "parse"]
+__all__ = ["Comparison", "Snapshot", "SnapshotDelta", "compare", "delta", "is_reset", "parse"]
 
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 PLUGIN_ACCEPTED_PER_POS = "tabletune_accepted_tokens_per_pos_total"
@@ -56,9 +59,13 @@ STEP_SECONDS = "tabletune_step_seconds_total"
 STEPS_TIMED = "tabletune_steps_timed_total"
 TABLE_VERSION = "tabletune_table_version"
 EXPLORE_STEPS = "tabletune_explore_steps_total"
+TRANSITION_STEPS = "tabletune_transition_steps_total"
+STATS_AGE = "tabletune_stats_age_seconds"
+ENGINE_STARTED_AT = "tabletune_engine_started_at_seconds"
 WANTED = frozenset({ACCEPTED_PER_POS, PLUGIN_ACCEPTED_PER_POS, DRAFTED_PER_POS, NUM_DRAFTS,
                     NUM_DRAFT_TOKENS, NUM_ACCEPTED_TOKENS, NUM_REQUESTS_RUNNING, ENGINE_STEPS,
-                    REQUEST_STEPS, STEP_SECONDS, STEPS_TIMED, TABLE_VERSION, EXPLORE_STEPS})
+                    REQUEST_STEPS, STEP_SECONDS, STEPS_TIMED, TABLE_VERSION, EXPLORE_STEPS,
+                    TRANSITION_STEPS, STATS_AGE, ENGINE_STARTED_AT})
 
 # A line of a wanted sample. vLLM's body is ~50 KB, mostly histograms; prometheus_client's parser
 # took 7.0 ms for all of it, 0.43 ms for these lines alone (benchmarks/overhead.py, scrape_parse).
@@ -72,6 +79,8 @@ HEAD_CHARS = 1 << 16  # a body without wanted lines: only its head is parsed, to
 # Counts beyond 2**53 are no longer exact in a float: no real counter gets there.
 MAX_VALUE = float(2**53)
 _INT_LABEL = re.compile(r"[0-9]{1,9}")
+# counters whose label sets grow during one engine run (a k or cell first used counts from 0)
+_OPEN_FAMILIES = ("engine_steps[", "request_steps[", "step_seconds[", "steps_timed[")
 
 # (labels, value) for every wanted sample, grouped by name
 Samples = dict[str, list[tuple[dict[str, str], float]]]
@@ -82,8 +91,9 @@ class Snapshot:
     """The counters of one scrape, summed over engines; positions are 0-based.
 
     ``accepted_per_pos`` is the plugin's exact series when present, else vLLM's own
-    (``accepted_source`` says which). ``table_version`` is a gauge: over several engines,
-    the newest (max).
+    (``accepted_source`` says which); ``stock_accepted_per_pos`` is always vLLM's.
+    Gauges over several engines: ``table_version`` and ``engine_started_at`` take the max
+    (the newest), ``stats_age_s`` the max (the stalest).
     """
 
     accepted_per_pos: tuple[float, ...]
@@ -98,6 +108,10 @@ class Snapshot:
     table_version: int | None = None
     explore_steps: float | None = None
     accepted_source: Literal["plugin", "stock"] = "stock"
+    stock_accepted_per_pos: tuple[float, ...] = ()
+    transition_steps: float | None = None
+    stats_age_s: float | None = None
+    engine_started_at: float | None = None
 
     @property
     def has_plugin(self) -> bool:
@@ -118,6 +132,7 @@ class SnapshotDelta:
     request_steps: dict[int, float]
     step_time: dict[tuple[int, int], tuple[float, float]]
     explore_steps: float = 0.0
+    transition_steps: float = 0.0
 
 
 # -- parsing -------------------------------------------------------------------------------
@@ -282,46 +297,114 @@ def parse(text: str, model_name: str | None = None) -> Snapshot:
         table_version=_version(samples),
         explore_steps=_total(EXPLORE_STEPS, samples),
         accepted_source="stock" if exact is None else "plugin",
+        stock_accepted_per_pos=stock,
+        transition_steps=_total(TRANSITION_STEPS, samples),
+        stats_age_s=_newest(STATS_AGE, samples),
+        engine_started_at=_newest(ENGINE_STARTED_AT, samples),
     )
 
 
 # -- comparing two scrapes -----------------------------------------------------------------
 
+@dataclass(slots=True, frozen=True)
+class Comparison:
+    """What two scrapes are to each other, and why.
+
+    ok          same engine run, same series: :func:`delta` gives this interval's counts
+    restart     a new engine run: a counter went down, the engine's start time changed, or the
+                number of positions (num_speculative_tokens) did
+    incomplete  series of ``prev`` are missing from ``cur``, or the plugin's values are stale:
+                skip ``cur`` and keep ``prev`` (the next complete scrape covers the gap)
+    rebaseline  ``cur`` has series ``prev`` lacked (the plugin's appeared): nothing to subtract
+                them from; start again from ``cur``
+    """
+
+    kind: Literal["ok", "restart", "incomplete", "rebaseline"]
+    reason: str
+
+
 def _monotone_pairs(snapshot: Snapshot) -> dict[str, float]:
     """Every monotone counter of a snapshot, flattened to name -> value for comparison."""
     pairs = {"num_drafts": snapshot.num_drafts, "num_draft_tokens": snapshot.num_draft_tokens,
              "num_accepted_tokens": snapshot.num_accepted_tokens}
-    pairs.update({f"accepted[{i}]": v for i, v in enumerate(snapshot.accepted_per_pos)})
+    source = snapshot.accepted_source
+    pairs.update({f"{source}_accepted[{i}]": v for i, v in enumerate(snapshot.accepted_per_pos)})
+    if source == "plugin":
+        pairs.update({f"stock_accepted[{i}]": v
+                      for i, v in enumerate(snapshot.stock_accepted_per_pos)})
     pairs.update({f"drafted[{i}]": v for i, v in enumerate(snapshot.drafted_per_pos or ())})
     pairs.update({f"engine_steps[{k}]": v for k, v in snapshot.engine_steps.items()})
     pairs.update({f"request_steps[{k}]": v for k, v in snapshot.request_steps.items()})
     if snapshot.explore_steps is not None:
         pairs["explore_steps"] = snapshot.explore_steps
+    if snapshot.transition_steps is not None:
+        pairs["transition_steps"] = snapshot.transition_steps
     for (B, k), (seconds, count) in snapshot.step_time.items():
         pairs[f"step_seconds[{B},{k}]"] = seconds
         pairs[f"steps_timed[{B},{k}]"] = count
     return pairs
 
 
-def is_reset(prev: Snapshot, cur: Snapshot) -> bool:
-    """True if the engine restarted between the scrapes: a counter went down or vanished.
+def stale(cur: Snapshot, max_stats_age_s: float | None) -> str | None:
+    """Why the plugin's values in ``cur`` are too old to count as this interval's, or None."""
+    if max_stats_age_s is None or cur.stats_age_s is None or cur.stats_age_s <= max_stats_age_s:
+        return None
+    return (f"the plugin's values are {cur.stats_age_s:.1f} s old (> {max_stats_age_s:.1f} s): "
+            "its engine stats fetch is failing")
 
-    A changed number of positions (a new num_speculative_tokens) or the plugin appearing or
-    vanishing (or the accepted series switching source) also means a new engine run.
-    ``table_version`` is a gauge: not compared.
+
+def _restart(prev: Snapshot, cur: Snapshot, before: dict[str, float],
+             after: dict[str, float]) -> str | None:
+    if (prev.engine_started_at is not None and cur.engine_started_at is not None
+            and prev.engine_started_at != cur.engine_started_at):
+        return (f"the engine's start time changed ({prev.engine_started_at:.3f} -> "
+                f"{cur.engine_started_at:.3f})")
+    if len(prev.accepted_per_pos) != len(cur.accepted_per_pos):
+        return (f"the number of draft positions changed ({len(prev.accepted_per_pos)} -> "
+                f"{len(cur.accepted_per_pos)})")
+    down = sorted(name for name, value in before.items() if after.get(name, value) < value)
+    if down:
+        return f"counters went down: {', '.join(down[:5])}"
+    return None
+
+
+def compare(prev: Snapshot, cur: Snapshot, max_stats_age_s: float | None = None) -> Comparison:
+    """Whether ``cur`` continues ``prev`` (see :class:`Comparison`); restart is checked first.
+
+    ``table_version``, ``num_requests_running`` and ``stats_age_s`` are gauges: not compared.
     """
-    if (prev.has_plugin != cur.has_plugin or prev.accepted_source != cur.accepted_source
-            or len(prev.accepted_per_pos) != len(cur.accepted_per_pos)):
-        return True
     before, after = _monotone_pairs(prev), _monotone_pairs(cur)
-    return any(name not in after or after[name] < value for name, value in before.items())
+    restart = _restart(prev, cur, before, after)
+    if restart is not None:
+        return Comparison("restart", restart)
+    missing = sorted(before.keys() - after.keys())
+    if prev.engine_started_at is not None and cur.engine_started_at is None:
+        missing.append("engine_started_at")
+    if missing:
+        return Comparison("incomplete", f"series missing from this scrape: "
+                                        f"{', '.join(missing[:5])}")
+    too_old = stale(cur, max_stats_age_s)
+    if too_old is not None:
+        return Comparison("incomplete", too_old)
+    new = sorted(name for name in after.keys() - before.keys()
+                 if not name.startswith(_OPEN_FAMILIES))
+    if new or (prev.engine_started_at is None and cur.engine_started_at is not None):
+        return Comparison("rebaseline", f"new series in this scrape: "
+                                        f"{', '.join(new[:5]) or 'engine_started_at'}")
+    return Comparison("ok", "same engine run")
+
+
+def is_reset(prev: Snapshot, cur: Snapshot) -> bool:
+    """True if the engine restarted between the scrapes (see :func:`compare`)."""
+    return compare(prev, cur).kind == "restart"
 
 
 def delta(prev: Snapshot, cur: Snapshot) -> SnapshotDelta:
-    """cur - prev for every counter; ScrapeError after a reset (check :func:`is_reset`)."""
-    if is_reset(prev, cur):
-        raise ScrapeError("counters went down between scrapes (vLLM restarted?); "
-                          "discard prev and start from cur")
+    """cur - prev for every counter; ScrapeError unless :func:`compare` says "ok"."""
+    comparison = compare(prev, cur)
+    if comparison.kind != "ok":
+        raise ScrapeError(f"cannot subtract these scrapes ({comparison.kind}: "
+                          f"{comparison.reason})")
     drafted = None
     if prev.drafted_per_pos is not None and cur.drafted_per_pos is not None:
         drafted = _diff(cur.drafted_per_pos, prev.drafted_per_pos)
@@ -336,9 +419,13 @@ def delta(prev: Snapshot, cur: Snapshot) -> SnapshotDelta:
         step_time={key: (s - prev.step_time.get(key, (0.0, 0.0))[0],
                          c - prev.step_time.get(key, (0.0, 0.0))[1])
                    for key, (s, c) in cur.step_time.items()},
-        explore_steps=(0.0 if prev.explore_steps is None or cur.explore_steps is None
-                       else cur.explore_steps - prev.explore_steps),
+        explore_steps=_optional_diff(cur.explore_steps, prev.explore_steps),
+        transition_steps=_optional_diff(cur.transition_steps, prev.transition_steps),
     )
+
+
+def _optional_diff(cur: float | None, prev: float | None) -> float:
+    return 0.0 if cur is None or prev is None else cur - prev
 
 
 def _diff(cur: tuple[float, ...], prev: tuple[float, ...]) -> tuple[float, ...]:

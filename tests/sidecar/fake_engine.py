@@ -72,6 +72,10 @@ class FakeEngine:
     policy_puts: list[Any] = field(default_factory=list)
     auth_headers: list[str] = field(default_factory=list)
     metrics_gets: int = 0
+    # the plugin's freshness gauges (None: a plugin that predates them)
+    started_at: float | None = 1_795_950_000.0
+    stats_age_s: float | None = 0.0
+    stalled: list[str] | None = None  # plugin lines served while its stats fetch fails
 
     def __post_init__(self) -> None:
         table = self.table
@@ -88,6 +92,16 @@ class FakeEngine:
         self.engine_steps: dict[int, float] = {}
         self.step_time: dict[tuple[int, int], list[float]] = {}
         self.table, self.version = [list(r) for r in STARTUP], 1
+        if self.started_at is not None:  # a new start time (the plugin's gauge)
+            self.started_at += 1000.0
+
+    def stall(self, age_s: float) -> None:
+        """The plugin's collector serves its last good values, ``age_s`` old (its fetch fails)."""
+        self.stats_age_s = age_s
+        self.stalled = self._plugin_lines('engine="0",model_name="tiny"')
+
+    def unstall(self) -> None:
+        self.stalled, self.stats_age_s = None, 0.0
 
     def run(self, steps: int, a: tuple[float, ...] = (0.9, 0.8, 0.7), B: int = 4,
             step_ms: float | None = None) -> None:
@@ -116,7 +130,7 @@ class FakeEngine:
         lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{base},position="{i}"}} '
                   f"{v}" for i, v in enumerate(self.stock_accepted)]
         if self.plugin:
-            lines += self._plugin_lines(base)
+            lines += self.stalled if self.stalled is not None else self._plugin_lines(base)
         return "\n".join(lines) + "\n"
 
     def _plugin_lines(self, base: str) -> list[str]:
@@ -133,6 +147,10 @@ class FakeEngine:
                          f"{count}")
         lines.append(f"tabletune_explore_steps_total{{{base}}} 0")
         lines.append(f"tabletune_table_version{{{base}}} {self.version}")
+        if self.started_at is not None:
+            lines.append(f"tabletune_engine_started_at_seconds{{{base}}} {self.started_at}")
+        if self.stats_age_s is not None:
+            lines.append(f"tabletune_stats_age_seconds{{{base}}} {self.stats_age_s}")
         return lines
 
     # -- handlers ----------------------------------------------------------------------------

@@ -286,3 +286,75 @@ async def test_the_token_is_never_logged(tmp_path: Path, caplog: pytest.LogCaptu
                    for r in caplog.records)
         assert TOKEN not in caplog.text and TOKEN not in repr(c.settings)
         assert TOKEN not in repr(c.client)
+
+
+# --- incomplete scrapes and restarts (issue #15.3) ------------------------------------------
+
+def restarts(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.getMessage() == "engine restart"]
+
+
+async def test_missing_plugin_series_are_skipped_not_a_restart(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "sidecar")
+    async with controller_for(FakeEngine(), tmp_path, rebuild_every_steps=10_000) as (c, fake):
+        await rebuild_once(c, fake, steps=10)
+        drafted = c.state.drafted.copy()
+        fake.plugin = False
+        for _ in range(3):
+            fake.run(10)
+            assert await c.tick() is None
+        assert restarts(caplog) == [] and c.stats.resets == 0 and not c.needs_sync
+        assert len(fake.policy_puts) == 1 and fake.table_puts == []
+        np.testing.assert_allclose(c.state.drafted, drafted)  # nothing fed from them
+        logged = records(caplog, "scrape")
+        assert [r.state for r in logged] == ["incomplete"]
+        assert "drafted[0]" in logged[0].error and c.stats.failures["scrape_incomplete"] == 3
+        fake.plugin = True
+        await c.tick()  # the next complete scrape covers the whole gap
+        np.testing.assert_allclose(c.state.drafted, drafted + 3 * 10 * 4)
+        assert [r.state for r in records(caplog, "scrape")] == ["incomplete", "ok"]
+        assert c.source == "plugin" and c.consecutive_failures == 0
+
+
+async def test_stale_plugin_values_are_not_fed_as_fresh(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "sidecar")
+    async with controller_for(FakeEngine(), tmp_path, rebuild_every_steps=10_000) as (c, fake):
+        await rebuild_once(c, fake, steps=10)
+        drafted = c.state.drafted.copy()
+        fake.stall(age_s=5.0)  # > 2 intervals of 0.05 s
+        fake.run(10)
+        assert await c.tick() is None
+        np.testing.assert_allclose(c.state.drafted, drafted)
+        (logged,) = records(caplog, "scrape")
+        assert logged.state == "incomplete" and "5.0 s old (> 0.1 s)" in logged.error
+        fake.unstall()
+        await c.tick()
+        np.testing.assert_allclose(c.state.drafted, drafted + 10 * 4)
+        assert restarts(caplog) == [] and fake.table_puts == []
+
+
+async def test_a_new_engine_start_time_is_a_restart_even_when_counters_caught_up(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "sidecar")
+    async with controller_for(FakeEngine(), tmp_path) as (c, fake):
+        await rebuild_once(c, fake)
+        assert fake.table == TUNED
+        fake.restart()
+        fake.run(400)  # every counter is above the old run's again
+        assert await c.tick() is None
+        (restart,) = restarts(caplog)
+        assert "start time changed" in restart.reason
+        assert fake.table == TUNED and len(fake.policy_puts) == 2 and c.stats.resets == 1
+
+
+async def test_without_the_start_gauge_a_counter_going_down_is_a_restart(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "sidecar")
+    async with controller_for(FakeEngine(started_at=None, stats_age_s=None), tmp_path) as (c, fake):
+        await rebuild_once(c, fake)
+        fake.restart()
+        assert await c.tick() is None
+        (restart,) = restarts(caplog)
+        assert "counters went down" in restart.reason and fake.table == TUNED

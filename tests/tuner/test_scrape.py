@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from tuner.errors import ScrapeError
-from tuner.scrape import Snapshot, delta, is_reset, parse
+from tuner.scrape import Snapshot, compare, delta, is_reset, parse
 
 # vLLM 0.32's real exposition for the spec-decode series of a 3-token ngram drafter
 REAL = """\
@@ -189,7 +189,8 @@ def snapshot(**changes: object) -> Snapshot:
     base = Snapshot(accepted_per_pos=(5.0, 3.0), drafted_per_pos=(8.0, 6.0), num_drafts=8.0,
                     num_draft_tokens=14.0, num_accepted_tokens=8.0, num_requests_running=2.0,
                     engine_steps={2: 8.0}, request_steps={2: 8.0},
-                    step_time={(1, 2): (0.1, 8.0)}, table_version=1)
+                    step_time={(1, 2): (0.1, 8.0)}, table_version=1,
+                    stock_accepted_per_pos=(5.0, 3.0))
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
@@ -213,19 +214,57 @@ def test_delta_without_plugin_has_no_drafted() -> None:
 
 @pytest.mark.parametrize("changes", [
     {"num_drafts": 7.0},
-    {"accepted_per_pos": (5.0, 2.0)},
+    {"accepted_per_pos": (5.0, 2.0), "stock_accepted_per_pos": (5.0, 2.0)},
     {"drafted_per_pos": (0.0, 0.0)},
-    {"drafted_per_pos": None},
     {"accepted_per_pos": (5.0, 3.0, 0.0), "drafted_per_pos": (8.0, 6.0, 0.0)},
-    {"engine_steps": {}},
     {"request_steps": {2: 1.0}},
     {"step_time": {(1, 2): (0.05, 8.0)}},
+    {"engine_started_at": 2.0},
 ])
-def test_reset_detection(changes: dict[str, Any]) -> None:
-    prev, cur = snapshot(), snapshot(**changes)
-    assert is_reset(prev, cur)
-    with pytest.raises(ScrapeError, match="counters went down"):
+def test_restart_detection(changes: dict[str, Any]) -> None:
+    prev, cur = snapshot(engine_started_at=1.0), snapshot(**changes)
+    if "engine_started_at" not in changes:
+        cur = dataclasses.replace(cur, engine_started_at=1.0)
+    assert is_reset(prev, cur) and compare(prev, cur).kind == "restart"
+    with pytest.raises(ScrapeError, match="cannot subtract these scrapes \\(restart"):
         delta(prev, cur)
+
+
+@pytest.mark.parametrize(("changes", "reason"), [
+    ({"drafted_per_pos": None}, "drafted"),
+    ({"engine_steps": {}}, r"engine_steps\[2\]"),
+    ({"explore_steps": None}, "explore_steps"),
+    ({"engine_started_at": None}, "engine_started_at"),
+    ({"accepted_source": "stock", "drafted_per_pos": None}, "plugin_accepted"),
+])
+def test_missing_series_are_an_incomplete_scrape_not_a_restart(changes: dict[str, Any],
+                                                               reason: str) -> None:
+    prev = snapshot(accepted_source="plugin", explore_steps=3.0, engine_started_at=1.0)
+    cur = dataclasses.replace(prev, num_drafts=9.0, **changes)
+    comparison = compare(prev, cur)
+    assert comparison.kind == "incomplete" and not is_reset(prev, cur)
+    assert re.search(reason, comparison.reason), comparison.reason
+    with pytest.raises(ScrapeError, match="incomplete"):
+        delta(prev, cur)
+
+
+def test_stale_plugin_values_are_an_incomplete_scrape() -> None:
+    prev, cur = snapshot(stats_age_s=0.0), snapshot(num_drafts=9.0, stats_age_s=3.0)
+    assert compare(prev, cur, max_stats_age_s=5.0).kind == "ok"
+    comparison = compare(prev, cur, max_stats_age_s=2.0)
+    assert comparison.kind == "incomplete" and "3.0 s old (> 2.0 s)" in comparison.reason
+    # a restart is still a restart while stale: the stock counters went down
+    assert compare(prev, snapshot(num_drafts=1.0, stats_age_s=3.0), 2.0).kind == "restart"
+
+
+def test_series_appearing_start_a_new_baseline() -> None:
+    stock = snapshot(drafted_per_pos=None, engine_steps={}, request_steps={}, step_time={})
+    plugin = snapshot(accepted_source="plugin", accepted_per_pos=(6.0, 4.0))
+    assert compare(stock, plugin).kind == "rebaseline"
+    assert compare(snapshot(), snapshot(engine_started_at=5.0)).kind == "rebaseline"
+    # a k or a step-time cell first used is not new series: it counts from 0
+    more = snapshot(engine_steps={2: 8.0, 0: 1.0}, step_time={(1, 2): (0.1, 8.0), (4, 0): (0.1, 1.0)})
+    assert compare(snapshot(), more).kind == "ok"
 
 
 def test_table_version_going_down_is_not_a_reset() -> None:
@@ -267,12 +306,14 @@ def test_explore_steps_delta_and_reset() -> None:
     prev, cur = snapshot(explore_steps=3.0), snapshot(explore_steps=7.0)
     assert delta(prev, cur).explore_steps == 4.0
     assert is_reset(cur, prev)
-    assert is_reset(snapshot(explore_steps=3.0), snapshot())  # the series vanished
+    assert compare(snapshot(explore_steps=3.0), snapshot()).kind == "incomplete"  # vanished
     assert delta(snapshot(), snapshot()).explore_steps == 0.0
 
 
-def test_switching_accepted_source_is_a_new_engine_run() -> None:
-    assert is_reset(snapshot(), snapshot(accepted_source="plugin"))
+def test_switching_accepted_source_is_not_a_restart() -> None:
+    plugin = snapshot(accepted_source="plugin")
+    assert compare(snapshot(), plugin).kind == "rebaseline"  # the plugin's series appeared
+    assert compare(plugin, snapshot()).kind == "incomplete"  # they are missing
 
 
 def test_a_real_vllm_body_reads_the_same_as_parsing_all_of_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -290,6 +331,21 @@ def test_a_real_vllm_body_reads_the_same_as_parsing_all_of_it(monkeypatch: pytes
     monkeypatch.setattr(scrape, "_WANTED_LINE", re.compile(r"(?!x)x"))  # matches nothing
     assert parse(text) == fast
     assert fast.accepted_source == "plugin" and fast.num_drafts > 0 and fast.table_version is not None
+
+
+# --- the plugin's gauges --------------------------------------------------------------------
+
+def test_stats_age_and_engine_start_are_read_as_gauges() -> None:
+    text = REAL + "\n".join([
+        'tabletune_stats_age_seconds{engine="0",model_name="tiny"} 0.0',
+        'tabletune_stats_age_seconds{engine="1",model_name="tiny"} 4.5',
+        'tabletune_engine_started_at_seconds{engine="0",model_name="tiny"} 1795952538.25',
+        'tabletune_transition_steps_total{engine="0",model_name="tiny"} 12.0',
+        'tabletune_table_version{engine="0",model_name="tiny"} 3',
+        'tabletune_table_version{engine="1",model_name="tiny"} 7']) + "\n"
+    snap = parse(text)
+    assert snap.stats_age_s == 4.5 and snap.engine_started_at == 1795952538.25
+    assert snap.transition_steps == 12.0 and snap.table_version == 7  # the newest, not a sum
 
 
 # --- numbers that crashed the parser (issue #15.4) ------------------------------------------
@@ -407,5 +463,6 @@ def test_mutated_real_bodies_are_a_snapshot_or_a_scrape_error(
               *snap.engine_steps.values(), *(v for cell in snap.step_time.values() for v in cell)]
     assert all(0 <= v < float("inf") for v in values)
     base = parse(BODY)
-    if not is_reset(base, snap):  # never raises either
+    comparison = compare(base, snap, max_stats_age_s=2.0)  # never raises either
+    if comparison.kind == "ok":
         delta(base, snap)
