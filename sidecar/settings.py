@@ -43,12 +43,14 @@ class SidecarSettings(BaseSettings):
     listen_host: str = Field("127.0.0.1", description="bind address of the sidecar's own HTTP server")
     listen_port: int = Field(9109, ge=0, le=65535, description="port of /healthz, /readyz, /metrics, /v1/state")
     checkpoint: Path | None = Field(None, description="estimator state file, written atomically after every rebuild")
+    foreign_hold_s: float = Field(300.0, ge=0, description="after someone else changes the engine's table: only recommend for this long, then push again (0: reassert ours at once)")
     drift_warn: float = Field(0.15, ge=0, description="warn when live steps are this much slower than the profile")
     timeout_s: float = Field(2.0, gt=0, description="timeout of every request to vLLM or the plugin")
     max_metrics_bytes: int = Field(4 * 1024 * 1024, ge=64 * 1024, description="largest /metrics (or admin) reply read; a larger one is refused unparsed (vLLM's is ~50-70 KB)")
     retry_attempts: int = Field(3, ge=1, le=10, description="tries per admin request (connection errors, timeouts, 5xx; never 4xx)")
     backoff_max_s: float = Field(10.0, gt=0, description="longest pause between scrapes while vLLM keeps failing")
     log_format: Literal["json", "plain"] = Field("json", description="log line format")
+    access_log: bool = Field(False, description="log requests to the sidecar's own HTTP server (not probes or /metrics) on stdout; the event log on stderr never has them")
 
     @model_validator(mode="after")
     def _check(self) -> SidecarSettings:

@@ -95,6 +95,10 @@ class FakeEngine:
         if self.started_at is not None:  # a new start time (the plugin's gauge)
             self.started_at += 1000.0
 
+    def operator_put(self, table: list[list[int]]) -> None:
+        """Someone else writes the table (an operator's PUT /v1/table)."""
+        self.table, self.version = [list(r) for r in table], self.version + 1
+
     def stall(self, age_s: float) -> None:
         """The plugin's collector serves its last good values, ``age_s`` old (its fetch fails)."""
         self.stats_age_s = age_s

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import sys
@@ -38,7 +39,9 @@ async def until(predicate: Any, timeout_s: float = 10.0) -> None:
         await asyncio.sleep(0.05)
 
 
-async def test_main_serves_probes_metrics_state_and_stops_within_a_second(tmp_path: Path) -> None:
+async def test_main_serves_probes_metrics_state_and_stops_within_a_second(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
     async with running(FakeEngine()) as fake:
         path = tmp_path / "ckpt" / "estimator.json"
         s = settings(write_profile(tmp_path / "p.json"), fake.url, checkpoint=path)
@@ -76,6 +79,8 @@ async def test_main_serves_probes_metrics_state_and_stops_within_a_second(tmp_pa
         assert time.monotonic() - started < 1.0
         restored = checkpoint.load(path)
         assert restored is not None and restored.to_dict() == state["estimator"]
+        # the access log is off by default: nothing but events in the log
+        assert not [r for r in caplog.records if r.name.endswith("access")]
 
 
 async def test_stop_during_a_hanging_scrape_still_exits_within_a_second(tmp_path: Path) -> None:
@@ -134,8 +139,8 @@ async def test_sigterm_stops_the_process_within_a_second_with_state_saved(tmp_pa
         env = {**os.environ, "TABLETUNE_SIDECAR_ADMIN_TOKEN": TOKEN}
         proc = await asyncio.create_subprocess_exec(
             *sidecar_cmd(write_profile(tmp_path / "p.json"), fake.url, port,
-                         "--checkpoint", str(ckpt)),
-            cwd=ROOT, env=env, stderr=asyncio.subprocess.PIPE)
+                         "--checkpoint", str(ckpt), "--access-log"),
+            cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         try:
             async def is_ready() -> bool:  # ready: the baseline scrape is done
                 try:
@@ -148,6 +153,7 @@ async def test_sigterm_stops_the_process_within_a_second_with_state_saved(tmp_pa
             async def pushed() -> bool:
                 return fake.table == TUNED
             await until(pushed)
+            assert (await get(f"http://127.0.0.1:{port}/v1/state"))[0] == 200
             started = time.monotonic()
             proc.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(proc.wait(), 5) == 0
@@ -161,9 +167,14 @@ async def test_sigterm_stops_the_process_within_a_second_with_state_saved(tmp_pa
         assert TOKEN not in json.dumps(lines)
         events = [line["event"] for line in lines]
         assert "rebuild" in events and "signal SIGTERM received; stopping" in events
-        assert events[-1] == "stopped"
+        assert events[-1] == "stopped" and "access" not in events
         rebuild = next(line for line in lines if line["event"] == "rebuild")
         assert rebuild["decision"]["outcome"] == "pushed" and rebuild["level"] == "INFO"
+        # --access-log: requests on stdout, in their own stream; probes are never logged
+        assert proc.stdout is not None
+        access = [json.loads(line) for line in (await proc.stdout.read()).decode().splitlines()]
+        assert [(a["logger"], a["path"], a["status"]) for a in access] == [
+            ("sidecar.access", "/v1/state", 200)]
         assert checkpoint.load(ckpt) is not None
 
 

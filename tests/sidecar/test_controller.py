@@ -7,7 +7,8 @@ produce on demand (500s, truncated bodies, garbage, hangs, resets, 4xx) are exer
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from tuner.profile import load
 @asynccontextmanager
 async def controller_for(engine: FakeEngine, tmp_path: Path, admin_url: str | None = None,
                          profile: dict[str, Any] | None = None,
+                         clock: Callable[[], float] = time.time,
                          **overrides: Any) -> AsyncIterator[tuple[Controller, FakeEngine]]:
     async with running(engine) as fake:
         path = write_profile(tmp_path / "profile.json", **(profile or {}))
@@ -45,7 +47,7 @@ async def controller_for(engine: FakeEngine, tmp_path: Path, admin_url: str | No
         async with EngineClient(s.engine_url, s.admin_url, s.token(), s.timeout_s,
                                 s.retry_attempts, max_wait_s=0.05,
                                 max_body_bytes=s.max_metrics_bytes) as client:
-            yield Controller(s, load(path), client), fake
+            yield Controller(s, load(path), client, clock), fake
 
 
 def records(caplog: pytest.LogCaptureFixture, condition: str) -> list[logging.LogRecord]:
@@ -77,7 +79,7 @@ async def test_rebuild_pushes_the_profile_table_with_the_token(tmp_path: Path) -
         gains = {(g.batch_size_start, g.batch_size_end): g.gain for g in decision.gains}
         assert gains[(9, 16)] == pytest.approx(0.0)
         assert gains[(1, 8)] > 0
-        assert c.info is not None and c.info.version == 2
+        assert c.engine.info is not None and c.engine.info.version == 2
 
 
 async def test_no_push_when_the_engine_already_runs_the_table(tmp_path: Path) -> None:
@@ -183,7 +185,8 @@ async def test_vllm_down_is_not_a_crash(tmp_path: Path) -> None:
         c.client.engine_url = c.settings.engine_url
         assert await c.tick() is None
         assert c.stats.failures["scrape_unavailable"] == 1
-        assert ready(c)[0] is False and "no successful scrape" in ready(c)[1]
+        assert ready(c) == (False, f"no complete scrape of {c.settings.engine_url}/metrics yet "
+                                   "(the last one: unavailable)")
 
 
 async def test_a_4xx_is_logged_with_its_reason_and_not_retried(tmp_path: Path) -> None:
@@ -193,7 +196,7 @@ async def test_a_4xx_is_logged_with_its_reason_and_not_retried(tmp_path: Path) -
         assert "422" in decision.reason and "K=3 is not allowed here" in decision.reason
         assert "(field table)" in decision.reason
         assert len(fake.table_puts) == 1 and fake.table == STARTUP
-        assert c.stats.failures["push_rejected"] == 1 and not c.needs_sync
+        assert c.stats.failures["push_rejected"] == 1 and not c.engine.needs_sync
 
 
 async def test_a_5xx_is_retried_then_pushed_once_the_engine_recovers(tmp_path: Path) -> None:
@@ -201,11 +204,11 @@ async def test_a_5xx_is_retried_then_pushed_once_the_engine_recovers(tmp_path: P
         decision = await rebuild_once(c, fake)
         assert decision.outcome == "failed" and "500" in decision.reason
         assert len(fake.table_puts) == 3  # retry_attempts
-        assert fake.table == STARTUP and c.needs_sync
+        assert fake.table == STARTUP and c.engine.needs_sync
         fake.admin_status = None
         fake.run(10)
         assert await c.tick() is None  # not a rebuild: the pending push is synced
-        assert fake.table == TUNED and not c.needs_sync
+        assert fake.table == TUNED and not c.engine.needs_sync
 
 
 async def test_counter_reset_re_pushes_table_and_policy(tmp_path: Path,
@@ -304,7 +307,7 @@ async def test_missing_plugin_series_are_skipped_not_a_restart(
         for _ in range(3):
             fake.run(10)
             assert await c.tick() is None
-        assert restarts(caplog) == [] and c.stats.resets == 0 and not c.needs_sync
+        assert restarts(caplog) == [] and c.stats.resets == 0 and not c.engine.needs_sync
         assert len(fake.policy_puts) == 1 and fake.table_puts == []
         np.testing.assert_allclose(c.state.drafted, drafted)  # nothing fed from them
         logged = records(caplog, "scrape")
@@ -358,3 +361,139 @@ async def test_without_the_start_gauge_a_counter_going_down_is_a_restart(
         assert await c.tick() is None
         (restart,) = restarts(caplog)
         assert "counters went down" in restart.reason and fake.table == TUNED
+
+
+# --- the state is what the sidecar last saw (issue #15.5) -----------------------------------
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_readiness_and_state_follow_the_last_scrape_and_admin_call(tmp_path: Path) -> None:
+    clock = Clock()
+    async with controller_for(FakeEngine(), tmp_path, clock=clock, interval_s=1.0,
+                              timeout_s=0.3) as (c, fake):
+        await c.tick()
+        assert ready(c) == (True, "ready")
+        state = state_of(c)
+        assert state["ready"] is True and state["last_scrape_ok_at"] == clock.now
+        assert state["last_scrape_age_s"] == 0 and state["admin_age_s"] == 0
+        fake.metrics_fault = "500"  # vLLM killed: its /metrics and the admin endpoint die
+        fake.admin_down = True
+        clock.now += 1.0
+        await c.tick()
+        assert ready(c)[0]  # one failed scrape: still within 3 intervals
+        clock.now += 2.5
+        await c.tick()
+        ok, reason = ready(c)
+        assert not ok and "no complete scrape" in reason and "for 3.5 s (> 3.3 s)" in reason
+        assert "the last one: unavailable" in reason
+        state = state_of(c)
+        assert state["ready"] is False and state["ready_reason"] == reason
+        assert state["last_scrape_age_s"] == 3.5 and state["admin_age_s"] == 3.5
+        assert state["conditions"]["scrape"] == "unavailable"
+        details = state["condition_details"]["scrape"]
+        assert details["since"] == clock.now - 2.5 and "500" in details["error"]
+        # vLLM back, the admin endpoint still dead: a push fails, so not ready
+        fake.metrics_fault = None
+        fake.run(150)
+        decision = await c.tick()
+        assert decision is not None and decision.outcome == "failed"
+        ok, reason = ready(c)
+        assert not ok and "the last call to the plugin's admin endpoint" in reason
+        assert state_of(c)["conditions"]["admin"] == "unavailable"
+        fake.admin_down = False
+        clock.now += 1.0
+        await c.tick()  # the failed push is synced: the admin answers again
+        assert ready(c) == (True, "ready") and fake.table == TUNED
+        assert state_of(c)["admin_age_s"] == 0
+
+
+def events(caplog: pytest.LogCaptureFixture, name: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.getMessage() == name]
+
+
+OPERATOR = [[1, 16, 2]]
+
+
+async def test_a_foreign_table_is_held_off_then_replaced(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "sidecar")
+    clock = Clock()
+    async with controller_for(FakeEngine(), tmp_path, clock=clock,
+                              foreign_hold_s=300.0) as (c, fake):
+        assert (await rebuild_once(c, fake)).outcome == "pushed" and fake.version == 2
+        fake.operator_put(OPERATOR)
+        await c.tick()  # the scrape shows v3, which we did not write
+        (event,) = events(caplog, "foreign_table")
+        seen = event.foreign_table
+        assert (seen["known_version"], seen["version"], seen["table"]) == (2, 3, OPERATOR)
+        assert seen["ours"] == TUNED and "recommending only until" in seen["action"]
+        assert event.levelno == logging.WARNING and c.stats.foreign_tables == 1
+        assert state_of(c)["foreign_hold"]["version"] == 3
+        fake.run(150)
+        decision = await c.tick()
+        assert decision.outcome == "held" and "(v3)" in decision.reason
+        assert decision.old_table == OPERATOR and fake.table == OPERATOR
+        assert len(fake.table_puts) == 1  # nothing written while holding
+        clock.now += 300.0
+        await c.tick()
+        (ended,) = events(caplog, "foreign_table_hold_ended")
+        assert "pushing again" in ended.action and state_of(c)["foreign_hold"] is None
+        fake.run(150)
+        assert (await c.tick()).outcome == "pushed" and fake.table == TUNED
+        assert len(events(caplog, "foreign_table")) == 1  # our own push is not foreign
+
+
+async def test_foreign_hold_0_reasserts_our_table_at_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "sidecar")
+    async with controller_for(FakeEngine(), tmp_path, foreign_hold_s=0.0) as (c, fake):
+        await rebuild_once(c, fake)
+        fake.operator_put(OPERATOR)
+        assert await c.tick() is None
+        assert fake.table == TUNED and fake.version == 4
+        (event,) = events(caplog, "foreign_table")
+        assert "reasserting our table now" in event.foreign_table["action"]
+
+
+async def test_an_engine_restart_ends_a_hold(tmp_path: Path,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "sidecar")
+    async with controller_for(FakeEngine(), tmp_path) as (c, fake):
+        await rebuild_once(c, fake)
+        fake.operator_put(OPERATOR)
+        await c.tick()
+        assert c.engine.holding()
+        fake.restart()
+        await c.tick()
+        assert not c.engine.holding() and fake.table == TUNED
+        (ended,) = events(caplog, "foreign_table_hold_ended")
+        assert "restarted" in ended.action
+
+
+async def test_a_version_we_did_write_is_not_foreign(tmp_path: Path,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "sidecar")
+    async with controller_for(FakeEngine(), tmp_path) as (c, fake):
+        await rebuild_once(c, fake)
+        fake.operator_put(TUNED)  # e.g. a push of ours whose reply was lost
+        await c.tick()
+        assert events(caplog, "foreign_table") == [] and not c.engine.holding()
+        assert c.engine.info is not None and c.engine.info.version == 3
+
+
+async def test_dry_run_reports_a_foreign_table_and_holds_nothing(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "sidecar")
+    async with controller_for(FakeEngine(), tmp_path, dry_run=True) as (c, fake):
+        await c.tick()
+        fake.operator_put(OPERATOR)
+        await c.tick()
+        (event,) = events(caplog, "foreign_table")
+        assert "dry-run" in event.foreign_table["action"] and not c.engine.holding()
+        assert state_of(c)["engine_table"] == OPERATOR
