@@ -59,11 +59,12 @@ async def _tick_or_stop(controller: Controller, stop: asyncio.Event) -> None:
 
 
 async def control_loop(controller: Controller, stop: asyncio.Event) -> None:
-    """Tick, sleep interruptibly, repeat until ``stop``; only ProfileMismatch ends it."""
+    """Tick, sleep interruptibly, repeat until ``stop``; only a refusal at start ends it
+    (ProfileMismatch, or InvalidInput: e.g. --model-name is not the engine's served name)."""
     while not stop.is_set():
         try:
             await _tick_or_stop(controller, stop)
-        except ProfileMismatch:
+        except (ProfileMismatch, InvalidInput):
             raise
         except Exception as exc:  # the edge of an eternal task: log with context, carry on
             controller.stats.failures["tick_error"] += 1

@@ -93,10 +93,23 @@ class EngineTable:
         else:
             self._answered()
         compat.check(self.profile, info, None, self.settings.model_name)
+        if info is not None:
+            await self._check_served_name()
         if info is not None and not self.settings.dry_run and not await self.put_policy():
             return False
         self.info, self.has_admin, self.is_connected = info, info is not None, True
         return True
+
+    async def _check_served_name(self) -> None:
+        """--model-name against the name the engine serves (the plugin's /v1/stats)."""
+        try:
+            served = (await self.client.get_stats()).model_name
+        except EngineUnavailable as exc:  # the scrape's own error names it too
+            log.warning("cannot read the engine's served model name; not checking "
+                        "--model-name", extra={"error": str(exc)})
+            return
+        if served != "unknown":  # a plugin that predates the field
+            compat.check_served_name(self.settings.model_name, served)
 
     async def put_policy(self) -> bool:
         try:

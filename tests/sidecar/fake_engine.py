@@ -29,12 +29,13 @@ TUNED = [[1, 8, 3], [9, 16, 1]]
 
 
 def make_profile(K: int = 3, max_num_seqs: int = 16, a: tuple[float, ...] = (0.9, 0.8, 0.7),
-                 model: str = "tiny") -> Profile:
+                 model: str = "tiny", served_model_name: str | None = None) -> Profile:
     cells = [Cell(B=B, k=k, client_ms=float(ms[k]), engine_ms=float(ms[k]), wall_s=1.0)
              for B, ms in STEP_MS.items() for k in range(K + 1)]
     return Profile(
         created_at=time.time(), grid=GRID, decode_tokens=32, repeats=1, cells=cells,
-        engine=EngineInfo(hardware="test", vllm_version="0.32.0", model=model, method="ngram",
+        engine=EngineInfo(hardware="test", vllm_version="0.32.0", model=model,
+                          served_model_name=served_model_name, method="ngram",
                           num_speculative_tokens=K, max_num_seqs=max_num_seqs),
         acceptance=AcceptanceMeasurement(a=list(a), accepted=[0] * K, drafted=[0] * K,
                                          source="plugin", num_prompts=1, temperature=0.0,
@@ -72,6 +73,7 @@ class FakeEngine:
     policy_puts: list[Any] = field(default_factory=list)
     auth_headers: list[str] = field(default_factory=list)
     metrics_gets: int = 0
+    served_model_name: str = "tiny"  # vLLM's --served-model-name (its model_name label)
     # the plugin's freshness gauges (None: a plugin that predates them)
     started_at: float | None = 1_795_950_000.0
     stats_age_s: float | None = 0.0
@@ -102,7 +104,7 @@ class FakeEngine:
     def stall(self, age_s: float) -> None:
         """The plugin's collector serves its last good values, ``age_s`` old (its fetch fails)."""
         self.stats_age_s = age_s
-        self.stalled = self._plugin_lines('engine="0",model_name="tiny"')
+        self.stalled = self._plugin_lines(self._labels())
 
     def unstall(self) -> None:
         self.stalled, self.stats_age_s = None, 0.0
@@ -123,8 +125,11 @@ class FakeEngine:
             cell[1] += steps
 
     # -- exposition ----------------------------------------------------------------------------
+    def _labels(self) -> str:
+        return f'engine="0",model_name="{self.served_model_name}"'
+
     def metrics_text(self) -> str:
-        base = 'engine="0",model_name="tiny"'
+        base = self._labels()
         lines = [
             "# TYPE vllm:spec_decode_num_drafts_total counter",
             f"vllm:spec_decode_num_drafts_total{{{base}}} {self.num_drafts}",
@@ -207,6 +212,13 @@ class FakeEngine:
         self.table, self.version = body["table"], self.version + 1
         return web.json_response(self._table_reply())
 
+    async def get_stats(self, request: web.Request) -> web.Response:
+        if self.admin_down:
+            return web.json_response({"error": "down"}, status=503)
+        return web.json_response({"model_name": self.served_model_name, "started_at": 0.0,
+                                  "num_speculative_tokens": self.K,
+                                  "max_num_seqs": self.max_num_seqs})
+
     async def put_policy(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.policy_puts.append(body)
@@ -225,6 +237,7 @@ async def running(engine: FakeEngine | None = None) -> AsyncIterator[FakeEngine]
     app.router.add_get("/v1/table", engine.get_table)
     app.router.add_put("/v1/table", engine.put_table)
     app.router.add_put("/v1/policy", engine.put_policy)
+    app.router.add_get("/v1/stats", engine.get_stats)
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.1, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

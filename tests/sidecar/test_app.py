@@ -189,6 +189,20 @@ async def test_a_mismatching_profile_exits_2_saying_what_differs(tmp_path: Path)
            "16, engine has 32)" in err.decode()
 
 
+async def test_a_model_name_the_engine_does_not_serve_exits_2_naming_both(tmp_path: Path) -> None:
+    async with running(FakeEngine()) as fake:
+        profile = tmp_path / "p.json"
+        make_profile(model="tiny-llama-s0", served_model_name="tiny").save(profile)
+        cmd = sidecar_cmd(profile, fake.url, free_port())
+        cmd[cmd.index("--model-name") + 1] = "tiny-llama-s0"
+        proc = await asyncio.create_subprocess_exec(*cmd, cwd=ROOT, stderr=asyncio.subprocess.PIPE)
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 2 and fake.metrics_gets == 0
+    assert err.decode().splitlines()[-1] == (
+        "tabletune sidecar: --model-name 'tiny-llama-s0' but the engine serves 'tiny' (its "
+        "/metrics label model_name); pass --model-name tiny")
+
+
 def test_run_returns_2_for_a_missing_profile(tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     s = settings(tmp_path / "missing.json", "http://127.0.0.1:9")

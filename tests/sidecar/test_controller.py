@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sidecar import checkpoint
+from sidecar import checkpoint, compat
 from sidecar.controller import Controller
 from sidecar.decision import BIAS_NOTE
 from sidecar.probes import ready
@@ -32,7 +32,7 @@ from tests.sidecar.fake_engine import (
     write_profile,
 )
 from tuner.engine_client import EngineClient
-from tuner.errors import ProfileMismatch
+from tuner.errors import InvalidInput, ProfileMismatch
 from tuner.profile import load
 
 
@@ -497,3 +497,32 @@ async def test_dry_run_reports_a_foreign_table_and_holds_nothing(
         (event,) = events(caplog, "foreign_table")
         assert "dry-run" in event.foreign_table["action"] and not c.engine.holding()
         assert state_of(c)["engine_table"] == OPERATOR
+
+
+# --- --model-name is vLLM's served name (issue #15.6) -------------------------------------
+
+DEMO = {"model": "tiny-llama-s0", "served_model_name": "tiny"}  # what the demo's profile holds
+
+
+@pytest.mark.parametrize("model_name", ["tiny", "tiny-llama-s0"])
+def test_model_name_matches_the_served_name_or_the_models_name(tmp_path: Path,
+                                                               model_name: str) -> None:
+    profile = load(write_profile(tmp_path / "p.json", **DEMO))
+    assert compat.mismatches(profile, None, None, model_name) == []
+    (diff,) = compat.mismatches(profile, None, None, "other")
+    assert diff == "model: profile has 'tiny-llama-s0' (served as 'tiny'), --model-name is 'other'"
+
+
+async def test_the_demo_profile_runs_with_model_name_tiny(tmp_path: Path) -> None:
+    async with controller_for(FakeEngine(), tmp_path, profile=DEMO, model_name="tiny") as (c, fake):
+        assert (await rebuild_once(c, fake)).outcome == "pushed"
+
+
+async def test_a_model_name_the_engine_does_not_serve_is_refused_at_start(tmp_path: Path) -> None:
+    async with controller_for(FakeEngine(), tmp_path, profile=DEMO,
+                              model_name="tiny-llama-s0") as (c, fake):
+        with pytest.raises(InvalidInput) as refused:
+            await c.tick()
+        assert str(refused.value) == ("--model-name 'tiny-llama-s0' but the engine serves 'tiny' "
+                                      "(its /metrics label model_name); pass --model-name tiny")
+        assert fake.metrics_gets == 0 and fake.policy_puts == []
