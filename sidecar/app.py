@@ -53,7 +53,7 @@ async def _tick_or_stop(controller: Controller, stop: asyncio.Event) -> None:
         stopping.cancel()
         if not tick.done():
             tick.cancel("sidecar stopping: tick exceeded the shutdown grace")
-            await asyncio.wait({tick})
+        await asyncio.wait({tick, stopping})  # both end here: no task is left pending
     if not tick.cancelled():
         tick.result()  # re-raise what the tick raised
 

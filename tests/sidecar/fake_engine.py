@@ -74,6 +74,8 @@ class FakeEngine:
     auth_headers: list[str] = field(default_factory=list)
     metrics_gets: int = 0
     served_model_name: str = "tiny"  # vLLM's --served-model-name (its model_name label)
+    hanging: asyncio.Event = field(default_factory=asyncio.Event)  # a /metrics hang began
+    hang_over: asyncio.Event = field(default_factory=asyncio.Event)  # ... and answered
     # the plugin's freshness gauges (None: a plugin that predates them)
     started_at: float | None = 1_795_950_000.0
     stats_age_s: float | None = 0.0
@@ -169,7 +171,9 @@ class FakeEngine:
         if fault == "500":
             return web.Response(status=500, text="Internal Server Error")
         if fault == "hang":
-            await asyncio.sleep(30)
+            self.hanging.set()
+            await asyncio.sleep(60)
+            self.hang_over.set()
         if fault == "garbage":
             return web.Response(body=b"\x00\xff<html>502 Bad Gateway</html> {{{\n")
         if fault == "missing":
