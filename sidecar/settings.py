@@ -30,7 +30,7 @@ class SidecarSettings(BaseSettings):
     admin_url: str = Field("http://127.0.0.1:8500", description="plugin admin endpoint (table, policy)")
     admin_token: SecretStr | None = Field(None, description="bearer token for the admin endpoint")
     admin_token_file: Path | None = Field(None, description="file holding the admin token")
-    model_name: str | None = Field(None, description="only read series with this model_name label")
+    model_name: str | None = Field(None, description="vLLM's served model name (its /metrics label model_name): only those series are read; checked against the engine at start")
     interval_s: float = Field(1.0, gt=0, description="seconds between scrapes")
     rebuild_every_steps: int = Field(200, ge=1, description="rebuild after this many engine steps")
     prior_weight: float = Field(2000.0, ge=0, description="w: the prior counts as w observations")
@@ -103,6 +103,18 @@ def from_args(args: argparse.Namespace) -> SidecarSettings:
         value = given.get(name, os.environ.get(ENV_PREFIX + name.upper(), error.get("input")))
         shown = "" if name.startswith("admin_token") and name != "admin_token_file" else f"={value!r}"
         raise InvalidInput(f"{where}{shown}: {error['msg']}; see `tabletune sidecar --help`") from None
+
+
+def flags_table() -> str:
+    """The Markdown table of flags in docs/sidecar.md, generated from the fields (a test
+    keeps the two equal)."""
+    rows = ["| flag | env | default | meaning |", "|---|---|---|---|"]
+    for name, info in SidecarSettings.model_fields.items():
+        default = ("required" if info.is_required() else
+                   "" if info.default is None else f"`{info.default}`")
+        rows.append(f"| `{flag(name)}` | `{ENV_PREFIX}{name.upper()}` |"
+                    f"{' ' + default if default else ''} | {info.description} |")
+    return "\n".join(rows) + "\n"
 
 
 def parser() -> argparse.ArgumentParser:
