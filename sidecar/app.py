@@ -58,15 +58,21 @@ async def _tick_or_stop(controller: Controller, stop: asyncio.Event) -> None:
         tick.result()  # re-raise what the tick raised
 
 
+def _is_refusal(controller: Controller, exc: Exception) -> bool:
+    """A profile that does not fit the engine, or settings the engine refutes while connecting
+    (e.g. a --model-name it does not serve): retrying cannot help, so the sidecar exits 2."""
+    return isinstance(exc, ProfileMismatch) or (
+        isinstance(exc, InvalidInput) and not controller.engine.is_connected)
+
+
 async def control_loop(controller: Controller, stop: asyncio.Event) -> None:
-    """Tick, sleep interruptibly, repeat until ``stop``; only a refusal at start ends it
-    (ProfileMismatch, or InvalidInput: e.g. --model-name is not the engine's served name)."""
+    """Tick, sleep interruptibly, repeat until ``stop``; only a refusal (_is_refusal) ends it."""
     while not stop.is_set():
         try:
             await _tick_or_stop(controller, stop)
-        except (ProfileMismatch, InvalidInput):
-            raise
         except Exception as exc:  # the edge of an eternal task: log with context, carry on
+            if _is_refusal(controller, exc):
+                raise
             controller.stats.failures["tick_error"] += 1
             controller.consecutive_failures += 1
             controller.conditions.set("tick", f"error: {type(exc).__name__}",

@@ -13,6 +13,9 @@ from sidecar.controller import Controller
 __all__ = ["READY_INTERVALS", "health", "ready", "scrape_age_s"]
 
 READY_INTERVALS = 3
+# the most admin requests one tick makes: a table read on a foreign version, a sync (read,
+# policy, table) and a rebuild (read, push)
+ADMIN_CALLS_PER_TICK = 6
 
 
 def scrape_age_s(c: Controller) -> float | None:
@@ -49,8 +52,9 @@ def health(c: Controller) -> tuple[bool, str]:
     allowance = 3 * max(c.settings.interval_s, c.loop_delay_s)
     last = max(t for t in (c.started_at, c.tick_started, c.tick_ended) if t is not None)
     if c.tick_started is not None and (c.tick_ended is None or c.tick_ended < c.tick_started):
-        # in a tick: one scrape plus up to four admin requests, each with its retries
-        allowance += timeout_s * (1 + 4 * attempts) + 4 * attempts
+        # in a tick: one scrape plus the admin requests, each with its retries (and waits)
+        calls = ADMIN_CALLS_PER_TICK * attempts
+        allowance += timeout_s * (1 + calls) + calls
     age = c.clock() - last
     if age > allowance:
         return False, f"the control loop has not ticked for {age:.1f} s (> {allowance:.1f} s)"
