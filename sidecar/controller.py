@@ -5,7 +5,7 @@
 1. scrape vLLM's /metrics and take counter deltas since the last complete scrape (a counter
    going down, or a new engine start time, is an engine restart: the live table and policy
    are re-pushed to the new engine; missing series or stale plugin values are an incomplete
-   scrape, skipped: tuner.scrape.compare);
+   scrape, skipped: sidecar/interval.py);
 2. add the per-position deltas to the estimator, â_i = (w·a_i + accepted_i)/(w + drafted_i)
    (eq. â, sidecar/estimator.py); without the plugin, drafted_i ≈ num_drafts (biased low);
 3. every ``rebuild_every_steps`` engine steps, choose the table with tuner.goodput.choose_table
@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sidecar import checkpoint, compat
+from sidecar import checkpoint, compat, interval
 from sidecar.decision import BIAS_NOTE, Decision, DriftCell, Source, range_gains
 from sidecar.drift import DriftTracker, drifting
 from sidecar.engine_table import EngineTable
@@ -168,16 +168,16 @@ class Controller:
         max_age_s = STALE_INTERVALS * self.settings.interval_s
         prev = self.prev
         if prev is None:
-            stale = scrape.stale(snap, max_age_s)
-            comparison = scrape.Comparison(*(("incomplete", stale) if stale is not None
+            stale = interval.stale(snap, max_age_s)
+            comparison = interval.Comparison(*(("incomplete", stale) if stale is not None
                                              else ("rebaseline", "the first scrape")))
         else:
-            comparison = scrape.compare(prev, snap, max_age_s)
+            comparison = interval.compare(prev, snap, max_age_s)
         if comparison.kind == "restart":
             self._restarted(comparison.reason)
-            stale = scrape.stale(snap, max_age_s)
+            stale = interval.stale(snap, max_age_s)
             if stale is not None:  # the plugin's values are the old run's: no baseline
-                self.prev, comparison = None, scrape.Comparison("incomplete", stale)
+                self.prev, comparison = None, interval.Comparison("incomplete", stale)
         if comparison.kind == "incomplete":
             self._scrape_failed("incomplete", "vLLM /metrics incomplete; skipping this "
                                 "interval until a complete scrape covers it", comparison.reason)
@@ -187,7 +187,7 @@ class Controller:
             log.info("new series on vLLM /metrics; counting from this scrape",
                      extra={"reason": comparison.reason})
         if comparison.kind == "ok" and prev is not None:
-            self._feed(scrape.delta(prev, snap), snap)
+            self._feed(interval.delta(prev, snap), snap)
         return comparison.kind
 
     def _restarted(self, reason: str) -> None:
@@ -197,7 +197,7 @@ class Controller:
             "reason": reason, "action": "skipping this interval" +
             ("; re-pushing the table and policy" if self.engine.needs_sync else "")})
 
-    def _feed(self, d: scrape.SnapshotDelta, snap: scrape.Snapshot) -> None:
+    def _feed(self, d: interval.SnapshotDelta, snap: scrape.Snapshot) -> None:
         drafted = (np.asarray(d.drafted_per_pos) if d.drafted_per_pos is not None
                    else np.full(self.K, d.num_drafts))  # stock fallback: biased low
         # a position cannot be kept more often than drafted; stock counters may disagree
