@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from tuner.errors import ScrapeError
-from tuner.scrape import parse
+from tuner.scrape import WANTED, parse
 
 # vLLM 0.32's real exposition for the spec-decode series of a 3-token ngram drafter
 REAL = """\
@@ -280,7 +280,7 @@ def test_a_wrong_model_name_says_which_the_engine_serves() -> None:
 BODY = (Path(__file__).parent.parent / "data" / "vllm-0.32-cpu-metrics.txt").read_text()
 LINES = BODY.splitlines(keepends=True)
 WANTED_AT = [i for i, line in enumerate(LINES) if not line.startswith("#") and
-             line.split("{")[0].split(" ")[0] in __import__("tuner.scrape").scrape.WANTED]
+             line.split("{")[0].split(" ")[0] in WANTED]
 NUMBERS = ["NaN", "+Inf", "-Inf", "-1", "-0.0", "0", "1e308", "1e309", "9" * 400, "9" * 5000,
            "1_0", "0x1f", "", "1 2", "5e-324", str(2**53), str(2**53 + 1), "1.0e+09", "٣"]
 LABELS = ['position="-1"', 'position=" 1"', 'position="१"', 'position="99999999999"', 'k=""',
