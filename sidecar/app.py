@@ -53,19 +53,26 @@ async def _tick_or_stop(controller: Controller, stop: asyncio.Event) -> None:
         stopping.cancel()
         if not tick.done():
             tick.cancel("sidecar stopping: tick exceeded the shutdown grace")
-            await asyncio.wait({tick})
+        await asyncio.wait({tick, stopping})  # both end here: no task is left pending
     if not tick.cancelled():
         tick.result()  # re-raise what the tick raised
 
 
+def _is_refusal(controller: Controller, exc: Exception) -> bool:
+    """A profile that does not fit the engine, or settings the engine refutes while connecting
+    (e.g. a --model-name it does not serve): retrying cannot help, so the sidecar exits 2."""
+    return isinstance(exc, ProfileMismatch) or (
+        isinstance(exc, InvalidInput) and not controller.engine.is_connected)
+
+
 async def control_loop(controller: Controller, stop: asyncio.Event) -> None:
-    """Tick, sleep interruptibly, repeat until ``stop``; only ProfileMismatch ends it."""
+    """Tick, sleep interruptibly, repeat until ``stop``; only a refusal (_is_refusal) ends it."""
     while not stop.is_set():
         try:
             await _tick_or_stop(controller, stop)
-        except ProfileMismatch:
-            raise
         except Exception as exc:  # the edge of an eternal task: log with context, carry on
+            if _is_refusal(controller, exc):
+                raise
             controller.stats.failures["tick_error"] += 1
             controller.consecutive_failures += 1
             controller.conditions.set("tick", f"error: {type(exc).__name__}",
@@ -140,7 +147,8 @@ async def main(settings: SidecarSettings, stop: asyncio.Event | None = None,
     fatal: BaseException | None = None
     try:
         async with EngineClient(settings.engine_url, settings.admin_url, _token(settings),
-                                settings.timeout_s, settings.retry_attempts) as client:
+                                settings.timeout_s, settings.retry_attempts,
+                                max_body_bytes=settings.max_metrics_bytes) as client:
             controller = Controller(settings, profile, client)
             try:
                 async with asyncio.TaskGroup() as tg:

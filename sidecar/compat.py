@@ -3,6 +3,8 @@
 A table built from another engine's step times is wrong in ways no live counter shows, so a
 profile whose K (num_speculative_tokens) or max_num_seqs differs from the engine's, or whose
 model differs from ``--model-name``, is refused at start with what differs (ProfileMismatch).
+``--model-name`` is vLLM's served name (its /metrics label ``model_name``): it matches the
+profile's ``engine.served_model_name``, or the model's own name (what older profiles had).
 """
 
 from __future__ import annotations
@@ -10,15 +12,23 @@ from __future__ import annotations
 from pathlib import PurePath
 
 from tuner.engine_client import TableInfo
-from tuner.errors import ProfileMismatch
-from tuner.profile import Profile
+from tuner.errors import InvalidInput, ProfileMismatch
+from tuner.profile import EngineInfo, Profile
 
-__all__ = ["check", "mismatches", "resolve_allowed_k"]
+__all__ = ["check", "check_served_name", "mismatches", "resolve_allowed_k"]
 
 
-def _same_model(profile_model: str, model_name: str) -> bool:
-    """The profile may name the model by path; its last component counts as its name."""
-    return model_name in (profile_model, PurePath(profile_model).name)
+def _same_model(engine: EngineInfo, model_name: str) -> bool:
+    """The served name, or the model's name (older profiles stored a path: its last part)."""
+    return model_name in (engine.served_model_name, engine.model, PurePath(engine.model).name)
+
+
+def check_served_name(model_name: str | None, served: str) -> None:
+    """InvalidInput when ``--model-name`` is not the name the engine serves (its /metrics label):
+    every scrape would then find no series."""
+    if model_name is not None and served != model_name:
+        raise InvalidInput(f"--model-name {model_name!r} but the engine serves {served!r} (its "
+                           f"/metrics label model_name); pass --model-name {served}")
 
 
 def mismatches(profile: Profile, info: TableInfo | None, num_positions: int | None,
@@ -35,8 +45,11 @@ def mismatches(profile: Profile, info: TableInfo | None, num_positions: int | No
     if num_positions is not None and num_positions != engine.num_speculative_tokens:
         diffs.append(f"num_speculative_tokens: profile has {engine.num_speculative_tokens}, "
                      f"the engine's /metrics has {num_positions} draft positions")
-    if model_name is not None and not _same_model(engine.model, model_name):
-        diffs.append(f"model: profile has {engine.model!r}, --model-name is {model_name!r}")
+    if model_name is not None and not _same_model(engine, model_name):
+        served = (f" (served as {engine.served_model_name!r})" if engine.served_model_name
+                  else "")
+        diffs.append(f"model: profile has {engine.model!r}{served}, --model-name is "
+                     f"{model_name!r}")
     return diffs
 
 

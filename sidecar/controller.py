@@ -2,13 +2,16 @@
 
 :meth:`Controller.tick` is the whole control law of the paper's controller:
 
-1. scrape vLLM's /metrics and take counter deltas (a counter going down is an engine
-   restart: the live table and policy are re-pushed to the new engine);
+1. scrape vLLM's /metrics and take counter deltas since the last complete scrape (a counter
+   going down, or a new engine start time, is an engine restart: the live table and policy
+   are re-pushed to the new engine; missing series or stale plugin values are an incomplete
+   scrape, skipped: sidecar/interval.py);
 2. add the per-position deltas to the estimator, â_i = (w·a_i + accepted_i)/(w + drafted_i)
    (eq. â, sidecar/estimator.py); without the plugin, drafted_i ≈ num_drafts (biased low);
 3. every ``rebuild_every_steps`` engine steps, choose the table with tuner.goodput.choose_table
    from the profile's step times and â, push it if it differs from the engine's (never in
-   dry-run), log one decision line, halve the live counts, decay w and checkpoint.
+   dry-run, nor while holding off after someone else wrote the table: sidecar/engine_table.py),
+   log one decision line, halve the live counts, decay w and checkpoint.
 
 Every expected fault (vLLM down, slow, 5xx, garbage, missing series, a 4xx) is handled here
 and logged once per state change; the control loop in sidecar/app.py only sleeps and repeats.
@@ -19,20 +22,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from sidecar import checkpoint, compat
-from tuner import scrape
-from sidecar.decision import BIAS_NOTE, Decision, DriftCell, Outcome, Source, range_gains
+from sidecar import checkpoint, compat, interval
+from sidecar.decision import BIAS_NOTE, Decision, DriftCell, Source, range_gains
 from sidecar.drift import DriftTracker, drifting
+from sidecar.engine_table import EngineTable
 from sidecar.estimator import decay_prior, estimate, halve_live, observe
 from sidecar.logs import Conditions
 from sidecar.settings import SidecarSettings
-from tuner.engine_client import AdminRejected, EngineClient, TableInfo
+from sidecar.stats import Stats
+from tuner import scrape
+from tuner.engine_client import EngineClient
 from tuner.errors import EngineUnavailable, InvalidInput, ScrapeError
 from tuner.goodput import choose_table, interpolate_step_times
 from tuner.profile import Profile
@@ -41,20 +44,8 @@ from tuner.table import Table
 __all__ = ["Controller", "Stats"]
 
 log = logging.getLogger("sidecar")
-
-
-@dataclass(slots=True)
-class Stats:
-    """Counters for the sidecar's own /metrics."""
-
-    rebuilds: Counter[str] = field(default_factory=Counter)  # by outcome
-    failures: Counter[str] = field(default_factory=Counter)  # by kind
-    pushes: int = 0
-    resets: int = 0
-    scrapes: int = 0
-    scrape_seconds: float = 0.0  # sum over successful scrapes
-    last_scrape_seconds: float | None = None
-    explore_steps: float = 0.0  # the plugin's exploration steps seen (at the largest K)
+# plugin values older than this many intervals are stale: not this interval's counts
+STALE_INTERVALS = 2.0
 
 
 def prior_of(profile: Profile) -> np.ndarray:
@@ -80,20 +71,16 @@ class Controller:
         self.state = checkpoint.restore(settings.checkpoint, self.prior, settings.prior_weight)
         self.drift = DriftTracker()
         self.drift_cells: list[DriftCell] = []
-        self.conditions = Conditions(log)
+        self.conditions = Conditions(log, clock)
         self.stats = Stats()
-        self.info: TableInfo | None = None    # the engine's table, as last read or pushed
-        self.has_admin = False
-        self.is_connected = False
+        self.engine = EngineTable(settings, profile, client, self.conditions, self.stats, clock)
         self.allowed_k: set[int] | None = None
-        self.prev: scrape.Snapshot | None = None
+        self.prev: scrape.Snapshot | None = None  # the last complete scrape
         self.source: Source | None = None      # known after the first scrape
         self.steps_since_rebuild = 0.0
-        self.desired: Table | None = None       # what we want the engine to run
-        self.needs_sync = False
         self.recommended: Table | None = None
         self.last_decision: Decision | None = None
-        self.last_scrape_ok: float | None = None
+        self.last_scrape_ok_at: float | None = None  # the last complete scrape
         self.consecutive_failures = 0
         self.started_at = clock()
         self.tick_started: float | None = None
@@ -102,45 +89,16 @@ class Controller:
 
     # -- start ---------------------------------------------------------------------------
     async def _connect(self) -> bool:
-        """Read the engine's table, check the profile, set the plugin's policy."""
-        try:
-            info = await self.client.get_table()
-        except EngineUnavailable as exc:
-            if not self.settings.dry_run:
-                self.stats.failures["admin_unavailable"] += 1
-                self.conditions.set("admin", "unavailable", "waiting for the plugin's admin "
-                                    "endpoint", error=str(exc))
-                return False
-            self.conditions.set("admin", "absent", "no admin endpoint: dry-run reads vLLM's "
-                                "stock counters only", logging.INFO, error=str(exc))
-            info = None
-        compat.check(self.profile, info, None, self.settings.model_name)
-        if info is not None and not self.settings.dry_run and not await self._put_policy():
+        """Connect to the engine's admin endpoint; then the k the table may use."""
+        if not await self.engine.connect():
             return False
-        self.info, self.has_admin, self.is_connected = info, info is not None, True
+        info = self.engine.info
         self.allowed_k = compat.resolve_allowed_k(self.settings.allowed_k, info, self.K)
         self.recommended = choose_table(self.T_dense, estimate(self.state), self.settings.tie,
                                         self.allowed_k).table
-        if info is not None:
-            self.conditions.ok("admin", "admin endpoint is back")
         log.info("connected", extra={"engine_table": info.table if info else None,
                                      "allowed_k": sorted(self.allowed_k or range(self.K + 1)),
                                      "dry_run": self.settings.dry_run})
-        return True
-
-    async def _put_policy(self) -> bool:
-        try:
-            await self.client.put_policy(explore_every=self.settings.explore_every,
-                                         hysteresis=self.settings.hysteresis)
-        except AdminRejected as exc:
-            self.stats.failures["policy_rejected"] += 1
-            log.error("policy rejected; the engine keeps its own", extra={"error": str(exc)})
-            return True  # a 4xx will not change on retry: carry on without it
-        except EngineUnavailable as exc:
-            self.stats.failures["admin_unavailable"] += 1
-            self.conditions.set("admin", "unavailable", "cannot set the plugin's policy",
-                                error=str(exc))
-            return False
         return True
 
     # -- one tick ------------------------------------------------------------------------
@@ -148,32 +106,34 @@ class Controller:
         """Scrape, estimate, maybe rebuild and push; the Decision if a rebuild happened."""
         self.tick_started = self.clock()
         try:
-            if not self.is_connected and not await self._connect():
+            self.engine.check_hold()
+            if not self.engine.is_connected and not await self._connect():
                 return None
             snap = await self._scrape()
             if snap is None:
                 return None
-            is_new = self._advance(snap)
-            if self.needs_sync and not self.settings.dry_run:
-                await self._sync()
-            if not is_new or self.steps_since_rebuild < self.settings.rebuild_every_steps:
+            kind = self._advance(snap)
+            if kind in ("ok", "rebaseline"):  # the same engine run: a version we did not write?
+                await self.engine.watch(snap.table_version)
+            if self.engine.needs_sync and not self.settings.dry_run:
+                await self.engine.sync()
+            if kind != "ok" or self.steps_since_rebuild < self.settings.rebuild_every_steps:
                 return None
             return await self.rebuild()
         finally:
             self.tick_ended = self.clock()
 
     async def _scrape(self) -> scrape.Snapshot | None:
+        """vLLM's /metrics, parsed; None (and the condition logged) if it cannot be read."""
         started = time.perf_counter()
         try:
             snap = scrape.parse(await self.client.get_metrics(), self.settings.model_name)
         except (EngineUnavailable, ScrapeError) as exc:
             kind = "unavailable" if isinstance(exc, EngineUnavailable) else "unreadable"
-            self.stats.failures[f"scrape_{kind}"] += 1
-            self.consecutive_failures += 1
-            self.conditions.set("scrape", kind, f"vLLM /metrics {kind}; backing off, the "
-                                "engine keeps its table", error=str(exc))
+            self._scrape_failed(kind, f"vLLM /metrics {kind}; backing off, the engine keeps "
+                                "its table", str(exc))
             return None
-        if self.last_scrape_ok is None:  # the first scrape: the engine's K, once more
+        if self.last_scrape_ok_at is None:  # the first scrape: the engine's K, once more
             compat.check(self.profile, None, len(snap.accepted_per_pos))
         elif len(snap.accepted_per_pos) != self.K:
             self.conditions.set("scrape", "mismatch", "the engine now has another K than "
@@ -184,24 +144,60 @@ class Controller:
         self.stats.scrapes += 1
         self.stats.scrape_seconds += elapsed
         self.stats.last_scrape_seconds = elapsed
-        self.consecutive_failures = 0
-        self.last_scrape_ok = self.clock()
-        self.conditions.ok("scrape", "vLLM /metrics readable again")
         return snap
 
-    def _advance(self, snap: scrape.Snapshot) -> bool:
-        """Feed the deltas since the previous scrape; False on the first scrape or a reset."""
-        prev, self.prev = self.prev, snap
+    def _scrape_failed(self, kind: str, message: str, error: str) -> None:
+        self.stats.failures[f"scrape_{kind}"] += 1
+        self.consecutive_failures += 1
+        self.conditions.set("scrape", kind, message, error=error)
+
+    def _scrape_complete(self, snap: scrape.Snapshot) -> None:
+        self.prev = snap
         self.source = "plugin" if snap.has_plugin else "stock"
+        self.consecutive_failures = 0
+        self.last_scrape_ok_at = self.clock()
+        self.conditions.ok("scrape", "vLLM /metrics readable and complete again")
+
+    def _advance(self, snap: scrape.Snapshot) -> str:
+        """Feed the deltas since the last complete scrape; "ok" if it did, else why not.
+
+        Only a counter going down or a new engine start time is a restart; series missing
+        from this scrape, or plugin values older than STALE_INTERVALS, make it incomplete: it
+        is skipped and the last complete scrape kept, so the next one covers the gap.
+        """
+        max_age_s = STALE_INTERVALS * self.settings.interval_s
+        prev = self.prev
         if prev is None:
-            return False
-        if scrape.is_reset(prev, snap):
-            self.stats.resets += 1
-            self.needs_sync = self.has_admin
-            log.warning("engine counters went down (vLLM restarted?); skipping this interval"
-                        + ("; re-pushing the table and policy" if self.needs_sync else ""))
-            return False
-        d = scrape.delta(prev, snap)
+            stale = interval.stale(snap, max_age_s)
+            comparison = interval.Comparison(*(("incomplete", stale) if stale is not None
+                                             else ("rebaseline", "the first scrape")))
+        else:
+            comparison = interval.compare(prev, snap, max_age_s)
+        if comparison.kind == "restart":
+            self._restarted(comparison.reason)
+            stale = interval.stale(snap, max_age_s)
+            if stale is not None:  # the plugin's values are the old run's: no baseline
+                self.prev, comparison = None, interval.Comparison("incomplete", stale)
+        if comparison.kind == "incomplete":
+            self._scrape_failed("incomplete", "vLLM /metrics incomplete; skipping this "
+                                "interval until a complete scrape covers it", comparison.reason)
+            return comparison.kind
+        self._scrape_complete(snap)
+        if comparison.kind == "rebaseline" and prev is not None:
+            log.info("new series on vLLM /metrics; counting from this scrape",
+                     extra={"reason": comparison.reason})
+        if comparison.kind == "ok" and prev is not None:
+            self._feed(interval.delta(prev, snap), snap)
+        return comparison.kind
+
+    def _restarted(self, reason: str) -> None:
+        self.stats.resets += 1
+        self.engine.restarted()
+        log.warning("engine restart", extra={
+            "reason": reason, "action": "skipping this interval" +
+            ("; re-pushing the table and policy" if self.engine.needs_sync else "")})
+
+    def _feed(self, d: interval.SnapshotDelta, snap: scrape.Snapshot) -> None:
         drafted = (np.asarray(d.drafted_per_pos) if d.drafted_per_pos is not None
                    else np.full(self.K, d.num_drafts))  # stock fallback: biased low
         # a position cannot be kept more often than drafted; stock counters may disagree
@@ -210,9 +206,9 @@ class Controller:
         engine_steps = sum(d.engine_steps.values())
         self.steps_since_rebuild += engine_steps if snap.engine_steps else d.num_drafts
         self.stats.explore_steps += d.explore_steps
+        self.stats.transition_steps += d.transition_steps
         self.drift.observe(d.step_time)
         self._check_drift()
-        return True
 
     def _check_drift(self) -> None:
         self.drift_cells = self.drift.cells(self.T_dense)
@@ -225,42 +221,16 @@ class Controller:
         else:
             self.conditions.ok("drift", "live step times are back within drift_warn")
 
-    async def _sync(self) -> None:
-        """After an engine restart or a failed push: policy and table back into the engine."""
-        try:
-            info = await self.client.get_table()
-            diffs = compat.mismatches(self.profile, info, None, None)
-            if diffs:
-                self.needs_sync = False
-                log.error("the restarted engine does not match the profile; not pushing",
-                          extra={"differences": diffs})
-                return
-            await self.client.put_policy(explore_every=self.settings.explore_every,
-                                         hysteresis=self.settings.hysteresis)
-            if self.desired is not None and info.parsed_table() != self.desired:
-                info = await self.client.put_table(self.desired)
-                self.stats.pushes += 1
-                log.info("table re-pushed", extra={"table": info.table, "version": info.version})
-            self.info, self.needs_sync = info, False
-            self.conditions.ok("sync", "the engine runs our table and policy again")
-        except AdminRejected as exc:
-            self.needs_sync = False
-            self.stats.failures["push_rejected"] += 1
-            log.error("re-push rejected", extra={"error": str(exc)})
-        except EngineUnavailable as exc:
-            self.stats.failures["push_failed"] += 1
-            self.conditions.set("sync", "pending", "cannot re-push yet; retrying next tick",
-                                error=str(exc))
-
     # -- rebuild ---------------------------------------------------------------------------
     async def rebuild(self) -> Decision:
         """Choose the table for â (eq. G), push it if it differs, log and checkpoint."""
         a_hat = estimate(self.state)
         choice = choose_table(self.T_dense, a_hat, self.settings.tie, self.allowed_k)
-        fresh = await self._engine_table()
-        known = fresh or self.info
+        fresh = await self.engine.read()
+        known = fresh or self.engine.info
         old = known.parsed_table() if known is not None else None
-        outcome, reason = await self._apply(choice.table, fresh)
+        outcome, reason = await self.engine.push(choice.table, fresh)
+        info = self.engine.info
         decision = Decision(
             time=self.clock(), outcome=outcome, reason=reason, source=self.source or "stock",
             bias_note=BIAS_NOTE if self.source == "stock" else None,
@@ -268,44 +238,10 @@ class Controller:
             drafted=self.state.drafted.tolist(), prior_weight=self.state.w,
             a_hat=[round(float(a), 6) for a in a_hat], old_table=old.to_list() if old else None,
             new_table=choice.table.to_list(),
-            engine_version=self.info.version if self.info is not None else None,
+            engine_version=info.version if info is not None else None,
             gains=range_gains(choice.G, old, choice.table, self.K), drift=self.drift_cells)
         self._finish(decision, choice.table)
         return decision
-
-    async def _engine_table(self) -> TableInfo | None:
-        """The engine's current table (fresh), None without the admin endpoint or on error."""
-        if not self.has_admin:
-            return None
-        try:
-            self.info = await self.client.get_table()
-        except EngineUnavailable as exc:
-            self.conditions.set("admin", "unavailable", "cannot read the engine's table",
-                                error=str(exc))
-            return None
-        return self.info
-
-    async def _apply(self, new: Table, fresh: TableInfo | None) -> tuple[Outcome, str]:
-        current = fresh.parsed_table() if fresh is not None else None
-        if self.settings.dry_run:
-            same = "; the engine already runs it" if current == new else ""
-            return "dry_run", f"dry-run: recommended only, nothing written to the engine{same}"
-        if fresh is not None and current == new:
-            self.desired = new
-            return "unchanged", f"the engine already runs this table (v{fresh.version})"
-        try:
-            self.info = await self.client.put_table(new)
-        except AdminRejected as exc:
-            self.stats.failures["push_rejected"] += 1
-            return "rejected", str(exc)
-        except EngineUnavailable as exc:
-            self.stats.failures["push_failed"] += 1
-            self.desired, self.needs_sync = new, True
-            return "failed", f"{exc}; the engine keeps its table, the push is retried"
-        self.stats.pushes += 1
-        self.desired = new
-        before = f"v{fresh.version}" if fresh is not None else "unknown"
-        return "pushed", f"engine table {before} -> v{self.info.version}"
 
     def _finish(self, decision: Decision, table: Table) -> None:
         level = logging.WARNING if decision.outcome in ("rejected", "failed") else logging.INFO

@@ -21,7 +21,7 @@ from tuner.table import Table
 __all__ = ["BIAS_NOTE", "Decision", "DriftCell", "RangeGain", "Outcome", "Source",
            "range_gains"]
 
-Outcome = Literal["pushed", "dry_run", "unchanged", "rejected", "failed"]
+Outcome = Literal["pushed", "dry_run", "held", "unchanged", "rejected", "failed"]
 Source = Literal["plugin", "stock"]  # where accepted_i / drafted_i came from
 
 BIAS_NOTE = (

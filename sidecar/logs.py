@@ -4,6 +4,10 @@ A JSON line is ``{"ts", "level", "logger", "event", ...extras}``: the message is
 name (``"rebuild"``, ``"scrape"``) and everything passed in ``extra=`` rides along, e.g.
 ``log.info("rebuild", extra={"decision": decision.model_dump(mode="json")})``.
 
+The event log (logger ``sidecar``) goes to stderr. Requests to the sidecar's own HTTP server
+go to logger ``sidecar.access``, which never reaches stderr: with ``--access-log`` it writes
+to stdout, else it is silent.
+
 :class:`Conditions` logs a condition (scrape, admin, drift, ...) only when its state
 changes, not on every failure (kopf's "Throttling for ..." / "... back to normal").
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -54,18 +59,21 @@ class PlainFormatter(logging.Formatter):
 
 
 def configure(log_format: str, level: int = logging.INFO) -> Callable[[], None]:
-    """Route the root logger to stderr in ``log_format``; returns a function that undoes it."""
-    root = logging.getLogger()
-    saved_handlers, saved_level = root.handlers[:], root.level
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else PlainFormatter())
+    """Root logger to stderr, ``sidecar.access`` to stdout, in ``log_format``; returns undo."""
+    root, access = logging.getLogger(), logging.getLogger("sidecar.access")
+    saved = root.handlers[:], root.level, access.handlers[:], access.propagate
+    formatter = JsonFormatter() if log_format == "json" else PlainFormatter()
+    handler, access_handler = logging.StreamHandler(sys.stderr), logging.StreamHandler(sys.stdout)
+    handler.setFormatter(formatter)
+    access_handler.setFormatter(formatter)
     root.handlers = [handler]
     root.setLevel(level)
+    access.handlers, access.propagate = [access_handler], False  # its own stream, never stderr
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
     def restore() -> None:
-        root.handlers = saved_handlers
-        root.setLevel(saved_level)
+        root.handlers, access.handlers, access.propagate = saved[0], saved[2], saved[3]
+        root.setLevel(saved[1])
 
     return restore
 
@@ -73,9 +81,10 @@ def configure(log_format: str, level: int = logging.INFO) -> Callable[[], None]:
 class Conditions:
     """Named conditions with a state each; a change is logged once, repeats are silent."""
 
-    def __init__(self, logger: logging.Logger) -> None:
-        self.log = logger
+    def __init__(self, logger: logging.Logger, clock: Callable[[], float] = time.time) -> None:
+        self.log, self.clock = logger, clock
         self.states: dict[str, str] = {}
+        self.details: dict[str, dict[str, Any]] = {}  # state, since, message, error
 
     def set(self, name: str, state: str, message: str, level: int = logging.WARNING,
             exc_info: bool = False, **extra: Any) -> bool:
@@ -85,8 +94,12 @@ class Conditions:
         """
         previous = self.states.get(name)
         if previous == state:
+            if "error" in extra:  # the latest error of an unchanged state, for /v1/state
+                self.details[name]["error"] = extra["error"]
             return False
         self.states[name] = state
+        self.details[name] = {"state": state, "since": self.clock(), "message": message,
+                              "error": extra.get("error")}
         if previous is None and state == "ok":
             return False
         self.log.log(level, message, exc_info=exc_info,

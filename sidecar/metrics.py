@@ -9,7 +9,10 @@
 | tabletune_sidecar_rebuilds_total | outcome | rebuilds by outcome |
 | tabletune_sidecar_pushes_total | | tables written to the engine (re-pushes included) |
 | tabletune_sidecar_failures_total | kind | scrape_unavailable, scrape_unreadable, push_rejected, ... |
-| tabletune_sidecar_engine_resets_total | | counter resets seen (engine restarts) |
+| tabletune_sidecar_engine_resets_total | | engine restarts seen |
+| tabletune_sidecar_foreign_tables_total | | table changes by someone else (foreign_table events) |
+| tabletune_sidecar_foreign_hold | | 1 while holding off after a foreign table |
+| tabletune_sidecar_last_scrape_age_seconds | | since the last complete scrape (absent before one) |
 | tabletune_sidecar_scrape_seconds | | summary of successful /metrics scrapes |
 | tabletune_sidecar_step_time_drift_ratio | batch_size, k | live step time / profile T |
 | tabletune_sidecar_ready, _estimate_biased | | 1/0 |
@@ -72,7 +75,7 @@ class SidecarCollector:
                                             c.state.drafted.tolist(), strict=True)))
         yield _gauge("tabletune_sidecar_prior_weight", "Weight w of the prior.", [],
                      [([], c.state.w)])
-        engine = c.info.parsed_table() if c.info is not None else None
+        engine = c.engine.info.parsed_table() if c.engine.info is not None else None
         yield _gauge("tabletune_sidecar_table_k", "k per range of the engine's table "
                      "(table=engine) and of the recommended one (table=recommended).",
                      ["table", "batch_size_start", "batch_size_end"],
@@ -83,6 +86,11 @@ class SidecarCollector:
                      [([str(x.batch_size), str(x.k)], x.ratio) for x in c.drift_cells])
         yield _gauge("tabletune_sidecar_ready", "1 when /readyz answers 200.", [],
                      [([], float(probes.ready(c)[0]))])
+        yield _gauge("tabletune_sidecar_foreign_hold", "1 while holding off after someone "
+                     "else changed the engine's table.", [], [([], float(c.engine.holding()))])
+        age = probes.scrape_age_s(c)
+        yield _gauge("tabletune_sidecar_last_scrape_age_seconds", "Seconds since the last "
+                     "complete vLLM /metrics scrape.", [], [] if age is None else [([], age)])
         yield _gauge("tabletune_sidecar_estimate_biased", "1 while counting from vLLM's stock "
                      "counters (no plugin): the estimate is biased low.", [],
                      [([], float(c.source == "stock"))])
@@ -95,8 +103,10 @@ class SidecarCollector:
                        [([], float(s.pushes))])
         yield _counter("tabletune_sidecar_failures", "Failures by kind.", ["kind"],
                        [([k], float(n)) for k, n in sorted(s.failures.items())])
-        yield _counter("tabletune_sidecar_engine_resets", "Engine counter resets seen.", [],
+        yield _counter("tabletune_sidecar_engine_resets", "Engine restarts seen.", [],
                        [([], float(s.resets))])
+        yield _counter("tabletune_sidecar_foreign_tables", "Engine table changes by someone "
+                       "else.", [], [([], float(s.foreign_tables))])
         yield SummaryMetricFamily("tabletune_sidecar_scrape_seconds",
                                   "Duration of successful vLLM /metrics scrapes.",
                                   count_value=s.scrapes, sum_value=s.scrape_seconds)

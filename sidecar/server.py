@@ -3,12 +3,13 @@
 | route | 200 | 503 |
 |---|---|---|
 | GET /healthz | the control loop ticked within 3 of its periods | with the reason |
-| GET /readyz | profile loaded, engine connected, one scrape succeeded | with the reason |
+| GET /readyz | engine connected, a recent complete scrape, admin answering (sidecar/probes.py) | with the reason |
 | GET /metrics | the sidecar's own series (sidecar/metrics.py) | |
-| GET /v1/state | estimator, â, tables, last decision, conditions, bias note | |
+| GET /v1/state | what it last saw, and when: estimator, â, tables, last decision, conditions | |
 
 /healthz is deliberately not tied to vLLM being up: a vLLM restart must not restart the
-sidecar. Probes and /metrics are kept out of the access log.
+sidecar. The access log is off unless ``access_log`` (then on stdout, logger sidecar.access,
+never mixed into the event log on stderr); probes and /metrics are never in it.
 """
 
 from __future__ import annotations
@@ -42,16 +43,37 @@ class _AccessLogger(AbstractAccessLogger):
                                               "seconds": round(time, 6)})
 
 
+def _age(c: Controller, at: float | None) -> float | None:
+    return None if at is None else round(c.clock() - at, 3)
+
+
+def _freshness(c: Controller) -> dict[str, Any]:
+    """When the sidecar last saw vLLM's /metrics and the admin endpoint answer, and the hold."""
+    e = c.engine
+    hold = None if not e.holding() or e.hold_until is None else {
+        "version": e.hold_version, "until": e.hold_until,
+        "remaining_s": round(e.hold_until - c.clock(), 3)}
+    return {"last_scrape_ok_at": c.last_scrape_ok_at,
+            "last_scrape_age_s": _age(c, c.last_scrape_ok_at),
+            "last_admin_ok_at": e.last_ok_at, "admin_age_s": _age(c, e.last_ok_at),
+            "foreign_hold": hold, "foreign_tables_seen": c.stats.foreign_tables,
+            "conditions": dict(c.conditions.states),
+            "condition_details": {name: dict(d) for name, d in c.conditions.details.items()}}
+
+
 def state_of(c: Controller) -> dict[str, Any]:
     """The controller's state as JSON for GET /v1/state."""
-    engine = c.info
+    engine = c.engine.info
+    is_ready, reason = probes.ready(c)
     return {
-        "ready": probes.ready(c)[1], "dry_run": c.settings.dry_run, "source": c.source,
+        "ready": is_ready, "ready_reason": reason, "dry_run": c.settings.dry_run,
+        "source": c.source, **_freshness(c),
         "bias_note": BIAS_NOTE if c.source == "stock" else None,
         "estimator": c.state.to_dict(),
         "a_hat": estimate(c.state).tolist(),
         "steps_since_rebuild": c.steps_since_rebuild,
         "explore_steps_seen": c.stats.explore_steps,
+        "transition_steps_seen": c.stats.transition_steps,
         "rebuild_every_steps": c.settings.rebuild_every_steps,
         "allowed_k": sorted(c.allowed_k) if c.allowed_k is not None else "all",
         "engine_table": engine.table if engine is not None else None,
@@ -60,7 +82,6 @@ def state_of(c: Controller) -> dict[str, Any]:
         "last_decision": (c.last_decision.model_dump(mode="json")
                           if c.last_decision is not None else None),
         "drift": [cell.model_dump() for cell in c.drift_cells],
-        "conditions": dict(c.conditions.states),
     }
 
 
@@ -92,9 +113,9 @@ def build_app(controller: Controller) -> web.Application:
 async def serve(controller: Controller, host: str, port: int, stop: asyncio.Event,
                 on_bound: Callable[[int], None] | None = None) -> None:
     """Serve until ``stop`` is set; ``on_bound(port)`` once listening (port 0: a free one)."""
+    access = logging.getLogger("sidecar.access") if controller.settings.access_log else None
     runner = web.AppRunner(build_app(controller), handle_signals=False, shutdown_timeout=0.5,
-                           access_log_class=_AccessLogger,
-                           access_log=logging.getLogger("sidecar.access"))
+                           access_log_class=_AccessLogger, access_log=access)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)

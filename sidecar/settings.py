@@ -30,7 +30,7 @@ class SidecarSettings(BaseSettings):
     admin_url: str = Field("http://127.0.0.1:8500", description="plugin admin endpoint (table, policy)")
     admin_token: SecretStr | None = Field(None, description="bearer token for the admin endpoint")
     admin_token_file: Path | None = Field(None, description="file holding the admin token")
-    model_name: str | None = Field(None, description="only read series with this model_name label")
+    model_name: str | None = Field(None, description="vLLM's served model name (its /metrics label model_name): only those series are read; checked against the engine at start")
     interval_s: float = Field(1.0, gt=0, description="seconds between scrapes")
     rebuild_every_steps: int = Field(200, ge=1, description="rebuild after this many engine steps")
     prior_weight: float = Field(2000.0, ge=0, description="w: the prior counts as w observations")
@@ -43,11 +43,14 @@ class SidecarSettings(BaseSettings):
     listen_host: str = Field("127.0.0.1", description="bind address of the sidecar's own HTTP server")
     listen_port: int = Field(9109, ge=0, le=65535, description="port of /healthz, /readyz, /metrics, /v1/state")
     checkpoint: Path | None = Field(None, description="estimator state file, written atomically after every rebuild")
+    foreign_hold_s: float = Field(300.0, ge=0, description="after someone else changes the engine's table: only recommend for this long, then push again (0: reassert ours at once)")
     drift_warn: float = Field(0.15, ge=0, description="warn when live steps are this much slower than the profile")
     timeout_s: float = Field(2.0, gt=0, description="timeout of every request to vLLM or the plugin")
+    max_metrics_bytes: int = Field(4 * 1024 * 1024, ge=64 * 1024, description="largest /metrics (or admin) reply read; a larger one is refused unparsed (vLLM's is ~50-70 KB)")
     retry_attempts: int = Field(3, ge=1, le=10, description="tries per admin request (connection errors, timeouts, 5xx; never 4xx)")
     backoff_max_s: float = Field(10.0, gt=0, description="longest pause between scrapes while vLLM keeps failing")
     log_format: Literal["json", "plain"] = Field("json", description="log line format")
+    access_log: bool = Field(False, description="log requests to the sidecar's own HTTP server (not probes or /metrics) on stdout; the event log on stderr never has them")
 
     @model_validator(mode="after")
     def _check(self) -> SidecarSettings:
@@ -100,6 +103,18 @@ def from_args(args: argparse.Namespace) -> SidecarSettings:
         value = given.get(name, os.environ.get(ENV_PREFIX + name.upper(), error.get("input")))
         shown = "" if name.startswith("admin_token") and name != "admin_token_file" else f"={value!r}"
         raise InvalidInput(f"{where}{shown}: {error['msg']}; see `tabletune sidecar --help`") from None
+
+
+def flags_table() -> str:
+    """The Markdown table of flags in docs/sidecar.md, generated from the fields (a test
+    keeps the two equal)."""
+    rows = ["| flag | env | default | meaning |", "|---|---|---|---|"]
+    for name, info in SidecarSettings.model_fields.items():
+        default = ("required" if info.is_required() else
+                   "" if info.default is None else f"`{info.default}`")
+        rows.append(f"| `{flag(name)}` | `{ENV_PREFIX}{name.upper()}` |"
+                    f"{' ' + default if default else ''} | {info.description} |")
+    return "\n".join(rows) + "\n"
 
 
 def parser() -> argparse.ArgumentParser:

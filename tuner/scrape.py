@@ -14,20 +14,26 @@ TableTune plugin series (optional; absent means the plugin is not loaded):
     vllm:spec_decode_num_draft_tokens_per_pos_total{position}
     tabletune_accepted_tokens_per_pos_total{position}   (preferred over vLLM's accepted series:
         counted in the same place as the drafted series above, while vLLM's lags slightly)
-    tabletune_explore_steps_total
+    tabletune_explore_steps_total, tabletune_transition_steps_total
     tabletune_engine_steps_total{k}, tabletune_request_steps_total{k},
-    tabletune_step_seconds_total{batch_size,k}, tabletune_steps_timed_total{batch_size,k},
-    tabletune_table_version (gauge)
+    tabletune_step_seconds_total{batch_size,k}, tabletune_steps_timed_total{batch_size,k}
+        (steady steps only: verified k == drafted k)
+    tabletune_table_version, tabletune_stats_age_seconds, tabletune_engine_started_at_seconds
+        (gauges: the age of the plugin values served, 0 when fresh; the engine's start time)
 
 The per-position deltas are the accepted_i and drafted_i of the estimator's
 â_i = (w·a_i^prior + accepted_i) / (w + drafted_i) (eq. â, sidecar/estimator.py).
+
+Every outcome of :func:`parse` is a Snapshot or a ScrapeError, whatever the text: values must be
+finite counts in [0, MAX_VALUE], integer labels plain digits, and the wanted lines are bounded
+(MAX_LINE_CHARS, MAX_WANTED_CHARS) so a hostile body cannot stall the caller's event loop.
+Whether two snapshots may be subtracted, and their difference, is sidecar/interval.py's.
 
 Pure: takes text, returns values.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -38,7 +44,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tuner.errors import ScrapeError
 
-__all__ = ["Snapshot", "SnapshotDelta", "delta", "is_reset", "parse"]
+__all__ = ["Snapshot", "parse"]
 
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 PLUGIN_ACCEPTED_PER_POS = "tabletune_accepted_tokens_per_pos_total"
@@ -53,15 +59,28 @@ STEP_SECONDS = "tabletune_step_seconds_total"
 STEPS_TIMED = "tabletune_steps_timed_total"
 TABLE_VERSION = "tabletune_table_version"
 EXPLORE_STEPS = "tabletune_explore_steps_total"
+TRANSITION_STEPS = "tabletune_transition_steps_total"
+STATS_AGE = "tabletune_stats_age_seconds"
+ENGINE_STARTED_AT = "tabletune_engine_started_at_seconds"
 WANTED = frozenset({ACCEPTED_PER_POS, PLUGIN_ACCEPTED_PER_POS, DRAFTED_PER_POS, NUM_DRAFTS,
                     NUM_DRAFT_TOKENS, NUM_ACCEPTED_TOKENS, NUM_REQUESTS_RUNNING, ENGINE_STEPS,
-                    REQUEST_STEPS, STEP_SECONDS, STEPS_TIMED, TABLE_VERSION, EXPLORE_STEPS})
+                    REQUEST_STEPS, STEP_SECONDS, STEPS_TIMED, TABLE_VERSION, EXPLORE_STEPS,
+                    TRANSITION_STEPS, STATS_AGE, ENGINE_STARTED_AT})
 
 # A line of a wanted sample. vLLM's body is ~50 KB, mostly histograms; prometheus_client's parser
 # took 7.0 ms for all of it, 0.43 ms for these lines alone (benchmarks/overhead.py, scrape_parse).
 _WANTED_LINE = re.compile(r"^[ \t]*(?:%s)[{ \t].*$" % "|".join(map(re.escape, sorted(WANTED))), re.M)
+# Bounds on what is handed to prometheus_client's parser (pure Python, ~0.5 µs a byte; 10 MB of
+# wanted lines took 5-6 s). A real wanted line is < 300 chars; a GPU engine with max_num_seqs=1024
+# has ~2,600 of them (step-time cells), ~280 KB.
+MAX_LINE_CHARS = 4096
+MAX_WANTED_CHARS = 1 << 20
+HEAD_CHARS = 1 << 16  # a body without wanted lines: only its head is parsed, to name garbage
+# Counts beyond 2**53 are no longer exact in a float: no real counter gets there.
+MAX_VALUE = float(2**53)
+_INT_LABEL = re.compile(r"[0-9]{1,9}")
 
-# (name, label values, value) for every wanted sample, grouped by name
+# (labels, value) for every wanted sample, grouped by name
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 
 
@@ -70,7 +89,9 @@ class Snapshot:
     """The counters of one scrape, summed over engines; positions are 0-based.
 
     ``accepted_per_pos`` is the plugin's exact series when present, else vLLM's own
-    (``accepted_source`` says which).
+    (``accepted_source`` says which); ``stock_accepted_per_pos`` is always vLLM's.
+    Gauges over several engines: ``table_version`` and ``engine_started_at`` take the max
+    (the newest), ``stats_age_s`` the max (the stalest).
     """
 
     accepted_per_pos: tuple[float, ...]
@@ -85,6 +106,10 @@ class Snapshot:
     table_version: int | None = None
     explore_steps: float | None = None
     accepted_source: Literal["plugin", "stock"] = "stock"
+    stock_accepted_per_pos: tuple[float, ...] = ()
+    transition_steps: float | None = None
+    stats_age_s: float | None = None
+    engine_started_at: float | None = None
 
     @property
     def has_plugin(self) -> bool:
@@ -92,59 +117,70 @@ class Snapshot:
         return self.drafted_per_pos is not None
 
 
-@dataclass(slots=True, frozen=True)
-class SnapshotDelta:
-    """Counter increments between two snapshots of the same engine run."""
+# -- parsing -------------------------------------------------------------------------------
 
-    accepted_per_pos: tuple[float, ...]
-    drafted_per_pos: tuple[float, ...] | None
-    num_drafts: float
-    num_draft_tokens: float
-    num_accepted_tokens: float
-    engine_steps: dict[int, float]
-    request_steps: dict[int, float]
-    step_time: dict[tuple[int, int], tuple[float, float]]
-    explore_steps: float = 0.0
+def _wanted_text(text: str) -> str:
+    """The wanted lines, bounded; a body with none of them gives its head (to name garbage)."""
+    lines, total = [], 0
+    for m in _WANTED_LINE.finditer(text):
+        size = m.end() - m.start()
+        if size > MAX_LINE_CHARS:
+            raise ScrapeError(f"{m.group(0)[:80]}...: a line of {size} chars (> {MAX_LINE_CHARS}); "
+                              "is engine_url a vLLM /metrics?")
+        total += size + 1
+        if total > MAX_WANTED_CHARS:
+            raise ScrapeError(f"more than {MAX_WANTED_CHARS} chars of TableTune's series; is "
+                              "engine_url a vLLM /metrics?")
+        lines.append(m.group(0))
+    if lines:
+        return "\n".join(lines) + "\n"
+    head = text[:HEAD_CHARS]
+    return head if len(text) <= HEAD_CHARS else head[: head.rfind("\n") + 1]
 
 
-def _collect(text: str, model_name: str | None) -> Samples:
-    """Wanted samples from the exposition; ScrapeError on text prometheus cannot parse."""
+def _value(name: str, labels: Mapping[str, str], raw: float | int) -> float:
+    """A sample's value as a float count: finite, >= 0 and <= MAX_VALUE, else ScrapeError."""
+    # prometheus_client gives an int for integer text (any number of digits): compare first
+    if not (isinstance(raw, int | float) and 0 <= raw <= MAX_VALUE):  # NaN fails this too
+        shown = str(raw) if not isinstance(raw, int) or raw < 10**20 else f"{str(raw)[:20]}..."
+        raise ScrapeError(f"{name}{dict(labels)}: value {shown} is not a finite count in "
+                          f"[0, 2**53]")
+    return float(raw)
+
+
+def _collect(text: str, model_name: str | None) -> tuple[Samples, set[str]]:
+    """Wanted samples, and the other model_name values seen; ScrapeError on unreadable text."""
     samples: Samples = defaultdict(list)
+    others: set[str] = set()
     seen: set[tuple[str, frozenset[tuple[str, str]]]] = set()
-    # Only the wanted lines are parsed (samples are matched by name, with or without # TYPE);
-    # a body with none of them is parsed whole, so garbage is still called what it is.
-    wanted = "\n".join(m.group(0) for m in _WANTED_LINE.finditer(text))
     try:
-        for family in text_string_to_metric_families(wanted + "\n" if wanted else text):
+        for family in text_string_to_metric_families(_wanted_text(text)):
             for sample in family.samples:
                 if sample.name not in WANTED:
                     continue
                 # series without a model_name label (e.g. the plugin's) always pass
-                if model_name is not None and sample.labels.get("model_name",
-                                                                model_name) != model_name:
+                label = sample.labels.get("model_name", model_name)
+                if model_name is not None and label != model_name:
+                    others.add(str(label))
                     continue
                 key = (sample.name, frozenset(sample.labels.items()))
                 if key in seen:
                     raise ScrapeError(f"{sample.name}{sample.labels}: duplicate series")
                 seen.add(key)
-                samples[sample.name].append((sample.labels, float(sample.value)))
-    except (ValueError, TypeError, IndexError, KeyError) as exc:
-        raise ScrapeError(f"not Prometheus text: {exc}") from exc
-    for name, series in samples.items():
-        for labels, value in series:
-            if not math.isfinite(value) or value < 0:
-                raise ScrapeError(f"{name}{labels}: value {value} is not a finite count >= 0")
-    return samples
+                value = _value(sample.name, sample.labels, sample.value)
+                samples[sample.name].append((sample.labels, value))
+    except (ValueError, TypeError, IndexError, KeyError, OverflowError) as exc:
+        raise ScrapeError(f"not Prometheus text: {str(exc)[:200]}") from exc
+    return samples, others
 
 
 def _int_label(name: str, labels: Mapping[str, str], label: str) -> int:
-    """An integer label value, e.g. position="2"; ScrapeError if missing or not an int."""
+    """An integer label value, e.g. position="2"; ScrapeError if missing or not plain digits."""
     raw = labels.get(label, "")
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise ScrapeError(f"{name}{dict(labels)}: label {label}={raw!r} is not an "
-                          "integer") from exc
+    if not _INT_LABEL.fullmatch(raw):
+        raise ScrapeError(f"{name}{dict(labels)}: label {label}={raw[:40]!r} is not an integer "
+                          "(0-9, at most 9 digits)")
+    return int(raw)
 
 
 def _by_label(name: str, series: Iterable[tuple[dict[str, str], float]],
@@ -163,31 +199,40 @@ def _per_position(name: str, samples: Samples) -> tuple[float, ...] | None:
     totals = _by_label(name, samples[name], ("position",))
     positions = sorted(position for (position,) in totals)
     if positions != list(range(len(positions))):
-        raise ScrapeError(f"{name}: positions {positions} are not 0..{len(positions) - 1}; "
+        shown = positions if len(positions) <= 10 else [*positions[:10], "..."]
+        raise ScrapeError(f"{name}: positions {shown} are not 0..{len(positions) - 1}; "
                           "a position is missing")
     return tuple(totals[(position,)] for position in positions)
 
 
 def _total(name: str, samples: Samples) -> float | None:
-    """A counter or gauge summed over engines; None if absent."""
+    """A counter summed over engines; None if absent."""
     if name not in samples:
         return None
     return sum(value for _, value in samples[name])
 
 
-def _required(name: str, samples: Samples, model_name: str | None) -> float:
+def _newest(name: str, samples: Samples) -> float | None:
+    """A gauge over engines: the largest value; None if absent."""
+    return max((value for _, value in samples[name]), default=None) if name in samples else None
+
+
+def _required(name: str, samples: Samples, model_name: str | None, others: set[str]) -> float:
     """A stock vLLM counter summed over engines; ScrapeError if absent."""
     total = _total(name, samples)
     if total is None:
-        raise ScrapeError(_missing(name, model_name))
+        raise ScrapeError(_missing(name, model_name, others))
     return total
 
 
-def _missing(name: str, model_name: str | None) -> str:
+def _missing(name: str, model_name: str | None, others: set[str]) -> str:
     """The message for a required series that is not in the body."""
-    scope = "" if model_name is None else f" for model_name={model_name!r}"
-    return (f"{name}: missing{scope}; is this vLLM with speculative decoding on"
-            f"{'' if model_name is None else ' and that model served'}?")
+    if model_name is None:
+        return f"{name}: missing; is this vLLM with speculative decoding on?"
+    served = ", ".join(repr(o) for o in sorted(others)[:5])
+    hint = (f"; the engine serves model_name={served}: pass that as --model-name" if others
+            else "; is this vLLM with speculative decoding on and that model served?")
+    return f"{name}: missing for model_name={model_name!r}{hint}"
 
 
 def _step_time(samples: Samples) -> dict[tuple[int, int], tuple[float, float]]:
@@ -198,98 +243,44 @@ def _step_time(samples: Samples) -> dict[tuple[int, int], tuple[float, float]]:
             for key in sorted(seconds.keys() | counts.keys())}
 
 
+def _per_k(name: str, samples: Samples) -> dict[int, float]:
+    return {k: v for (k,), v in _by_label(name, samples.get(name, []), ("k",)).items()}
+
+
+def _version(samples: Samples) -> int | None:
+    version = _newest(TABLE_VERSION, samples)
+    if version is not None and not version.is_integer():
+        raise ScrapeError(f"{TABLE_VERSION}: value {version} is not an integer")
+    return None if version is None else int(version)
+
+
 def parse(text: str, model_name: str | None = None) -> Snapshot:
     """Read one /metrics body; sum over engines, optionally only for ``model_name``."""
-    samples = _collect(text, model_name)
-    accepted = _per_position(ACCEPTED_PER_POS, samples)
-    if accepted is None:
-        raise ScrapeError(_missing(ACCEPTED_PER_POS, model_name))
+    samples, others = _collect(text, model_name)
+    stock = _per_position(ACCEPTED_PER_POS, samples)
+    if stock is None:
+        raise ScrapeError(_missing(ACCEPTED_PER_POS, model_name, others))
     for name in (DRAFTED_PER_POS, PLUGIN_ACCEPTED_PER_POS):
         series = _per_position(name, samples)
-        if series is not None and len(series) != len(accepted):
+        if series is not None and len(series) != len(stock):
             raise ScrapeError(f"{name}: {len(series)} positions but "
-                              f"{ACCEPTED_PER_POS} has {len(accepted)}; they must match")
-    drafted = _per_position(DRAFTED_PER_POS, samples)
+                              f"{ACCEPTED_PER_POS} has {len(stock)}; they must match")
     exact = _per_position(PLUGIN_ACCEPTED_PER_POS, samples)
-    version = _total(TABLE_VERSION, samples)
     return Snapshot(
-        accepted_per_pos=accepted if exact is None else exact,
-        drafted_per_pos=drafted,
-        num_drafts=_required(NUM_DRAFTS, samples, model_name),
-        num_draft_tokens=_required(NUM_DRAFT_TOKENS, samples, model_name),
-        num_accepted_tokens=_required(NUM_ACCEPTED_TOKENS, samples, model_name),
+        accepted_per_pos=stock if exact is None else exact,
+        drafted_per_pos=_per_position(DRAFTED_PER_POS, samples),
+        num_drafts=_required(NUM_DRAFTS, samples, model_name, others),
+        num_draft_tokens=_required(NUM_DRAFT_TOKENS, samples, model_name, others),
+        num_accepted_tokens=_required(NUM_ACCEPTED_TOKENS, samples, model_name, others),
         num_requests_running=_total(NUM_REQUESTS_RUNNING, samples),
-        engine_steps={k: v for (k,), v in
-                      _by_label(ENGINE_STEPS, samples.get(ENGINE_STEPS, []), ("k",)).items()},
-        request_steps={k: v for (k,), v in
-                       _by_label(REQUEST_STEPS, samples.get(REQUEST_STEPS, []),
-                                 ("k",)).items()},
+        engine_steps=_per_k(ENGINE_STEPS, samples),
+        request_steps=_per_k(REQUEST_STEPS, samples),
         step_time=_step_time(samples),
-        table_version=None if version is None else int(version),
+        table_version=_version(samples),
         explore_steps=_total(EXPLORE_STEPS, samples),
         accepted_source="stock" if exact is None else "plugin",
+        stock_accepted_per_pos=stock,
+        transition_steps=_total(TRANSITION_STEPS, samples),
+        stats_age_s=_newest(STATS_AGE, samples),
+        engine_started_at=_newest(ENGINE_STARTED_AT, samples),
     )
-
-
-def _monotone_pairs(snapshot: Snapshot) -> dict[str, float]:
-    """Every monotone counter of a snapshot, flattened to name -> value for comparison."""
-    pairs = {"num_drafts": snapshot.num_drafts, "num_draft_tokens": snapshot.num_draft_tokens,
-             "num_accepted_tokens": snapshot.num_accepted_tokens}
-    pairs.update({f"accepted[{i}]": v for i, v in enumerate(snapshot.accepted_per_pos)})
-    pairs.update({f"drafted[{i}]": v for i, v in enumerate(snapshot.drafted_per_pos or ())})
-    pairs.update({f"engine_steps[{k}]": v for k, v in snapshot.engine_steps.items()})
-    pairs.update({f"request_steps[{k}]": v for k, v in snapshot.request_steps.items()})
-    if snapshot.explore_steps is not None:
-        pairs["explore_steps"] = snapshot.explore_steps
-    for (B, k), (seconds, count) in snapshot.step_time.items():
-        pairs[f"step_seconds[{B},{k}]"] = seconds
-        pairs[f"steps_timed[{B},{k}]"] = count
-    return pairs
-
-
-def is_reset(prev: Snapshot, cur: Snapshot) -> bool:
-    """True if the engine restarted between the scrapes: a counter went down or vanished.
-
-    A changed number of positions (a new num_speculative_tokens) or the plugin appearing or
-    vanishing (or the accepted series switching source) also means a new engine run.
-    ``table_version`` is a gauge: not compared.
-    """
-    if (prev.has_plugin != cur.has_plugin or prev.accepted_source != cur.accepted_source
-            or len(prev.accepted_per_pos) != len(cur.accepted_per_pos)):
-        return True
-    before, after = _monotone_pairs(prev), _monotone_pairs(cur)
-    return any(name not in after or after[name] < value for name, value in before.items())
-
-
-def delta(prev: Snapshot, cur: Snapshot) -> SnapshotDelta:
-    """cur - prev for every counter; ScrapeError after a reset (check :func:`is_reset`)."""
-    if is_reset(prev, cur):
-        raise ScrapeError("counters went down between scrapes (vLLM restarted?); "
-                          "discard prev and start from cur")
-    drafted = None
-    if prev.drafted_per_pos is not None and cur.drafted_per_pos is not None:
-        drafted = _diff(cur.drafted_per_pos, prev.drafted_per_pos)
-    return SnapshotDelta(
-        accepted_per_pos=_diff(cur.accepted_per_pos, prev.accepted_per_pos),
-        drafted_per_pos=drafted,
-        num_drafts=cur.num_drafts - prev.num_drafts,
-        num_draft_tokens=cur.num_draft_tokens - prev.num_draft_tokens,
-        num_accepted_tokens=cur.num_accepted_tokens - prev.num_accepted_tokens,
-        engine_steps=_diff_map(cur.engine_steps, prev.engine_steps),
-        request_steps=_diff_map(cur.request_steps, prev.request_steps),
-        step_time={key: (s - prev.step_time.get(key, (0.0, 0.0))[0],
-                         c - prev.step_time.get(key, (0.0, 0.0))[1])
-                   for key, (s, c) in cur.step_time.items()},
-        explore_steps=(0.0 if prev.explore_steps is None or cur.explore_steps is None
-                       else cur.explore_steps - prev.explore_steps),
-    )
-
-
-def _diff(cur: tuple[float, ...], prev: tuple[float, ...]) -> tuple[float, ...]:
-    """Element-wise cur - prev."""
-    return tuple(c - p for c, p in zip(cur, prev, strict=True))
-
-
-def _diff_map(cur: Mapping[int, float], prev: Mapping[int, float]) -> dict[int, float]:
-    """cur - prev per key; keys new in cur count from 0 (a k first used since prev)."""
-    return {key: value - prev.get(key, 0.0) for key, value in cur.items()}

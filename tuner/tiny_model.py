@@ -10,7 +10,9 @@ What each is for:
   continuation the random model keeps repeating);
 - random-token prompts make low acceptance (ngram finds no match, the drafter guesses wrong).
 
-Everything is deterministic from `seed`: the same seed writes byte-identical weights.
+Everything is deterministic from `seed`: the same seed writes byte-identical weights. The
+tokenizer has a plain chat template (`role: content` lines), so vLLM's /v1/chat/completions
+answers too; a model cached before it had one gets it on the next build().
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tuner.files import write_atomic
 
 TARGET_SHAPE: dict[str, Any] = dict(hidden_size=512, intermediate_size=1376, num_hidden_layers=4,
                     num_attention_heads=4, num_key_value_heads=2)
@@ -31,6 +35,12 @@ SPECIAL_TOKENS = ["<unk>", "<s>", "</s>"]
 BIGRAM_SEED = 1234   # shared by target and drafter: they must agree on f(t)
 BIGRAM_LOGIT = 6.0
 LAYER_OUTPUT_SCALE = 0.25  # quieter layers: context nudges the logits, the bigram decides
+# one "role: content" line per message, then "assistant: " to generate from
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{- message['role'] + ': ' + message['content'] + '\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- 'assistant: ' -}}{%- endif -%}")
 _WORDS = ("def class return import self for in if else while yield with as lambda try except "
           "value index count total batch step token draft accept reject table range start end "
           "model engine table speed time size queue request server client load table goodput").split()
@@ -123,6 +133,18 @@ def _save_model(out: Path, tokenizer: Any, shape: dict[str, Any], seed: int) -> 
     fast.save_pretrained(out)
     (out / "generation_config.json").write_text(
         json.dumps({"bos_token_id": 1, "eos_token_id": 2, "do_sample": False}))
+    add_chat_template(out)
+
+
+def add_chat_template(model_dir: Path) -> bool:
+    """Save CHAT_TEMPLATE beside the tokenizer (chat_template.jinja, where transformers looks)
+    unless the model has a template already; True if it wrote one."""
+    config = model_dir / "tokenizer_config.json"
+    has_one = (model_dir / "chat_template.jinja").exists() or (
+        config.exists() and "chat_template" in json.loads(config.read_text()))
+    if not has_one:
+        write_atomic(model_dir / "chat_template.jinja", CHAT_TEMPLATE)
+    return not has_one
 
 
 def build(out_dir: Path, seed: int = 0, force: bool = False) -> ModelPaths:
@@ -132,6 +154,8 @@ def build(out_dir: Path, seed: int = 0, force: bool = False) -> ModelPaths:
     done = all((p / "model.safetensors").exists() and (p / "tokenizer.json").exists()
                for p in (paths.target, paths.drafter))
     if done and not force:
+        for path in (paths.target, paths.drafter):  # cached before the template existed
+            add_chat_template(path)
         return paths
     tokenizer = _train_tokenizer(seed)
     _save_model(paths.target, tokenizer, TARGET_SHAPE, seed)

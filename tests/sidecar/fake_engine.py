@@ -29,12 +29,13 @@ TUNED = [[1, 8, 3], [9, 16, 1]]
 
 
 def make_profile(K: int = 3, max_num_seqs: int = 16, a: tuple[float, ...] = (0.9, 0.8, 0.7),
-                 model: str = "tiny") -> Profile:
+                 model: str = "tiny", served_model_name: str | None = None) -> Profile:
     cells = [Cell(B=B, k=k, client_ms=float(ms[k]), engine_ms=float(ms[k]), wall_s=1.0)
              for B, ms in STEP_MS.items() for k in range(K + 1)]
     return Profile(
         created_at=time.time(), grid=GRID, decode_tokens=32, repeats=1, cells=cells,
-        engine=EngineInfo(hardware="test", vllm_version="0.32.0", model=model, method="ngram",
+        engine=EngineInfo(hardware="test", vllm_version="0.32.0", model=model,
+                          served_model_name=served_model_name, method="ngram",
                           num_speculative_tokens=K, max_num_seqs=max_num_seqs),
         acceptance=AcceptanceMeasurement(a=list(a), accepted=[0] * K, drafted=[0] * K,
                                          source="plugin", num_prompts=1, temperature=0.0,
@@ -63,7 +64,8 @@ class FakeEngine:
     table: list[list[int]] = field(default_factory=lambda: [list(r) for r in STARTUP])
     version: int = 1
     plugin: bool = True
-    metrics_fault: str | None = None   # 500 | truncate | cut | garbage | hang | missing
+    # 500 | truncate | cut | garbage | hang | missing | overflow | huge
+    metrics_fault: str | None = None
     admin_status: int | None = None    # force this status on admin PUTs (e.g. 422, 500)
     admin_down: bool = False           # 503 on every admin request
     url: str = ""
@@ -71,6 +73,13 @@ class FakeEngine:
     policy_puts: list[Any] = field(default_factory=list)
     auth_headers: list[str] = field(default_factory=list)
     metrics_gets: int = 0
+    served_model_name: str = "tiny"  # vLLM's --served-model-name (its model_name label)
+    hanging: asyncio.Event = field(default_factory=asyncio.Event)  # a /metrics hang began
+    hang_over: asyncio.Event = field(default_factory=asyncio.Event)  # ... and answered
+    # the plugin's freshness gauges (None: a plugin that predates them)
+    started_at: float | None = 1_795_950_000.0
+    stats_age_s: float | None = 0.0
+    stalled: list[str] | None = None  # plugin lines served while its stats fetch fails
 
     def __post_init__(self) -> None:
         table = self.table
@@ -87,6 +96,20 @@ class FakeEngine:
         self.engine_steps: dict[int, float] = {}
         self.step_time: dict[tuple[int, int], list[float]] = {}
         self.table, self.version = [list(r) for r in STARTUP], 1
+        if self.started_at is not None:  # a new start time (the plugin's gauge)
+            self.started_at += 1000.0
+
+    def operator_put(self, table: list[list[int]]) -> None:
+        """Someone else writes the table (an operator's PUT /v1/table)."""
+        self.table, self.version = [list(r) for r in table], self.version + 1
+
+    def stall(self, age_s: float) -> None:
+        """The plugin's collector serves its last good values, ``age_s`` old (its fetch fails)."""
+        self.stats_age_s = age_s
+        self.stalled = self._plugin_lines(self._labels())
+
+    def unstall(self) -> None:
+        self.stalled, self.stats_age_s = None, 0.0
 
     def run(self, steps: int, a: tuple[float, ...] = (0.9, 0.8, 0.7), B: int = 4,
             step_ms: float | None = None) -> None:
@@ -104,8 +127,11 @@ class FakeEngine:
             cell[1] += steps
 
     # -- exposition ----------------------------------------------------------------------------
+    def _labels(self) -> str:
+        return f'engine="0",model_name="{self.served_model_name}"'
+
     def metrics_text(self) -> str:
-        base = 'engine="0",model_name="tiny"'
+        base = self._labels()
         lines = [
             "# TYPE vllm:spec_decode_num_drafts_total counter",
             f"vllm:spec_decode_num_drafts_total{{{base}}} {self.num_drafts}",
@@ -115,7 +141,7 @@ class FakeEngine:
         lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{base},position="{i}"}} '
                   f"{v}" for i, v in enumerate(self.stock_accepted)]
         if self.plugin:
-            lines += self._plugin_lines(base)
+            lines += self.stalled if self.stalled is not None else self._plugin_lines(base)
         return "\n".join(lines) + "\n"
 
     def _plugin_lines(self, base: str) -> list[str]:
@@ -132,6 +158,10 @@ class FakeEngine:
                          f"{count}")
         lines.append(f"tabletune_explore_steps_total{{{base}}} 0")
         lines.append(f"tabletune_table_version{{{base}}} {self.version}")
+        if self.started_at is not None:
+            lines.append(f"tabletune_engine_started_at_seconds{{{base}}} {self.started_at}")
+        if self.stats_age_s is not None:
+            lines.append(f"tabletune_stats_age_seconds{{{base}}} {self.stats_age_s}")
         return lines
 
     # -- handlers ----------------------------------------------------------------------------
@@ -141,12 +171,18 @@ class FakeEngine:
         if fault == "500":
             return web.Response(status=500, text="Internal Server Error")
         if fault == "hang":
-            await asyncio.sleep(30)
+            self.hanging.set()
+            await asyncio.sleep(60)
+            self.hang_over.set()
         if fault == "garbage":
             return web.Response(body=b"\x00\xff<html>502 Bad Gateway</html> {{{\n")
         if fault == "missing":
             text = "\n".join(line for line in text.splitlines()
                              if "accepted_tokens_per_pos" not in line) + "\n"
+        if fault == "overflow":  # two versions that once summed to inf (int(inf) crashed)
+            text += "".join(f'tabletune_table_version{{engine="{e}"}} 1.7e308\n' for e in (1, 2))
+        if fault == "huge":  # larger than any vLLM body: refused before it is parsed
+            text += "# padding\n" * 10_000
         if fault == "cut":  # a body cut mid-line but delivered completely
             text = text[: len(text) // 2]
         if fault == "truncate":  # the connection dies mid-body
@@ -180,6 +216,13 @@ class FakeEngine:
         self.table, self.version = body["table"], self.version + 1
         return web.json_response(self._table_reply())
 
+    async def get_stats(self, request: web.Request) -> web.Response:
+        if self.admin_down:
+            return web.json_response({"error": "down"}, status=503)
+        return web.json_response({"model_name": self.served_model_name, "started_at": 0.0,
+                                  "num_speculative_tokens": self.K,
+                                  "max_num_seqs": self.max_num_seqs})
+
     async def put_policy(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.policy_puts.append(body)
@@ -198,6 +241,7 @@ async def running(engine: FakeEngine | None = None) -> AsyncIterator[FakeEngine]
     app.router.add_get("/v1/table", engine.get_table)
     app.router.add_put("/v1/table", engine.put_table)
     app.router.add_put("/v1/policy", engine.put_policy)
+    app.router.add_get("/v1/stats", engine.get_stats)
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.1, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

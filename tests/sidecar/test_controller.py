@@ -7,7 +7,8 @@ produce on demand (500s, truncated bodies, garbage, hangs, resets, 4xx) are exer
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sidecar import checkpoint
+from sidecar import checkpoint, compat
 from sidecar.controller import Controller
 from sidecar.decision import BIAS_NOTE
 from sidecar.probes import ready
@@ -31,20 +32,22 @@ from tests.sidecar.fake_engine import (
     write_profile,
 )
 from tuner.engine_client import EngineClient
-from tuner.errors import ProfileMismatch
+from tuner.errors import InvalidInput, ProfileMismatch
 from tuner.profile import load
 
 
 @asynccontextmanager
 async def controller_for(engine: FakeEngine, tmp_path: Path, admin_url: str | None = None,
                          profile: dict[str, Any] | None = None,
+                         clock: Callable[[], float] = time.time,
                          **overrides: Any) -> AsyncIterator[tuple[Controller, FakeEngine]]:
     async with running(engine) as fake:
         path = write_profile(tmp_path / "profile.json", **(profile or {}))
         s = settings(path, fake.url, admin_url, **overrides)
         async with EngineClient(s.engine_url, s.admin_url, s.token(), s.timeout_s,
-                                s.retry_attempts, max_wait_s=0.05) as client:
-            yield Controller(s, load(path), client), fake
+                                s.retry_attempts, max_wait_s=0.05,
+                                max_body_bytes=s.max_metrics_bytes) as client:
+            yield Controller(s, load(path), client, clock), fake
 
 
 def records(caplog: pytest.LogCaptureFixture, condition: str) -> list[logging.LogRecord]:
@@ -76,7 +79,7 @@ async def test_rebuild_pushes_the_profile_table_with_the_token(tmp_path: Path) -
         gains = {(g.batch_size_start, g.batch_size_end): g.gain for g in decision.gains}
         assert gains[(9, 16)] == pytest.approx(0.0)
         assert gains[(1, 8)] > 0
-        assert c.info is not None and c.info.version == 2
+        assert c.engine.info is not None and c.engine.info.version == 2
 
 
 async def test_no_push_when_the_engine_already_runs_the_table(tmp_path: Path) -> None:
@@ -155,11 +158,12 @@ async def test_without_dry_run_the_admin_endpoint_is_awaited(tmp_path: Path) -> 
 
 # --- faults ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("fault", ["500", "truncate", "cut", "garbage", "hang", "missing"])
+@pytest.mark.parametrize("fault", ["500", "truncate", "cut", "garbage", "hang", "missing",
+                                   "overflow", "huge"])
 async def test_metrics_faults_never_crash_and_log_once(tmp_path: Path, fault: str,
                                                        caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, "sidecar")
-    async with controller_for(FakeEngine(), tmp_path) as (c, fake):
+    async with controller_for(FakeEngine(), tmp_path, max_metrics_bytes=64 * 1024) as (c, fake):
         await rebuild_once(c, fake)
         fake.metrics_fault = fault
         for _ in range(3):
@@ -181,7 +185,8 @@ async def test_vllm_down_is_not_a_crash(tmp_path: Path) -> None:
         c.client.engine_url = c.settings.engine_url
         assert await c.tick() is None
         assert c.stats.failures["scrape_unavailable"] == 1
-        assert ready(c)[0] is False and "no successful scrape" in ready(c)[1]
+        assert ready(c) == (False, f"no complete scrape of {c.settings.engine_url}/metrics yet "
+                                   "(the last one: unavailable)")
 
 
 async def test_a_4xx_is_logged_with_its_reason_and_not_retried(tmp_path: Path) -> None:
@@ -191,7 +196,7 @@ async def test_a_4xx_is_logged_with_its_reason_and_not_retried(tmp_path: Path) -
         assert "422" in decision.reason and "K=3 is not allowed here" in decision.reason
         assert "(field table)" in decision.reason
         assert len(fake.table_puts) == 1 and fake.table == STARTUP
-        assert c.stats.failures["push_rejected"] == 1 and not c.needs_sync
+        assert c.stats.failures["push_rejected"] == 1 and not c.engine.needs_sync
 
 
 async def test_a_5xx_is_retried_then_pushed_once_the_engine_recovers(tmp_path: Path) -> None:
@@ -199,11 +204,11 @@ async def test_a_5xx_is_retried_then_pushed_once_the_engine_recovers(tmp_path: P
         decision = await rebuild_once(c, fake)
         assert decision.outcome == "failed" and "500" in decision.reason
         assert len(fake.table_puts) == 3  # retry_attempts
-        assert fake.table == STARTUP and c.needs_sync
+        assert fake.table == STARTUP and c.engine.needs_sync
         fake.admin_status = None
         fake.run(10)
         assert await c.tick() is None  # not a rebuild: the pending push is synced
-        assert fake.table == TUNED and not c.needs_sync
+        assert fake.table == TUNED and not c.engine.needs_sync
 
 
 async def test_counter_reset_re_pushes_table_and_policy(tmp_path: Path,
@@ -284,3 +289,240 @@ async def test_the_token_is_never_logged(tmp_path: Path, caplog: pytest.LogCaptu
                    for r in caplog.records)
         assert TOKEN not in caplog.text and TOKEN not in repr(c.settings)
         assert TOKEN not in repr(c.client)
+
+
+# --- incomplete scrapes and restarts (issue #15.3) ------------------------------------------
+
+def restarts(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.getMessage() == "engine restart"]
+
+
+async def test_missing_plugin_series_are_skipped_not_a_restart(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "sidecar")
+    async with controller_for(FakeEngine(), tmp_path, rebuild_every_steps=10_000) as (c, fake):
+        await rebuild_once(c, fake, steps=10)
+        drafted = c.state.drafted.copy()
+        fake.plugin = False
+        for _ in range(3):
+            fake.run(10)
+            assert await c.tick() is None
+        assert restarts(caplog) == [] and c.stats.resets == 0 and not c.engine.needs_sync
+        assert len(fake.policy_puts) == 1 and fake.table_puts == []
+        np.testing.assert_allclose(c.state.drafted, drafted)  # nothing fed from them
+        logged = records(caplog, "scrape")
+        assert [r.state for r in logged] == ["incomplete"]
+        assert "drafted[0]" in logged[0].error and c.stats.failures["scrape_incomplete"] == 3
+        fake.plugin = True
+        await c.tick()  # the next complete scrape covers the whole gap
+        np.testing.assert_allclose(c.state.drafted, drafted + 3 * 10 * 4)
+        assert [r.state for r in records(caplog, "scrape")] == ["incomplete", "ok"]
+        assert c.source == "plugin" and c.consecutive_failures == 0
+
+
+async def test_stale_plugin_values_are_not_fed_as_fresh(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "sidecar")
+    async with controller_for(FakeEngine(), tmp_path, rebuild_every_steps=10_000) as (c, fake):
+        await rebuild_once(c, fake, steps=10)
+        drafted = c.state.drafted.copy()
+        fake.stall(age_s=5.0)  # > 2 intervals of 0.05 s
+        fake.run(10)
+        assert await c.tick() is None
+        np.testing.assert_allclose(c.state.drafted, drafted)
+        (logged,) = records(caplog, "scrape")
+        assert logged.state == "incomplete" and "5.0 s old (> 0.1 s)" in logged.error
+        fake.unstall()
+        await c.tick()
+        np.testing.assert_allclose(c.state.drafted, drafted + 10 * 4)
+        assert restarts(caplog) == [] and fake.table_puts == []
+
+
+async def test_a_new_engine_start_time_is_a_restart_even_when_counters_caught_up(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "sidecar")
+    async with controller_for(FakeEngine(), tmp_path) as (c, fake):
+        await rebuild_once(c, fake)
+        assert fake.table == TUNED
+        fake.restart()
+        fake.run(400)  # every counter is above the old run's again
+        assert await c.tick() is None
+        (restart,) = restarts(caplog)
+        assert "start time changed" in restart.reason
+        assert fake.table == TUNED and len(fake.policy_puts) == 2 and c.stats.resets == 1
+
+
+async def test_without_the_start_gauge_a_counter_going_down_is_a_restart(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "sidecar")
+    async with controller_for(FakeEngine(started_at=None, stats_age_s=None), tmp_path) as (c, fake):
+        await rebuild_once(c, fake)
+        fake.restart()
+        assert await c.tick() is None
+        (restart,) = restarts(caplog)
+        assert "counters went down" in restart.reason and fake.table == TUNED
+
+
+# --- the state is what the sidecar last saw (issue #15.5) -----------------------------------
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_readiness_and_state_follow_the_last_scrape_and_admin_call(tmp_path: Path) -> None:
+    clock = Clock()
+    async with controller_for(FakeEngine(), tmp_path, clock=clock, interval_s=1.0,
+                              timeout_s=0.3) as (c, fake):
+        await c.tick()
+        assert ready(c) == (True, "ready")
+        state = state_of(c)
+        assert state["ready"] is True and state["last_scrape_ok_at"] == clock.now
+        assert state["last_scrape_age_s"] == 0 and state["admin_age_s"] == 0
+        fake.metrics_fault = "500"  # vLLM killed: its /metrics and the admin endpoint die
+        fake.admin_down = True
+        clock.now += 1.0
+        await c.tick()
+        assert ready(c)[0]  # one failed scrape: still within 3 intervals
+        clock.now += 2.5
+        await c.tick()
+        ok, reason = ready(c)
+        assert not ok and "no complete scrape" in reason and "for 3.5 s (> 3.3 s)" in reason
+        assert "the last one: unavailable" in reason
+        state = state_of(c)
+        assert state["ready"] is False and state["ready_reason"] == reason
+        assert state["last_scrape_age_s"] == 3.5 and state["admin_age_s"] == 3.5
+        assert state["conditions"]["scrape"] == "unavailable"
+        details = state["condition_details"]["scrape"]
+        assert details["since"] == clock.now - 2.5 and "500" in details["error"]
+        # vLLM back, the admin endpoint still dead: a push fails, so not ready
+        fake.metrics_fault = None
+        fake.run(150)
+        decision = await c.tick()
+        assert decision is not None and decision.outcome == "failed"
+        ok, reason = ready(c)
+        assert not ok and "the last call to the plugin's admin endpoint" in reason
+        assert state_of(c)["conditions"]["admin"] == "unavailable"
+        fake.admin_down = False
+        clock.now += 1.0
+        await c.tick()  # the failed push is synced: the admin answers again
+        assert ready(c) == (True, "ready") and fake.table == TUNED
+        assert state_of(c)["admin_age_s"] == 0
+
+
+def events(caplog: pytest.LogCaptureFixture, name: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.getMessage() == name]
+
+
+OPERATOR = [[1, 16, 2]]
+
+
+async def test_a_foreign_table_is_held_off_then_replaced(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "sidecar")
+    clock = Clock()
+    async with controller_for(FakeEngine(), tmp_path, clock=clock,
+                              foreign_hold_s=300.0) as (c, fake):
+        assert (await rebuild_once(c, fake)).outcome == "pushed" and fake.version == 2
+        fake.operator_put(OPERATOR)
+        await c.tick()  # the scrape shows v3, which we did not write
+        (event,) = events(caplog, "foreign_table")
+        seen = event.foreign_table
+        assert (seen["known_version"], seen["version"], seen["table"]) == (2, 3, OPERATOR)
+        assert seen["ours"] == TUNED and "recommending only until" in seen["action"]
+        assert event.levelno == logging.WARNING and c.stats.foreign_tables == 1
+        assert state_of(c)["foreign_hold"]["version"] == 3
+        fake.run(150)
+        decision = await c.tick()
+        assert decision.outcome == "held" and "(v3)" in decision.reason
+        assert decision.old_table == OPERATOR and fake.table == OPERATOR
+        assert len(fake.table_puts) == 1  # nothing written while holding
+        clock.now += 300.0
+        await c.tick()
+        (ended,) = events(caplog, "foreign_table_hold_ended")
+        assert "pushing again" in ended.action and state_of(c)["foreign_hold"] is None
+        fake.run(150)
+        assert (await c.tick()).outcome == "pushed" and fake.table == TUNED
+        assert len(events(caplog, "foreign_table")) == 1  # our own push is not foreign
+
+
+async def test_foreign_hold_0_reasserts_our_table_at_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "sidecar")
+    async with controller_for(FakeEngine(), tmp_path, foreign_hold_s=0.0) as (c, fake):
+        await rebuild_once(c, fake)
+        fake.operator_put(OPERATOR)
+        assert await c.tick() is None
+        assert fake.table == TUNED and fake.version == 4
+        (event,) = events(caplog, "foreign_table")
+        assert "reasserting our table now" in event.foreign_table["action"]
+
+
+async def test_an_engine_restart_ends_a_hold(tmp_path: Path,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "sidecar")
+    async with controller_for(FakeEngine(), tmp_path) as (c, fake):
+        await rebuild_once(c, fake)
+        fake.operator_put(OPERATOR)
+        await c.tick()
+        assert c.engine.holding()
+        fake.restart()
+        await c.tick()
+        assert not c.engine.holding() and fake.table == TUNED
+        (ended,) = events(caplog, "foreign_table_hold_ended")
+        assert "restarted" in ended.action
+
+
+async def test_a_version_we_did_write_is_not_foreign(tmp_path: Path,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "sidecar")
+    async with controller_for(FakeEngine(), tmp_path) as (c, fake):
+        await rebuild_once(c, fake)
+        fake.operator_put(TUNED)  # e.g. a push of ours whose reply was lost
+        await c.tick()
+        assert events(caplog, "foreign_table") == [] and not c.engine.holding()
+        assert c.engine.info is not None and c.engine.info.version == 3
+
+
+async def test_dry_run_reports_a_foreign_table_and_holds_nothing(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "sidecar")
+    async with controller_for(FakeEngine(), tmp_path, dry_run=True) as (c, fake):
+        await c.tick()
+        fake.operator_put(OPERATOR)
+        await c.tick()
+        (event,) = events(caplog, "foreign_table")
+        assert "dry-run" in event.foreign_table["action"] and not c.engine.holding()
+        assert state_of(c)["engine_table"] == OPERATOR
+
+
+# --- --model-name is vLLM's served name (issue #15.6) -------------------------------------
+
+DEMO = {"model": "tiny-llama-s0", "served_model_name": "tiny"}  # what the demo's profile holds
+
+
+@pytest.mark.parametrize("model_name", ["tiny", "tiny-llama-s0"])
+def test_model_name_matches_the_served_name_or_the_models_name(tmp_path: Path,
+                                                               model_name: str) -> None:
+    profile = load(write_profile(tmp_path / "p.json", **DEMO))
+    assert compat.mismatches(profile, None, None, model_name) == []
+    (diff,) = compat.mismatches(profile, None, None, "other")
+    assert diff == "model: profile has 'tiny-llama-s0' (served as 'tiny'), --model-name is 'other'"
+
+
+async def test_the_demo_profile_runs_with_model_name_tiny(tmp_path: Path) -> None:
+    async with controller_for(FakeEngine(), tmp_path, profile=DEMO, model_name="tiny") as (c, fake):
+        assert (await rebuild_once(c, fake)).outcome == "pushed"
+
+
+async def test_a_model_name_the_engine_does_not_serve_is_refused_at_start(tmp_path: Path) -> None:
+    async with controller_for(FakeEngine(), tmp_path, profile=DEMO,
+                              model_name="tiny-llama-s0") as (c, fake):
+        with pytest.raises(InvalidInput) as refused:
+            await c.tick()
+        assert str(refused.value) == ("--model-name 'tiny-llama-s0' but the engine serves 'tiny' "
+                                      "(its /metrics label model_name); pass --model-name tiny")
+        assert fake.metrics_gets == 0 and fake.policy_puts == []

@@ -99,3 +99,15 @@ async def test_sidecar_repairs_a_wrong_table_and_dry_run_only_recommends(
     assert new == tuned or distance(new, tuned) < distance(wrong, tuned), (state["last_decision"])
     assert state["last_decision"]["outcome"] == "pushed"
     assert min(state["a_hat"]) > 0.5  # greedy repetitive traffic: high live acceptance
+
+
+async def test_chat_completions_answer_200(engine: Engine) -> None:
+    """The tiny model has a chat template, so the demo's vLLM serves chat too (issue #15.6)."""
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "def count"}],
+            "max_tokens": 8, "temperature": 0.0}
+    async with aiohttp.ClientSession() as s, s.post(engine.url + "/v1/chat/completions",
+                                                    json=body) as r:
+        reply = await r.json()
+    assert r.status == 200, reply
+    (choice,) = reply["choices"]
+    assert choice["message"]["role"] == "assistant" and reply["usage"]["completion_tokens"] > 0

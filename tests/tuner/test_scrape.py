@@ -1,16 +1,16 @@
 from __future__ import annotations
 
-import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from tuner.errors import ScrapeError
-from tuner.scrape import Snapshot, delta, is_reset, parse
+from tuner.scrape import WANTED, parse
 
 # vLLM 0.32's real exposition for the spec-decode series of a 3-token ngram drafter
 REAL = """\
@@ -126,7 +126,7 @@ def test_plugin_series() -> None:
     ("garbage here\n", "not Prometheus text"),
     ("<html><body>502 Bad Gateway</body></html>\n", "not Prometheus text"),
     ("", "vllm:spec_decode_num_accepted_tokens_per_pos_total: missing"),
-    (REAL.replace("} 7.0", "} -7.0"), r"value -7.0 is not a finite count >= 0"),
+    (REAL.replace("} 7.0", "} -7.0"), r"value -7.0 is not a finite count in \[0, 2\*\*53\]"),
     (REAL.replace("} 19.0", "} NaN"), "value nan is not a finite count"),
     (REAL.replace('position="1"', 'position="5"'), r"positions \[0, 2, 5\] are not 0..2"),
     (REAL.replace('position="1"', 'position="x"'), "label position='x' is not an integer"),
@@ -182,61 +182,6 @@ def test_generate_latest_round_trip(engines: dict[tuple[str, str], dict[str, lis
         assert snap.num_requests_running == sum(c["running"][0] for c in chosen)
 
 
-# --- resets and deltas ------------------------------------------------------------------
-
-def snapshot(**changes: object) -> Snapshot:
-    base = Snapshot(accepted_per_pos=(5.0, 3.0), drafted_per_pos=(8.0, 6.0), num_drafts=8.0,
-                    num_draft_tokens=14.0, num_accepted_tokens=8.0, num_requests_running=2.0,
-                    engine_steps={2: 8.0}, request_steps={2: 8.0},
-                    step_time={(1, 2): (0.1, 8.0)}, table_version=1)
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
-
-
-def test_delta_of_growing_counters() -> None:
-    prev = snapshot()
-    cur = snapshot(accepted_per_pos=(9.0, 4.0), drafted_per_pos=(12.0, 10.0), num_drafts=12.0,
-                   engine_steps={2: 10.0, 1: 3.0}, step_time={(1, 2): (0.3, 10.0)},
-                   table_version=2, num_requests_running=0.0)
-    assert not is_reset(prev, cur)
-    d = delta(prev, cur)
-    assert d.accepted_per_pos == (4.0, 1.0) and d.drafted_per_pos == (4.0, 4.0)
-    assert d.num_drafts == 4.0 and d.num_draft_tokens == 0.0
-    assert d.engine_steps == {2: 2.0, 1: 3.0} and d.request_steps == {2: 0.0}
-    assert d.step_time[(1, 2)] == pytest.approx((0.2, 2.0))
-
-
-def test_delta_without_plugin_has_no_drafted() -> None:
-    prev, cur = snapshot(drafted_per_pos=None), snapshot(drafted_per_pos=None, num_drafts=9.0)
-    assert delta(prev, cur).drafted_per_pos is None
-
-
-@pytest.mark.parametrize("changes", [
-    {"num_drafts": 7.0},
-    {"accepted_per_pos": (5.0, 2.0)},
-    {"drafted_per_pos": (0.0, 0.0)},
-    {"drafted_per_pos": None},
-    {"accepted_per_pos": (5.0, 3.0, 0.0), "drafted_per_pos": (8.0, 6.0, 0.0)},
-    {"engine_steps": {}},
-    {"request_steps": {2: 1.0}},
-    {"step_time": {(1, 2): (0.05, 8.0)}},
-])
-def test_reset_detection(changes: dict[str, Any]) -> None:
-    prev, cur = snapshot(), snapshot(**changes)
-    assert is_reset(prev, cur)
-    with pytest.raises(ScrapeError, match="counters went down"):
-        delta(prev, cur)
-
-
-def test_table_version_going_down_is_not_a_reset() -> None:
-    assert not is_reset(snapshot(), snapshot(table_version=0, num_requests_running=0.0))
-
-
-def test_real_restart_is_detected_end_to_end() -> None:
-    before = parse(exposition({("tiny", "0"): engine_counts(3, 5.0)}))
-    after = parse(exposition({("tiny", "0"): engine_counts(3, 1.0)}))
-    assert is_reset(before, after) and not is_reset(after, before)
-
-
 # --- the plugin's exact accepted series ---------------------------------------------------
 
 def with_plugin_accepted(text: str, values: list[float], explore: float | None = None) -> str:
@@ -262,18 +207,6 @@ def test_plugin_accepted_series_must_have_every_position() -> None:
         parse(with_plugin_accepted(base, [4.0, 3.0]))
 
 
-def test_explore_steps_delta_and_reset() -> None:
-    prev, cur = snapshot(explore_steps=3.0), snapshot(explore_steps=7.0)
-    assert delta(prev, cur).explore_steps == 4.0
-    assert is_reset(cur, prev)
-    assert is_reset(snapshot(explore_steps=3.0), snapshot())  # the series vanished
-    assert delta(snapshot(), snapshot()).explore_steps == 0.0
-
-
-def test_switching_accepted_source_is_a_new_engine_run() -> None:
-    assert is_reset(snapshot(), snapshot(accepted_source="plugin"))
-
-
 def test_a_real_vllm_body_reads_the_same_as_parsing_all_of_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """Only the wanted lines are parsed (fast); the result equals parsing the whole ~50 KB body."""
     import re
@@ -289,3 +222,134 @@ def test_a_real_vllm_body_reads_the_same_as_parsing_all_of_it(monkeypatch: pytes
     monkeypatch.setattr(scrape, "_WANTED_LINE", re.compile(r"(?!x)x"))  # matches nothing
     assert parse(text) == fast
     assert fast.accepted_source == "plugin" and fast.num_drafts > 0 and fast.table_version is not None
+
+
+# --- the plugin's gauges --------------------------------------------------------------------
+
+def test_stats_age_and_engine_start_are_read_as_gauges() -> None:
+    text = REAL + "\n".join([
+        'tabletune_stats_age_seconds{engine="0",model_name="tiny"} 0.0',
+        'tabletune_stats_age_seconds{engine="1",model_name="tiny"} 4.5',
+        'tabletune_engine_started_at_seconds{engine="0",model_name="tiny"} 1795952538.25',
+        'tabletune_transition_steps_total{engine="0",model_name="tiny"} 12.0',
+        'tabletune_table_version{engine="0",model_name="tiny"} 3',
+        'tabletune_table_version{engine="1",model_name="tiny"} 7']) + "\n"
+    snap = parse(text)
+    assert snap.stats_age_s == 4.5 and snap.engine_started_at == 1795952538.25
+    assert snap.transition_steps == 12.0 and snap.table_version == 7  # the newest, not a sum
+
+
+# --- numbers that crashed the parser (issue #15.4) ------------------------------------------
+
+@pytest.mark.parametrize(("text", "match"), [
+    # two versions that used to sum to infinity (int(inf): OverflowError)
+    (REAL + "tabletune_table_version{engine=\"0\"} 1.7e308\ntabletune_table_version{engine=\"1\"} 1.7e308\n",
+     "tabletune_table_version.*is not a finite count"),
+    (REAL.replace("} 7.0", "} " + "9" * 400), r"value 9{20}\.\.\. is not a finite count"),
+    (REAL.replace("} 7.0", "} " + "9" * 5000), "a line of 5064 chars"),
+    (REAL.replace("} 7.0", "} 1e309"), "value inf is not a finite count"),
+    (REAL.replace("} 7.0", "} 9007199254740993"), "is not a finite count in"),
+    (REAL + "tabletune_table_version 2.5\n", "value 2.5 is not an integer"),
+    (REAL.replace('position="1"', 'position="1_0"'), "label position='1_0' is not an integer"),
+    (REAL.replace('position="1"', 'position="\u0661"'), "is not an integer"),
+    (REAL.replace('position="1"', 'position="-1"'), "is not an integer"),
+    (REAL + "vllm:num_requests_running{a=\"" + "x" * 5000 + "\"} 1\n", "a line of 5.* chars"),
+])
+def test_hostile_numbers_are_scrape_errors(text: str, match: str) -> None:
+    with pytest.raises(ScrapeError, match=match):
+        parse(text)
+
+
+def test_a_body_with_too_many_wanted_lines_is_refused_not_parsed() -> None:
+    from tuner.scrape import MAX_WANTED_CHARS
+
+    line = 'tabletune_steps_timed_total{batch_size="%d",k="1"} 1\n'
+    body = REAL + "".join(line % i for i in range(MAX_WANTED_CHARS // 40))
+    with pytest.raises(ScrapeError, match="more than 1048576 chars"):
+        parse(body)
+
+
+def test_a_wrong_model_name_says_which_the_engine_serves() -> None:
+    with pytest.raises(ScrapeError, match="missing for model_name='tiny-llama-s0'; the engine "
+                                          "serves model_name='tiny': pass that as --model-name"):
+        parse(REAL, model_name="tiny-llama-s0")
+
+
+# --- fuzz: mutations of the real body are a Snapshot or a ScrapeError, nothing else ----------
+
+BODY = (Path(__file__).parent.parent / "data" / "vllm-0.32-cpu-metrics.txt").read_text()
+LINES = BODY.splitlines(keepends=True)
+WANTED_AT = [i for i, line in enumerate(LINES) if not line.startswith("#") and
+             line.split("{")[0].split(" ")[0] in WANTED]
+NUMBERS = ["NaN", "+Inf", "-Inf", "-1", "-0.0", "0", "1e308", "1e309", "9" * 400, "9" * 5000,
+           "1_0", "0x1f", "", "1 2", "5e-324", str(2**53), str(2**53 + 1), "1.0e+09", "٣"]
+LABELS = ['position="-1"', 'position=" 1"', 'position="१"', 'position="99999999999"', 'k=""',
+          'batch_size="1_0"', 'model_name="tiny\\"x"', 'position="0",position="1"',
+          'é="x"', "", ",", 'a="\\n"', 'model_name="other"', 'position="7"', 'k="x"',
+          'engine="1"', 'a="' + "b" * 5000 + '"']
+
+
+def _mutate(lines: list[str], op: tuple[Any, ...]) -> list[str]:
+    kind, at, arg = op
+    wanted = [i for i in WANTED_AT if i < len(lines)] or [0]
+    i = wanted[at % len(wanted)]
+    line = lines[i] if lines else ""
+    name, _, rest = line.partition("{") if "{" in line else line.partition(" ")
+    if kind == "value":
+        lines[i] = line.rsplit(" ", 1)[0] + " " + arg + "\n"
+    elif kind == "label":
+        lines[i] = f"{name}{{{arg},{rest}" if "{" in line else f"{name}{{{arg}}} {rest}"
+    elif kind == "dup":
+        lines.insert(i, line)
+    elif kind == "drop":
+        del lines[i:i + 1]
+    elif kind == "insert":
+        lines.insert(at % (len(lines) + 1), arg)
+    elif kind == "position":
+        lines.insert(i, re.sub(r'position="\d+"', f'position="{arg}"', line))
+    return lines
+
+
+def _bytes(body: str, op: tuple[Any, ...]) -> str:
+    kind, at, arg = op
+    raw = bytearray(body.encode())
+    if kind == "truncate":
+        raw = raw[: at % (len(raw) + 1)]
+    elif kind == "flip" and raw:
+        raw[at % len(raw)] ^= arg
+    return raw.decode(errors="replace")  # what EngineClient does with the bytes it reads
+
+
+line_op = st.one_of(
+    st.tuples(st.just("value"), st.integers(0, 10**6), st.sampled_from(NUMBERS)
+              | st.floats().map(repr) | st.integers().map(str)),
+    st.tuples(st.just("label"), st.integers(0, 10**6), st.sampled_from(LABELS)
+              | st.text(max_size=20)),
+    st.tuples(st.sampled_from(["dup", "drop"]), st.integers(0, 10**6), st.none()),
+    st.tuples(st.just("insert"), st.integers(0, 10**6), st.text(max_size=60).map(lambda t: t + "\n")),
+    st.tuples(st.just("position"), st.integers(0, 10**6),
+              st.integers(0, 12).map(str) | st.sampled_from(["-1", "1e3", "", "00"])),
+)
+byte_op = st.tuples(st.sampled_from(["truncate", "flip"]), st.integers(0, 10**6),
+                    st.integers(1, 255))
+
+
+@settings(max_examples=400)
+@given(st.lists(line_op, max_size=6), st.lists(byte_op, max_size=2),
+       st.sampled_from([None, "tiny", "other"]))
+def test_mutated_real_bodies_are_a_snapshot_or_a_scrape_error(
+        line_ops: list[tuple[Any, ...]], byte_ops: list[tuple[Any, ...]],
+        model_name: str | None) -> None:
+    lines = list(LINES)
+    for op in line_ops:
+        lines = _mutate(lines, op)
+    body = "".join(lines)
+    for op in byte_ops:
+        body = _bytes(body, op)
+    try:
+        snap = parse(body, model_name)
+    except ScrapeError:
+        return
+    values = [*snap.accepted_per_pos, *(snap.drafted_per_pos or ()), snap.num_drafts,
+              *snap.engine_steps.values(), *(v for cell in snap.step_time.values() for v in cell)]
+    assert all(0 <= v < float("inf") for v in values)
