@@ -25,10 +25,10 @@ from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from tuner.admin_api import EmulationReply, ErrorReply, PolicyReply, StatsReply, TableReply
-from tuner.errors import EngineUnavailable, InvalidTable
+from tuner.errors import EngineUnavailable, InvalidTable, ScrapeError
 from tuner.table import Table
 
-__all__ = ["AdminRejected", "EngineClient", "TableInfo"]
+__all__ = ["AdminRejected", "EngineClient", "ReplyTooLarge", "TableInfo"]
 
 TableInfo = TableReply  # the sidecar's name for the table state
 R = TypeVar("R", bound=BaseModel)
@@ -45,6 +45,14 @@ class AdminRejected(EngineUnavailable):
 
 class _ServerError(Exception):
     """A 5xx: transient, retried, then reported as EngineUnavailable."""
+
+
+class ReplyTooLarge(EngineUnavailable):
+    """A reply over max_body_bytes (from /metrics: ScrapeError instead, it is unreadable)."""
+
+
+class _TooLarge(Exception):
+    """A reply over max_body_bytes: not retried (the next would be as large)."""
 
 
 TRANSIENT = (aiohttp.ClientError, TimeoutError, _ServerError)
@@ -106,10 +114,10 @@ class EngineClient:
         async with self._session.request(method, url, json=body, headers=headers) as reply:
             size = reply.content_length
             if size is not None and size > self.max_body_bytes:
-                raise _ServerError(f"reply of {size} bytes exceeds {self.max_body_bytes}")
+                raise _TooLarge(f"{url}: reply of {size} bytes exceeds {self.max_body_bytes}")
             raw = await reply.content.read(self.max_body_bytes + 1)
             if len(raw) > self.max_body_bytes:
-                raise _ServerError(f"reply exceeds {self.max_body_bytes} bytes")
+                raise _TooLarge(f"{url}: reply exceeds {self.max_body_bytes} bytes")
             text = raw.decode(reply.get_encoding() if reply.charset else "utf-8", errors="replace")
             if reply.status >= 500:
                 raise _ServerError(f"{reply.status} {text[:200]}")
@@ -129,6 +137,8 @@ class EngineClient:
                     return await self._once(method, url, body)
         except TRANSIENT as exc:
             raise EngineUnavailable(f"{method} {url}: {_describe(exc)}") from exc
+        except _TooLarge as exc:
+            raise ReplyTooLarge(f"{method} {exc}") from None
         raise AssertionError("tenacity ended without a result or an error")
 
     async def _admin(self, model: type[R], method: str, route: str, body: Any = None) -> R:
@@ -143,8 +153,12 @@ class EngineClient:
 
     # -- the API -------------------------------------------------------------------------
     async def get_metrics(self) -> str:
-        """vLLM's /metrics text (one try: the caller's loop is the retry)."""
-        return await self._request("GET", self.engine_url + "/metrics", attempts=1)
+        """vLLM's /metrics text (one try: the caller's loop is the retry); a body over
+        max_body_bytes is ScrapeError (unreadable), not an engine that is down."""
+        try:
+            return await self._request("GET", self.engine_url + "/metrics", attempts=1)
+        except ReplyTooLarge as exc:
+            raise ScrapeError(str(exc)) from None
 
     async def get_table(self) -> TableReply:
         return self._checked(await self._admin(TableReply, "GET", "/v1/table"), "GET")

@@ -42,3 +42,30 @@ def test_first_requests_are_staggered_over_one_lifetime() -> None:
     lengths = first_lengths(4, 128)
     assert lengths == [32, 64, 96, 128]  # evenly spread, the last one full length
     assert min(first_lengths(256, 128)) == 1 and max(first_lengths(256, 128)) == 128
+
+
+async def test_an_oversized_metrics_body_is_unreadable_not_an_engine_down() -> None:
+    from aiohttp import web
+
+    from tuner.engine_client import EngineClient
+    from tuner.errors import EngineUnavailable, ScrapeError
+
+    async def big(request: web.Request) -> web.Response:
+        return web.Response(text="x" * 5000)
+
+    app = web.Application()
+    app.router.add_get("/metrics", big)
+    app.router.add_get("/v1/stats", big)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        async with EngineClient(url, url, max_body_bytes=1000, attempts=1) as client:
+            with pytest.raises(ScrapeError, match="exceeds 1000"):
+                await client.get_metrics()
+            with pytest.raises(EngineUnavailable, match="exceeds 1000"):
+                await client.get_stats()
+    finally:
+        await runner.cleanup()
