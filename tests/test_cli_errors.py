@@ -97,3 +97,9 @@ def test_table_prints_the_evidence_behind_each_range(profile: Path,
     assert out["num_speculative_tokens_per_batch_size"][0][2] == 3
     assert out["rule"] == {"tie": 0.005, "confidence": 0.9, "min_width": 4}
     assert any("% to " in line for line in out["evidence"])  # gains carry their interval
+
+
+def test_table_writes_tensorrt_llms_schedule_too(profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["table", str(profile), "--format", "trtllm"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["draft_len_schedule"]["1"] == 3 and out["speculative_config"]["max_draft_len"] == 3

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 import numpy as np
 
-from tuner import flags
+from tuner import flags, schedules
 from tuner.engine_defaults import default_model, vocab_size
 from tuner.errors import InvalidInput
 from tuner.goodput import interpolate_step_times, predicted_loss
@@ -110,11 +110,10 @@ def cmd_table(args: argparse.Namespace) -> int:
 
     profile = _rule(load(Path(args.profile)), args)
     choice = profile.build(_acceptance(args.acceptance))
-    print(json.dumps({"num_speculative_tokens_per_batch_size": choice.table.to_list(),
-                      "speculative_config": profile.speculative_config(choice.table),
-                      "rule": {"tie": profile.tie, "confidence": profile.confidence,
-                               "min_width": profile.min_width},
-                      "evidence": edge_lines(choice)}, indent=1))
+    out = schedules.write(args.format, choice.table, profile.speculative_config(choice.table),
+                          profile.engine.max_num_seqs)
+    rule = {"tie": profile.tie, "confidence": profile.confidence, "min_width": profile.min_width}
+    print(json.dumps({**out, "rule": rule, "evidence": edge_lines(choice)}, indent=1))
     return 0
 
 
@@ -201,6 +200,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
 
     p = sub.add_parser("table", help="rebuild the table from a profile, offline, with its evidence")
     p.add_argument("profile")
+    p.add_argument("--format", choices=schedules.FORMATS, default="vllm",
+                   help="vllm: num_speculative_tokens_per_batch_size; trtllm: TensorRT-LLM's "
+                        "draft_len_schedule (keys are the last batch size of each range)")
     p.add_argument("--acceptance", help="override a_1..a_K, e.g. 0.7,0.5,0.3")
     _rule_flags(p, defaults=False)
     p.set_defaults(func=cmd_table)
