@@ -95,7 +95,7 @@ def test_table_prints_the_evidence_behind_each_range(profile: Path,
     assert main(["table", str(profile)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["num_speculative_tokens_per_batch_size"][0][2] == 3
-    assert out["rule"] == {"tie": 0.005, "confidence": 0.9, "min_width": 4}
+    assert out["rule"] == {"tie": 0.005, "confidence": 0.9, "min_width": 4, "min_k": 0}
     assert any("% to " in line for line in out["evidence"])  # gains carry their interval
 
 

@@ -109,6 +109,10 @@ class TableReply(_Reply):
     swapped_at: float | None = None
     restrict_k: bool = False
     swap_latency_s: float | None = None
+    # what decides where the engine's step time jumps (tuner/graphs.py): the CUDA-graph
+    # capture sizes (none on CPU) and the scheduler's token budget; None: not reported
+    cudagraph_capture_sizes: list[int] | None = None
+    max_num_batched_tokens: int | None = None
 
     def parsed_table(self) -> Table | None:
         return None if self.table is None else Table.from_list(self.table)

@@ -35,7 +35,7 @@ def tune_config(args: argparse.Namespace) -> "TuneConfig":
     if args.num_speculative_tokens < 1:
         raise InvalidInput(f"--num-speculative-tokens={args.num_speculative_tokens}: K must be >= 1 "
                            "(K=0 is no speculation; nothing to tune)")
-    if getattr(args, "preflight", False) and args.workload:
+    if getattr(args, "preflight", None) is True and args.workload:
         raise InvalidInput("--preflight times pure decode steps without speculation, which a "
                            "--workload profile cannot be compared with; run it without --workload")
     paths = default_model()
@@ -53,7 +53,8 @@ def tune_config(args: argparse.Namespace) -> "TuneConfig":
                           max_num_seqs=args.max_num_seqs, grid=_grid(args.grid, args.max_num_seqs),
                           repeats=args.repeats, max_repeats=args.max_repeats,
                           ci_target=args.ci_target, confidence=args.confidence,
-                          min_width=args.min_width, decode_tokens=args.decode_tokens,
+                          min_width=args.min_width, min_k=args.min_k,
+                          decode_tokens=args.decode_tokens,
                           temperature=args.temperature, acceptance_prompts=prompts[:args.num_prompts],
                           out=Path(args.out), fresh=args.fresh, tie=args.tie,
                           extra_args=tuple(args.engine_arg or ()),
@@ -80,7 +81,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from tuner.report import write_report
 
     cfg = tune_config(args)
-    profile = tune.run(cfg, with_preflight=args.preflight)
+    # the preflight backs the recommendation; pure-decode only (a workload profile's steps carry
+    # prefill that no-speculation pure decode steps cannot be set against)
+    preflight = args.preflight if args.preflight is not None else cfg.workload is None
+    profile = tune.run(cfg, with_preflight=preflight)
     md, png = write_report(profile, cfg.out.with_suffix(""))
     print(json.dumps(tune.summary(profile), indent=1))
     print(f"profile: {cfg.out}\nreport:  {md}\nplot:    {png}")
@@ -97,11 +101,12 @@ def _acceptance(raw: str | None) -> list[float] | None:
 
 def _rule(profile: Profile, args: argparse.Namespace) -> Profile:
     """The profile with the table rule the flags give (--tie, --confidence, --min-width)."""
-    update = {name: getattr(args, name) for name in ("tie", "confidence", "min_width")
+    update = {name: getattr(args, name) for name in ("tie", "confidence", "min_width", "min_k")
               if getattr(args, name, None) is not None}
     if update.get("tie", 0) < 0 or not 0.5 <= update.get("confidence", 0.9) < 1 or \
-            update.get("min_width", 1) < 1:
-        raise InvalidInput(f"{update}: need --tie >= 0, --confidence in [0.5, 1), --min-width >= 1")
+            update.get("min_width", 1) < 1 or not 0 <= update.get("min_k", 0) <= profile.K:
+        raise InvalidInput(f"{update}: need --tie >= 0, --confidence in [0.5, 1), --min-width >= 1, "
+                           f"--min-k in 0..{profile.K}")
     return profile.model_copy(update=update)
 
 
@@ -112,7 +117,8 @@ def cmd_table(args: argparse.Namespace) -> int:
     choice = profile.build(_acceptance(args.acceptance))
     out = schedules.write(args.format, choice.table, profile.speculative_config(choice.table),
                           profile.engine.max_num_seqs)
-    rule = {"tie": profile.tie, "confidence": profile.confidence, "min_width": profile.min_width}
+    rule = {"tie": profile.tie, "confidence": profile.confidence, "min_width": profile.min_width,
+            "min_k": profile.min_k}
     print(json.dumps({**out, "rule": rule, "evidence": edge_lines(choice)}, indent=1))
     return 0
 
@@ -153,6 +159,9 @@ def _rule_flags(p: argparse.ArgumentParser, defaults: bool) -> None:
     p.add_argument("--confidence", type=float, default=0.9 if defaults else None,
                    help="... at this one-sided confidence (lower bound of the gain, by resampling "
                         "the measured step times and acceptance)")
+    p.add_argument("--min-k", type=int, default=0 if defaults else None,
+                   help="never schedule fewer drafts than this: an EAGLE-style drafter whose state "
+                        "goes stale during K=0 steps can lose acceptance when drafting resumes")
     p.add_argument("--min-width", type=int, default=4 if defaults else None,
                    help="narrowest range in batch sizes (or 1/8 of its start, if more) that a table "
                         "keeps without a measured step-time cliff at its edge")
@@ -194,8 +203,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                    help="mean prompt and output tokens of the served requests, e.g. 96:128: steps "
                         "are timed in steady serving of that shape, each carrying the prefill it "
                         "brings (default: pure decode steps, the paper's method)")
-    p.add_argument("--preflight", action="store_true",
-                   help="also time vLLM without speculation and warn where k=0 or any table loses")
+    p.add_argument("--preflight", action=argparse.BooleanOptionalAction, default=None,
+                   help="also time vLLM without speculation at three batch sizes, so the "
+                        "recommendation can say 'no speculation' (default: on, off with --workload)")
     p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("table", help="rebuild the table from a profile, offline, with its evidence")

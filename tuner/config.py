@@ -38,6 +38,7 @@ class TuneConfig(BaseModel):
     tie: float = Field(0.005, ge=0)
     confidence: float = Field(0.9, ge=0.5, lt=1)  # one-sided level of a split's gain
     min_width: int = Field(4, ge=1)  # narrowest range a table keeps without a measured cliff
+    min_k: int = Field(0, ge=0)  # never fewer drafts than this (EAGLE state across K=0)
     fresh: bool = False
     extra_args: tuple[str, ...] = ()
     # Replay this acceptance profile instead of the drafter's own (dummy weights): see replay.py.
@@ -65,6 +66,9 @@ class TuneConfig(BaseModel):
             raise ValueError(f"method={self.method} needs --drafter (the drafter model's path)")
         if not self.acceptance_prompts:
             raise ValueError("acceptance_prompts is empty")
+        if self.min_k > self.num_speculative_tokens:
+            raise ValueError(f"min_k={self.min_k} exceeds num_speculative_tokens="
+                             f"{self.num_speculative_tokens}")
         if self.emulate is not None:
             self.emulate.check_k(self.num_speculative_tokens)
         return self

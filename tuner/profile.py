@@ -7,6 +7,7 @@ tuner/confidence.py, and what a profile says in words in tuner/findings.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Literal
@@ -17,9 +18,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tuner.confidence import Confident, choose_confident
 from tuner.errors import InvalidInput, ProfileMismatch
 from tuner.files import write_atomic
-from tuner.goodput import cliffs, interpolate_step_times
+from tuner.goodput import cliffs, interpolate_step_times, tau
+from tuner.graphs import Boundary, boundaries, snap_edges
 from tuner.intervals import sigma_log
 from tuner.monotone import monotone_step_times
+from tuner.recommend import Recommendation, recommend
 from tuner.table import Table
 
 SCHEMA_VERSION = 1
@@ -139,6 +142,13 @@ def _shape(w: Workload | None) -> str:
     return f"{w.prompt_tokens}:{w.output_tokens}" if w else "none"
 
 
+class GraphInfo(_Model):
+    """What the engine said of its CUDA graphs and token budget (tuner/graphs.py)."""
+
+    capture_sizes: list[int] = Field(default_factory=list)
+    max_num_batched_tokens: int | None = None
+
+
 class Preflight(_Model):
     """No-speculation step times vs the table's k=0 (the paper's 'check the engine first')."""
 
@@ -163,9 +173,13 @@ class Profile(_Model):
     # the table splits only where a k's goodput gain beats the tie at this one-sided level
     confidence: float = 0.9
     min_width: int = 4  # narrowest range (batch sizes) not forced by a measured cliff
+    min_k: int = 0  # never fewer drafts: keeps an EAGLE-style drafter's state alive
     preflight: Preflight | None = None
     timings_s: dict[str, float] = Field(default_factory=dict)  # server starts, per k, total
-    refined: list[int] = Field(default_factory=list)  # grid points --refine added at cliffs
+    # grid points the tuner added: --refine's bisections of cliffs, and both sides of each
+    # CUDA-graph boundary the engine reported
+    refined: list[int] = Field(default_factory=list)
+    graph: GraphInfo | None = None
     refine_rounds: int = 0  # --refine rounds completed (a rerun does only the rest)
     workload: Workload | None = None  # None: pure-decode steps (the paper's method)
     max_repeats: int | None = None  # repeats went up to this while a cell's interval was wide
@@ -231,9 +245,37 @@ class Profile(_Model):
         T = interpolate_step_times(self.grid, self.step_time_matrix(), n)
         sigma = interpolate_step_times(self.grid, self.step_time_sigma(), n)
         drafted = self.acceptance.drafted if a is None and self.acceptance else None
-        return choose_confident(T, sigma, acc, drafted, tie=self.tie, confidence=self.confidence,
-                                allowed_k=allowed_k, width=self.min_width,
-                                cliffs=cliffs(self.grid, self.step_time_matrix(monotone=False)))
+        choice = choose_confident(T, sigma, acc, drafted, tie=self.tie, confidence=self.confidence,
+                                  allowed_k=self._allowed(allowed_k), width=self.min_width,
+                                  cliffs=cliffs(self.grid, self.step_time_matrix(monotone=False)))
+        found = self.graph_boundaries(acc)
+        if not found:
+            return choice
+        return dataclasses.replace(choice, table=snap_edges(choice.table, found))
+
+    def _allowed(self, allowed_k: set[int] | None) -> set[int] | None:
+        """allowed_k with the --min-k floor applied (None: every k)."""
+        if not self.min_k:
+            return allowed_k
+        return {k for k in (allowed_k or range(self.K + 1)) if k >= self.min_k}
+
+    def graph_boundaries(self, a: list[float] | None = None) -> list[Boundary]:
+        """Where steps leave the engine's CUDA graphs or token budget, per k (tuner/graphs.py);
+        under a workload each step also carries τ(k)·prompt/output prefill tokens a request."""
+        if self.graph is None:
+            return []
+        acc = a if a is not None else (self.acceptance.a if self.acceptance else None)
+        prefill = None
+        if self.workload is not None and acc is not None:
+            w = self.workload
+            prefill = [float(t) * w.prompt_tokens / w.output_tokens for t in tau(acc)]
+        return boundaries(self.graph.capture_sizes, self.graph.max_num_batched_tokens, self.K,
+                          self.engine.max_num_seqs, prefill)
+
+    def recommendation(self) -> Recommendation:
+        """What to deploy (tuner/recommend.py): the table, one k, or no speculation."""
+        pf = self.preflight
+        return recommend(self.build(), self.tie, pf.B if pf else None, pf.nospec_ms if pf else None)
 
     def samples_by_cell(self) -> dict[tuple[int, int], list[StepSample]]:
         """(B, k) -> that cell's raw samples, in the order they were recorded."""

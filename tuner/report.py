@@ -66,8 +66,10 @@ def plot(profile: Profile, path: Path) -> Path:
         axes[0].errorbar(profile.grid, T_grid[:, k], yerr=np.nan_to_num(np.clip(err, 0, None)),
                          fmt="o-", ms=3, capsize=2, color=COLORS[k % 9], label=f"k={k}")
         axes[1].plot(B, G[:, k], color=COLORS[k % 9], label=f"k={k}")
-    axes[0].set(title="Measured step time T(B, k), 95% intervals", xlabel="batch size B",
-                ylabel="ms / step")
+    for b in profile.graph_boundaries():  # where steps leave the CUDA graphs / token budget
+        axes[0].axvline(b.B_last + 0.5, color=COLORS[b.k % 9], ls=":", lw=1)
+    axes[0].set(title="Measured step time T(B, k), 95% intervals; dotted: graph limits",
+                xlabel="batch size B", ylabel="ms / step")
     ks = np.asarray(tuned.dense(profile.engine.max_num_seqs, profile.K)[1:])
     for start, end, k in tuned.to_list():
         axes[1].axvspan(start - 0.5, end + 0.5, color=COLORS[k % 9], alpha=0.12, lw=0)
@@ -124,6 +126,7 @@ def markdown(profile: Profile, png_name: str) -> str:
              + ("n/a" if gap is None else f"{gap * 100:.1f}%"),
              "- tuning wall time: " + ", ".join(f"{k} {v:.0f}s" for k, v in profile.timings_s.items()),
              "", f"![report]({png_name})", "",
+             "## Recommendation", "", f"**{profile.recommendation().summary}**", "",
              "## Why this table", ""] + [f"- {line}" for line in findings.edge_lines(profile.build())] + [
              "", "Step times in ms, median [95% interval]:", "",
              "| B | " + " | ".join(f"T(k={k}) ms" for k in range(profile.K + 1)) + " | tuned k | loss tuned | loss documented |",
@@ -144,6 +147,11 @@ def markdown(profile: Profile, png_name: str) -> str:
     noise = [x for x in (findings.interval_line(profile), findings.noise_line(profile)) if x]
     if noise:
         lines += ["", f"Noise: {'; '.join(noise)}."]
+    limits = profile.graph_boundaries()
+    if limits:
+        lines += ["", "CUDA-graph and token-budget limits the engine reported: "
+                  + "; ".join(f"k={b.k} past B={b.B_last} ({b.tokens} tokens)" for b in limits)
+                  + " (both sides measured; table edges within 10% snap onto them)."]
     warnings = findings.cliff_lines(profile) + findings.batch_warnings(profile)
     if warnings:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in warnings]

@@ -27,7 +27,9 @@ from tuner.engine_client import AdminRejected, EngineClient
 from tuner.engine_defaults import plugin_env
 from tuner.errors import EngineUnavailable
 from tuner.launcher import ServerConfig, SpeculativeSpec, VllmServer, free_port, launch
-from tuner.profile import Profile, load
+from tuner.admin_api import TableReply
+from tuner.graphs import grid_points
+from tuner.profile import GraphInfo, Profile, load
 from tuner.sweep import CellTimer
 from tuner.table import Table, every_k_table
 
@@ -45,10 +47,12 @@ def start_profile(cfg: TuneConfig) -> Profile:
         # cells measured from here on follow this run's repeat rule; the report states the last
         profile.max_repeats, profile.ci_target = cfg.repeat_limit, cfg.ci_target
         profile.tie, profile.confidence, profile.min_width = cfg.tie, cfg.confidence, cfg.min_width
+        profile.min_k = cfg.min_k
         return profile  # (the caller measures on profile.grid: it may hold refined points)
     return Profile(created_at=time.time(), engine=info, grid=cfg.grid,
                    decode_tokens=cfg.decode_tokens, repeats=cfg.repeats, tie=cfg.tie,
-                   confidence=cfg.confidence, min_width=cfg.min_width, workload=cfg.workload,
+                   confidence=cfg.confidence, min_width=cfg.min_width, min_k=cfg.min_k,
+                   workload=cfg.workload,
                    max_repeats=cfg.repeat_limit, ci_target=cfg.ci_target)
 
 
@@ -63,6 +67,24 @@ def server_for(cfg: TuneConfig, k: int | None, admin_port: int, reject_all: bool
                         max_num_seqs=cfg.max_num_seqs, speculative=spec,
                         env=plugin_env(admin_port, reject_all=reject_all),
                         extra_args=("--no-enable-prefix-caching", *cfg.extra_args))
+
+
+def adopt_graphs(cfg: TuneConfig, profile: Profile, info: TableReply) -> TuneConfig:
+    """Record what the engine says of its CUDA graphs and token budget, and measure both sides
+    of every boundary they put inside the grid (tuner/graphs.py): a cliff found before it is
+    interpolated over. The points join the profile as its own (like --refine's)."""
+    if profile.graph is None and (info.cudagraph_capture_sizes or info.max_num_batched_tokens):
+        profile.graph = GraphInfo(capture_sizes=info.cudagraph_capture_sizes or [],
+                                  max_num_batched_tokens=info.max_num_batched_tokens)
+    extra = sorted(set(grid_points(cfg.grid, profile.graph_boundaries(), cfg.max_num_seqs))
+                   - set(cfg.grid)) if profile.graph else []
+    if not extra:
+        return cfg
+    log.info("the engine's CUDA graphs or token budget end inside the grid: measuring B=%s too", extra)
+    profile.grid = sorted({*profile.grid, *extra})
+    profile.refined = sorted({*profile.refined, *extra})
+    profile.save(cfg.out)
+    return cfg.model_copy(update={"grid": profile.grid})
 
 
 class Engine:
@@ -119,6 +141,7 @@ async def one_vllm_per_k(cfg: TuneConfig, profile: Profile, bar: tqdm) -> None:
         async with launch(server_for(cfg, k, admin_port, reject_all=True), log_dir=cfg.log_dir) as server, \
                 EngineClient(server.url, f"http://127.0.0.1:{admin_port}", timeout_s=30.0) as admin:
             profile.timings_s[f"server_start_k{k}"] = server.ready_after_s or 0.0
+            cfg = adopt_graphs(cfg, profile, await admin.get_table())
             engine = Engine(cfg, profile, bar, server, admin)
             if wants_acceptance and cfg.workload is not None:
                 await engine.acceptance()
@@ -183,6 +206,7 @@ async def _sweep_one_server(cfg: TuneConfig, profile: Profile, bar: tqdm) -> Non
     async with launch(server_for(cfg, None, admin_port, reject_all=True), log_dir=cfg.log_dir) as server, \
             EngineClient(server.url, f"http://127.0.0.1:{admin_port}", timeout_s=30.0) as admin:
         profile.timings_s["server_start_shared"] = server.ready_after_s or 0.0
+        cfg = adopt_graphs(cfg, profile, await admin.get_table())
         engine = Engine(cfg, profile, bar, server, admin)
         await measure_and_refine(cfg, profile, bar, lambda c: one_server(c, profile, bar, engine))
 
@@ -219,7 +243,8 @@ def summary(profile: Profile) -> dict[str, Any]:
     assert profile.table is not None
     choice = profile.build()
     gap = findings.client_engine_gap(profile)
-    return {"table": profile.table,
+    return {"recommendation": profile.recommendation().model_dump(),
+            "table": profile.table,
             "speculative_config": profile.speculative_config(Table.from_list(profile.table)),
             "acceptance": profile.acceptance.a if profile.acceptance else None,
             "evidence": findings.edge_lines(choice),

@@ -63,7 +63,7 @@ def args(**kw: object) -> argparse.Namespace:
                 grid="1,4", repeats=1, decode_tokens=17, temperature=0.0, prompts=None,
                 num_prompts=8, out="runs/x.json", fresh=False, tie=0.005, preflight=False,
                 engine_arg=None, emulate=None, emulate_with="plugin", one_server=False, refine=None,
-                workload=None, max_repeats=None, ci_target=0.02, confidence=0.9, min_width=4)
+                workload=None, max_repeats=None, ci_target=0.02, confidence=0.9, min_width=4, min_k=0)
     return argparse.Namespace(**{**base, **kw})
 
 
