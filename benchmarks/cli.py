@@ -12,8 +12,9 @@ from pathlib import Path
 from tuner import flags
 from tuner.engine_defaults import resolve_model, vocab_size
 from tuner.errors import InvalidInput, TableTuneError
-from tuner.profile import Workload, load
+from tuner.profile import load
 from tuner.prompts import random_tokens, repetitive
+from tuner.workload import Workload
 
 DEFAULT_POLICIES = ("nospec,fixed-k*,documented,tuned,quarter,turbospec-style,nightjar-style,"
                     "sidecar-from-quarter,sidecar-from-documented")

@@ -27,8 +27,8 @@ import aiohttp
 import numpy as np
 
 from benchmarks.synthetic import paper_profile
-from tuner.engine_defaults import default_model, plugin_env, vocab_size
 from tuner.engine_client import EngineClient
+from tuner.engine_defaults import default_model, plugin_env, vocab_size
 from tuner.goodput import choose_table
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.load import closed_loop

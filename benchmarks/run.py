@@ -10,9 +10,9 @@ blocks whose order alternates across repeats. Warm-up is excluded from every win
 from __future__ import annotations
 
 import contextlib
+import csv
 import functools
 import io
-import csv
 import json
 import time
 from collections.abc import Sequence
@@ -26,15 +26,15 @@ from tqdm import tqdm
 from benchmarks.analysis import Row
 from benchmarks.baselines import turbospec_table
 from sidecar.process import sidecar_process
+from tuner.admin_api import StatsReply
+from tuner.engine_client import EngineClient
 from tuner.engine_defaults import plugin_env, resolve_model
+from tuner.errors import EngineUnavailable
+from tuner.files import write_atomic
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.load import closed_loop
 from tuner.profile import Profile
 from tuner.replay import Replay
-from tuner.admin_api import StatsReply
-from tuner.engine_client import EngineClient
-from tuner.files import write_atomic
-from tuner.errors import EngineUnavailable
 from tuner.sweep import repeat_order
 from tuner.table import Table, documented_table, every_k_table, shrink
 

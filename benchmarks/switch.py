@@ -23,15 +23,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 from benchmarks.run import TOKEN, BenchConfig, admin_client, sidecar
 from tuner.acceptance import per_position
-from tuner.engine_defaults import resolve_model, plugin_env, vocab_size
+from tuner.engine_client import EngineClient
+from tuner.engine_defaults import plugin_env, resolve_model, vocab_size
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.load import closed_loop
 from tuner.profile import load
 from tuner.prompts import repetitive
-from tuner.engine_client import EngineClient
 from tuner.table import Table
 
 WINDOW_S = 5.0

@@ -19,11 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-
+from tuner.engine_client import EngineClient
 from tuner.engine_defaults import default_model, plugin_env, vocab_size
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.prompts import repetitive
-from tuner.engine_client import EngineClient
 from tuner.sweep import CellTimer
 from tuner.table import Table, every_k_table
 

@@ -7,18 +7,18 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-
 import numpy as np
+from pydantic import ValidationError
 
 from tuner import flags, schedules
 from tuner.engine_defaults import default_model, vocab_size
 from tuner.errors import InvalidInput
 from tuner.goodput import interpolate_step_times, predicted_loss
-from tuner.profile import Profile, Workload, load
+from tuner.profile import Profile, load
 from tuner.prompts import load_file, repetitive
 from tuner.sweep import default_grid
 from tuner.table import Table
+from tuner.workload import Workload
 
 if TYPE_CHECKING:
     from tuner.config import TuneConfig

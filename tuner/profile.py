@@ -24,6 +24,7 @@ from tuner.intervals import sigma_log
 from tuner.monotone import monotone_step_times
 from tuner.recommend import Recommendation, recommend
 from tuner.table import Table
+from tuner.workload import Workload
 
 SCHEMA_VERSION = 1
 
@@ -110,32 +111,6 @@ class EngineInfo(_Model):
     @classmethod
     def _name(cls, v: object) -> object:
         return model_name(v) if isinstance(v, str) else v
-
-
-class Workload(_Model):
-    """The served requests' shape. Timed under it, a step carries the prefill such a load brings:
-    at batch size B and draft length k each request lives output_tokens / τ(k) steps, so
-    B·τ(k)/output_tokens requests finish and as many prompts are prefilled per step. Without it
-    steps are pure decode (the paper's method), which can sit under a CUDA-graph token limit that
-    real steps, prefill included, cross."""
-
-    prompt_tokens: int = Field(ge=1)
-    output_tokens: int = Field(ge=2)
-
-    @classmethod
-    def parse(cls, raw: str) -> Workload:
-        try:
-            prompt, output = (int(x) for x in raw.split(":"))
-            return cls(prompt_tokens=prompt, output_tokens=output)
-        except ValueError:
-            raise InvalidInput(f"--workload={raw!r}: expected PROMPT_TOKENS:OUTPUT_TOKENS, the mean "
-                               "prompt and output length of the served requests, e.g. 96:128 "
-                               "(prompt >= 1, output >= 2)") from None
-
-    def steps_per_request(self, tau_k: float) -> int:
-        """Engine steps a request lives at expected tokens per step τ(k) (max_tokens under
-        reject-all, where each step yields one token)."""
-        return max(1, round(self.output_tokens / tau_k))
 
 
 def _shape(w: Workload | None) -> str:

@@ -26,9 +26,10 @@ from tuner.engine_client import EngineClient
 from tuner.errors import EngineUnavailable
 from tuner.launcher import VllmServer, log_tail
 from tuner.load import complete, first_lengths, fresh_connections
-from tuner.profile import StepSample, Workload
+from tuner.profile import StepSample
 from tuner.samples import BATCH_FILL
 from tuner.step_clock import engine_clock, last_seq, steady_steps, step_load
+from tuner.workload import Workload
 
 PromptSource = Callable[[int, int], list[Any]]  # (n, seed) -> prompts
 NO_STEPS = 2**62  # `since` past any step: the stats without per-step samples (small replies)

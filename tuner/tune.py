@@ -21,14 +21,14 @@ from tqdm import tqdm
 
 from tuner import findings
 from tuner.acceptance_run import measure_acceptance
+from tuner.admin_api import TableReply
 from tuner.cells import measure_batch, timing_prompts, todo
 from tuner.config import TuneConfig, engine_info
 from tuner.engine_client import AdminRejected, EngineClient
 from tuner.engine_defaults import plugin_env
 from tuner.errors import EngineUnavailable
-from tuner.launcher import ServerConfig, SpeculativeSpec, VllmServer, free_port, launch
-from tuner.admin_api import TableReply
 from tuner.graphs import grid_points
+from tuner.launcher import ServerConfig, SpeculativeSpec, VllmServer, free_port, launch
 from tuner.profile import GraphInfo, Profile, load
 from tuner.sweep import CellTimer
 from tuner.table import Table, every_k_table

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from benchmarks.synthetic import INFO, paper_profile
+from tuner import findings
 from tuner.commands import tune_config
 from tuner.errors import InvalidInput, ProfileMismatch
-from tuner import findings
 from tuner.profile import load
 
 
@@ -98,7 +98,7 @@ def test_step_times_are_made_monotone_in_k() -> None:
 
 def test_workload_parse_and_lifetimes() -> None:
     from tuner.errors import InvalidInput
-    from tuner.profile import Workload
+    from tuner.workload import Workload
 
     w = Workload.parse("96:128")
     assert (w.prompt_tokens, w.output_tokens) == (96, 128)
@@ -115,7 +115,7 @@ def test_workload_parse_and_lifetimes() -> None:
 
 def test_a_profile_timed_under_another_workload_is_not_resumed() -> None:
     from tuner.errors import ProfileMismatch
-    from tuner.profile import Workload
+    from tuner.workload import Workload
 
     p = paper_profile()
     with pytest.raises(ProfileMismatch, match="workload: profile has none, now 96:128"):
@@ -177,7 +177,7 @@ def test_underfilled_workload_cells_are_named_on_the_h200_profile() -> None:
 
 def test_bench_serves_the_shape_the_profile_was_timed_for(capsys: pytest.CaptureFixture[str]) -> None:
     from benchmarks.cli import request_shape
-    from tuner.profile import Workload
+    from tuner.workload import Workload
 
     def bench_args(**kw: object) -> argparse.Namespace:
         return argparse.Namespace(**{"prompts": "repetitive", "prompt_tokens": None,

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from tuner.config import TuneConfig
 from tuner.prompts import repetitive
 from tuner.replay import Replay
-from tuner.config import TuneConfig
 from tuner.tune import server_for
 
 

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from tuner.config import TuneConfig
 from tuner.engine_defaults import default_model, vocab_size
 from tuner.errors import ProfileMismatch
 from tuner.profile import Profile, load
 from tuner.prompts import repetitive
 from tuner.report import write_report
-from tuner.config import TuneConfig
 from tuner.tune import tune
 
 pytestmark = pytest.mark.engine
@@ -113,8 +113,8 @@ async def test_one_server_measures_every_k_on_one_vllm_and_refines_on_it(
 
 async def test_workload_times_steady_serving_after_measuring_acceptance(tmp_path: Path) -> None:
     from tuner import findings
-    from tuner.profile import Workload
     from tuner.samples import filled
+    from tuner.workload import Workload
 
     workload = Workload(prompt_tokens=48, output_tokens=24)
     cfg = config(tmp_path / "profile.json", tmp_path / "logs").model_copy(
