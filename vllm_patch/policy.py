@@ -71,8 +71,9 @@ class PolicyLookup(list[int]):
                                        engine.policy, explore_k)
             engine.steps += 1
             if state.version != engine.applied_version:  # first step on a swapped table
-                engine.applied_version = state.version
+                # latency first: a reader that sees the new version must see its latency
                 engine.swap_latency_s = max(0.0, time.time() - state.swapped_at)
+                engine.applied_version = state.version
             if explored:
                 engine.counters.explore_steps += 1
             else:

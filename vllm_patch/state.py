@@ -2,7 +2,9 @@
 
 Swaps rebind (`engine.table = TableState(...)`), never mutate: the engine thread reads
 `engine.table` once per step and sees either the old or the new state, never half of one.
-Counters are only written by the engine thread; the admin thread copies them under a lock.
+Counters are only written by the engine thread; the admin thread copies them under `lock`.
+The admin thread's read-modify-write of the table and policy (version n -> n+1) happens under
+`admin_lock`, so two concurrent PUTs cannot both build version n+1.
 """
 
 from __future__ import annotations
@@ -116,12 +118,13 @@ class EngineState:
     startup_k: frozenset[int]
     restrict_k: bool
     counters: Counters
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # counters: engine vs admin
+    admin_lock: threading.Lock = field(default_factory=threading.Lock)  # PUTs' read-modify-write
     started_at: float = field(default_factory=time.time)
     current_k: int | None = None
     steps: int = 0
-    applied_version: int = 0
-    swap_latency_s: float | None = None  # last swap: stored -> first step that used it
+    applied_version: int = 0  # the table version the last step used
+    swap_latency_s: float | None = None  # that version's swap -> its first step (admin.swap_latency)
     hook_errors: int = 0
     emulation: tuple[float, ...] | None = None
     emulation_enabled: bool = False
