@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import aiohttp
 import pytest
 import pytest_asyncio
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import STARTUP_TABLE, Engine
 from tests.helpers import burst, delta
@@ -150,3 +152,13 @@ async def test_nightjar_baseline_learns_per_batch_size(engine: Engine) -> None:
     assert sum(1 for n in steps.values() if n > 0) >= 2  # it tried more than the table's k=3
     assert after["bandit"] and all(mean > 0 for _, _, mean, _ in after["bandit"])
     assert (await engine.admin("PUT", "/v1/policy", {"baseline": "none"}))[1]["baseline"] is None
+
+
+async def test_metrics_carry_the_engine_start_and_the_age_of_the_values(engine: Engine) -> None:
+    stats = await engine.stats()
+    async with aiohttp.ClientSession() as s, s.get(engine.url + "/metrics") as r:
+        text = await r.text()
+    gauges = {smp.name: smp.value for fam in text_string_to_metric_families(text)
+              for smp in fam.samples if smp.name.startswith("tabletune_")}
+    assert gauges["tabletune_engine_started_at_seconds"] == stats["started_at"]
+    assert gauges["tabletune_stats_age_seconds"] == 0.0
