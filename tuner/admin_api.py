@@ -11,7 +11,7 @@ drift, and a field is named once.
 | PUT  /v1/table     | TableBody        | TableReply     |
 | GET  /v1/policy    |                  | PolicyReply    |
 | PUT  /v1/policy    | PolicyBody       | PolicyReply    |
-| GET  /v1/stats     |                  | StatsReply     |
+| GET  /v1/stats     | ?since=SEQ       | StatsReply     |
 | GET  /v1/emulation |                  | EmulationReply |
 | PUT  /v1/emulation | EmulationBody    | EmulationReply |
 | any error          |                  | ErrorReply     |
@@ -129,9 +129,12 @@ class EmulationReply(_Reply):
 class StatsReply(_Reply):
     """The plugin's exact counters (GET /v1/stats); positions are 0-based, like vLLM's.
 
-    ``step_times`` rows are [batch-size bucket, k, seconds, steps]; ``histogram`` rows are
-    [drafted, accepted, request-steps]; ``scheduled_requests``/``_tokens`` are exact totals over
-    all steps (decodes, drafts and prefill chunks).
+    ``step_times`` rows are [batch-size bucket, k, seconds, steps] of steady steps only (the k
+    verified equals the k drafted), the others count in ``transition_steps``; ``histogram`` rows
+    are [drafted, accepted, request-steps]; ``scheduled_requests``/``_tokens`` are exact totals
+    over all steps (decodes, drafts and prefill chunks). ``recent_steps`` seq numbers the engine's
+    steps from 1 (the newest is ``engine_steps``) and restarts with the engine (``started_at``);
+    a first seq above since+1 means the ring (8192 steps) dropped some.
     """
 
     model_name: str = "unknown"

@@ -11,13 +11,13 @@ bodies and replies are the models of tuner/admin_api.py):
 | GET  /v1/policy        |                                          | PolicyReply                          |
 | PUT  /v1/policy        | {"explore_every"?, "hysteresis"?,        | PolicyReply                          |
 |                        |  "baseline"?}                            |                                      |
-| GET  /v1/stats         |                                          | StatsReply                           |
+| GET  /v1/stats         | ?since=SEQ (optional)                    | StatsReply; recent_steps: seq > SEQ  |
 | GET  /v1/emulation     |                                          | EmulationReply                       |
 | PUT  /v1/emulation     | {"rates": [a1, a2, ...]}                 | 409 unless enabled at startup        |
 
 Errors, as {"error", "field"}: 400 malformed request or body not JSON, 401 missing/wrong token,
 404 unknown route, 405 method, 408 body not received in time, 409 not possible on this engine,
-413 body too large, 422 invalid body (the reply names the field and the reason).
+413 body too large, 422 invalid body or query (the reply names the field and the reason).
 A request that fails changes nothing.
 
 The handlers only validate and rebind immutable state; the engine thread picks it up at its
@@ -74,8 +74,12 @@ def table_reply(engine: EngineState) -> dict[str, Any]:
             "restrict_k": engine.restrict_k, "swap_latency_s": swap_latency(engine)}
 
 
-def stats_reply(engine: EngineState) -> dict[str, Any]:
-    """GET /v1/stats (StatsReply)."""
+def stats_reply(engine: EngineState, since: int | None = None) -> dict[str, Any]:
+    """GET /v1/stats (StatsReply); `since`: only the recent steps with seq > since.
+
+    Steps are numbered from 1 by the engine (the newest seq is the sum of engine_steps_per_k),
+    so a poller passes the last seq it saw; the numbering restarts with the engine (started_at).
+    """
     with engine.lock:
         c = engine.counters
         return {
@@ -91,6 +95,7 @@ def stats_reply(engine: EngineState) -> dict[str, Any]:
             "scheduled_requests": c.scheduled_requests, "scheduled_tokens": c.scheduled_tokens,
             "step_times": [[b, k, s, c.steps_timed[(b, k)]]
                            for (b, k), s in sorted(c.step_seconds.items())],
+            "transition_steps": c.transition_steps, "recent_steps": c.steps_after(since),
             "swap_latency_s": swap_latency(engine), "hook_errors": engine.hook_errors,
             "bandit": None if engine.bandit is None else
             [[b, k, round(m, 1), engine.bandit.pulls[(b, k)]]
@@ -170,9 +175,19 @@ def emulation_reply(engine: EngineState) -> dict[str, Any]:
             "rates": list(engine.emulation) if engine.emulation is not None else None}
 
 
+def _since(query: Mapping[str, str]) -> int | None:
+    raw = query.get("since")
+    if raw is None:
+        return None
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 18):
+        raise HttpError(422, f"since={raw!r}: expected the seq of a step (an integer >= 0), "
+                             "e.g. since=0 for every recent step", "since")
+    return int(raw)
+
+
 GETS: dict[str, Callable[[EngineState, Mapping[str, str]], dict[str, Any]]] = {
     "/healthz": lambda e, q: {"ok": True}, "/v1/table": lambda e, q: table_reply(e),
-    "/v1/policy": lambda e, q: policy_reply(e), "/v1/stats": lambda e, q: stats_reply(e),
+    "/v1/policy": lambda e, q: policy_reply(e), "/v1/stats": lambda e, q: stats_reply(e, _since(q)),
     "/v1/emulation": lambda e, q: emulation_reply(e)}
 PUTS: dict[str, Callable[[EngineState, bytes], dict[str, Any]]] = {
     "/v1/table": put_table, "/v1/policy": put_policy, "/v1/emulation": put_emulation}

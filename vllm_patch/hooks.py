@@ -2,10 +2,12 @@
 
 - `dynamic_sd_lookup` becomes a PolicyLookup (hot-swappable table, hysteresis, exploration);
 - `schedule` marks the time its output leaves for the workers;
-- `update_from_output` counts every request-step and times the step.
+- `update_from_output` counts every request-step and times the step (Counters.record_step:
+  bucketed sums of steady steps, a transition count, and an exact per-step sample).
 
 Time semantics (vLLM): K chosen at step t is the length the worker drafts at the end of step t,
-verified at t+1. So a request's offered K is the previous step's K, remembered per request.
+verified at t+1. So a request's offered K is the previous step's K, remembered per request, and
+a step's time is verify(the previous step's K) + draft(this step's K).
 Every wrapper calls vLLM's own method first and does its own bookkeeping in a guard: a failure is
 logged once with context and the step goes on as vLLM would have run it.
 """

@@ -38,11 +38,14 @@ class PluginCollector:
         self.failing = False
         self.last: dict[str, Any] | None = None
         self.last_at = 0.0  # clock() of the last good fetch
+        self.since: int | None = None  # the newest step seq seen: ask only for newer samples
 
     def fetch(self) -> dict[str, Any] | None:
         """The engine's stats now; None (logged once per state change) when they do not come."""
         try:
-            with urllib.request.urlopen(self.stats_url, timeout=FETCH_TIMEOUT_S) as r:
+            # ?since=: the per-step samples are not exported, so only the few new ones travel
+            url = self.stats_url if self.since is None else f"{self.stats_url}?since={self.since}"
+            with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as r:
                 stats: dict[str, Any] = json.load(r)
         except (OSError, ValueError) as exc:
             if not self.failing:
@@ -60,6 +63,8 @@ class PluginCollector:
         stats = self.fetch()
         now = self.clock()
         if stats is not None:
+            stats.pop("recent_steps", None)
+            self.since = sum(stats["engine_steps_per_k"].values())
             self.last, self.last_at = stats, now
         if self.last is None:  # never fetched: nothing to serve yet
             return
@@ -94,10 +99,15 @@ def families(s: dict[str, Any], age_s: float = 0.0) -> Iterator[Metric]:
                   [([k], v) for k, v in s["engine_steps_per_k"].items()])
     yield counter("tabletune_spec_hist", "Request-steps per (drafted, accepted).",
                   ["drafted", "accepted"], [([str(d), str(a)], n) for d, a, n in s["histogram"]])
-    yield counter("tabletune_step_seconds", "Engine step wall time per (batch-size bucket, K).",
+    yield counter("tabletune_step_seconds",
+                  "Wall time of steady engine steps (k verified == k drafted) per (batch-size "
+                  "bucket, k).",
                   ["batch_size", "k"], [([str(b), str(k)], sec) for b, k, sec, _ in s["step_times"]])
-    yield counter("tabletune_steps_timed", "Timed engine steps per (batch-size bucket, K).",
+    yield counter("tabletune_steps_timed", "Timed steady engine steps per (batch-size bucket, k).",
                   ["batch_size", "k"], [([str(b), str(k)], n) for b, k, _, n in s["step_times"]])
+    yield counter("tabletune_transition_steps",
+                  "Engine steps whose verified k (the previous step's) and drafted k differ; "
+                  "not in tabletune_step_seconds.", [], [([], s["transition_steps"])])
     yield counter("tabletune_explore_steps", "Exploration steps run at the largest K.", [],
                   [([], s["explore_steps"])])
     yield counter("tabletune_hook_errors", "Hook failures that fell back to vLLM's behaviour.", [],

@@ -248,3 +248,16 @@ def test_a_client_that_closes_frees_its_slot_at_once() -> None:
                     head += s.recv(4096)
                 assert head.startswith(b"HTTP/1.1 200")
         admin.wait_idle()
+
+
+def test_stats_since_returns_only_newer_steps(admin: Admin) -> None:
+    for b in (1, 2, 3, 4):
+        admin.engine.counters.record_step(b, 3, 0.01, tokens=b)
+    get = b"GET /v1/stats?since=%s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    status, body = admin.request(get % b"2")
+    assert status == 200 and [s[0] for s in body["recent_steps"]] == [3, 4]
+    assert body["transition_steps"] == 1  # the first step verified nothing and drafted 3
+    assert body["step_times"] == [[2, 3, 0.01, 1], [3, 3, 0.01, 1], [4, 3, 0.01, 1]]
+    for bad in (b"-1", b"abc", b"1e3", b"", b"1" * 30):
+        status, body = admin.request(get % bad)
+        assert status == 422 and body["field"] == "since", (bad, body)

@@ -3,6 +3,7 @@ token, reject-all and the acceptance emulator, all seen in the engine's own coun
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -162,3 +163,23 @@ async def test_metrics_carry_the_engine_start_and_the_age_of_the_values(engine: 
               for smp in fam.samples if smp.name.startswith("tabletune_")}
     assert gauges["tabletune_engine_started_at_seconds"] == stats["started_at"]
     assert gauges["tabletune_stats_age_seconds"] == 0.0
+
+
+async def test_recent_steps_are_exact_per_step_samples(engine: Engine) -> None:
+    before = await engine.stats()
+    since = sum(before["engine_steps_per_k"].values())
+    await engine.admin("PUT", "/v1/table", {"table": [[1, 16, 2]]})
+    await burst(engine.url, prompts(engine, 2, seed=21), max_tokens=24)
+    status, after = await engine.admin("GET", f"/v1/stats?since={since}")
+    assert status == 200
+    steps = after["recent_steps"]  # (seq, B, k verified, k drafted, seconds, tokens)
+    assert steps[0][0] == since + 1 and steps[-1][0] == sum(after["engine_steps_per_k"].values())
+    for prev, cur in itertools.pairwise(steps):
+        assert cur[0] == prev[0] + 1 and cur[2] == prev[3]  # verifies what the step before drafted
+    assert all(k == 2 and seconds > 0 and 1 <= b <= 2 and tokens >= b
+               for _, b, _, k, seconds, tokens in steps)
+    steady = sum(1 for s in steps if s[2] == s[3])
+    assert delta(after, before, "transition_steps") == len(steps) - steady
+    timed = [sum(row[3] for row in s["step_times"]) for s in (after, before)]
+    assert timed[0] - timed[1] == steady
+    assert (await engine.admin("GET", "/v1/stats?since=x"))[0] == 422
