@@ -82,6 +82,7 @@ class _Connection(RequestHandler):
         self.eof = False   # the client shut down its write side
 
     def connection_lost(self, exc: BaseException | None) -> None:
+        """aiohttp's cleanup, then the connection count (exactly once)."""
         try:
             super().connection_lost(exc)
         finally:
@@ -90,6 +91,7 @@ class _Connection(RequestHandler):
                 self._on_closed = None
 
     def eof_received(self) -> bool:  # type: ignore[override]  # asyncio allows bool | None
+        """The client shut down its write side: stay writable (True)."""
         # True keeps the write side open, so a client that half-closed mid-body gets its 408 at
         # the read timeout, not a silent close. An idle connection closes at once (its slot is
         # free again); checked one loop turn later, after the handler of a request that arrived
@@ -109,10 +111,9 @@ class _Connection(RequestHandler):
         if request.writer.output_size > 0:
             raise ConnectionError("reply already started; cannot send the error")
         reason = (message or str(exc) or type(exc).__name__).strip().splitlines()[0]
-        self._quiet("malformed", "refused a malformed request from %s (%d: %s)",
-                    request.remote, status, reason)
-        resp = web.json_response({"error": f"malformed request: {reason}", "field": None},
-                                 status=status)
+        kind = "malformed request" if status < 500 else "request failed"
+        self._quiet(kind, "%s from %s (%d: %s)", kind, request.remote, status, reason)
+        resp = web.json_response({"error": f"{kind}: {reason}", "field": None}, status=status)
         resp.force_close()
         return resp
 
@@ -121,6 +122,7 @@ class _Refused(asyncio.Protocol):
     """A connection over the limit: closed at once (the client sees a reset and retries)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Close at once."""
         transport.close()
 
 
@@ -143,7 +145,7 @@ class AdminServer:
         """Bind host:port and serve on the daemon thread; OSError (everything closed) if not."""
         self._thread.start()
         try:
-            asyncio.run_coroutine_threadsafe(self._start(host, port), self._loop).result()
+            asyncio.run_coroutine_threadsafe(self._start(host, port), self._loop).result(10.0)
         except BaseException:
             self.close()
             raise
@@ -153,10 +155,13 @@ class AdminServer:
         if self._loop.is_closed():
             return
         if self._thread.is_alive():
-            asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout_s)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout_s)
-        self._loop.close()
+            try:
+                asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout_s)
+            finally:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join(timeout_s)
+        if not self._thread.is_alive():  # a loop still running cannot be closed
+            self._loop.close()
 
     async def _start(self, host: str, port: int) -> None:
         # The connection settings go to _Connection (see _protocol), which this server's own

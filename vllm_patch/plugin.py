@@ -24,6 +24,7 @@ ENGINES: list[Any] = []  # EngineState per Scheduler built in this process (for 
 
 
 def register() -> None:
+    """vLLM's general-plugin entry point: once per process, never raises."""
     global _registered
     if _registered:
         return

@@ -79,7 +79,7 @@ def test_random_bodies_never_5xx_and_never_corrupt_the_table(admin: tuple[str, E
 
 
 def test_token_and_size_limits(admin: tuple[str, EngineState]) -> None:
-    url, engine = admin
+    url, _ = admin
     good = json.dumps({"table": [[1, 16, 2]]}).encode()
     assert put(url + "/v1/table", good, token=None)[0] == 401
     assert put(url + "/v1/table", good, token="wrong")[0] == 401
