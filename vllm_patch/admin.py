@@ -9,8 +9,8 @@ bodies and replies are the models of tuner/admin_api.py):
 | GET  /v1/table         |                                          | TableReply                           |
 | PUT  /v1/table         | {"table": [[s, e, K], ...]}              | swap at the next step; TableReply    |
 | GET  /v1/policy        |                                          | PolicyReply                          |
-| PUT  /v1/policy        | {"explore_every"?, "hysteresis"?,        | PolicyReply                          |
-|                        |  "baseline"?}                            |                                      |
+| PUT  /v1/policy        | {"explore_every"?, "explore_run"?,       | PolicyReply (422: explore_run must   |
+|                        |  "hysteresis"?, "baseline"?}             |  stay < explore_every)               |
 | GET  /v1/stats         | ?since=SEQ (optional)                    | StatsReply; recent_steps: seq > SEQ  |
 | GET  /v1/emulation     |                                          | EmulationReply                       |
 | PUT  /v1/emulation     | {"rates": [a1, a2, ...]}                 | 409 unless enabled at startup        |
@@ -35,7 +35,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tuner.admin_api import EmulationBody, PolicyBody, TableBody
+from tuner.admin_api import EmulationBody, PolicyBody, TableBody, check_exploration
 from tuner.errors import InvalidTable
 from tuner.table import check_for_engine
 from vllm_patch import emulation
@@ -52,6 +52,7 @@ class HttpError(Exception):
         self.status, self.message, self.field = status, message, field
 
     def body(self) -> dict[str, Any]:
+        """The reply body: {"error", "field"} (ErrorReply)."""
         return {"error": self.message, "field": self.field}
 
 
@@ -141,17 +142,25 @@ def put_policy(engine: EngineState, body: bytes) -> dict[str, Any]:
     with engine.admin_lock:
         old = engine.policy
         baseline = old.baseline if p.baseline is None else (None if p.baseline == "none" else p.baseline)
+        new = Policy(old.explore_every if p.explore_every is None else p.explore_every,
+                     old.hysteresis if p.hysteresis is None else p.hysteresis, baseline,
+                     old.explore_run if p.explore_run is None else p.explore_run)
+        try:
+            check_exploration(new.explore_every, new.explore_run)
+        except ValueError as exc:  # the field this body set (a default may be the other side)
+            raise HttpError(422, str(exc),
+                            "explore_run" if p.explore_run is not None else "explore_every") from None
         if baseline != old.baseline:
             engine.bandit = None  # a fresh bandit each time the baseline is switched on
-        engine.policy = Policy(old.explore_every if p.explore_every is None else p.explore_every,
-                               old.hysteresis if p.hysteresis is None else p.hysteresis, baseline)
+        engine.policy = new
     return policy_reply(engine)
 
 
 def policy_reply(engine: EngineState) -> dict[str, Any]:
     """GET /v1/policy (PolicyReply)."""
-    return {"explore_every": engine.policy.explore_every, "hysteresis": engine.policy.hysteresis,
-            "baseline": engine.policy.baseline}
+    p = engine.policy
+    return {"explore_every": p.explore_every, "explore_run": p.explore_run,
+            "hysteresis": p.hysteresis, "baseline": p.baseline}
 
 
 def put_emulation(engine: EngineState, body: bytes) -> dict[str, Any]:

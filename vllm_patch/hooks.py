@@ -19,8 +19,8 @@ import time
 from typing import Any
 
 from vllm_patch.policy import PolicyLookup
-from vllm_patch.state import Counters, EngineState, Policy, TableState
 from vllm_patch.settings import PluginSettings
+from vllm_patch.state import Counters, EngineState, Policy, TableState
 
 log = logging.getLogger("vllm.tabletune")
 REQUIRED_SCHEDULER_ATTRS = ("dynamic_sd_lookup", "num_spec_tokens", "schedule",
@@ -44,10 +44,12 @@ class Guard:
 
 
 def missing_attrs(obj: object, names: tuple[str, ...]) -> list[str]:
+    """The names `obj` lacks (a vLLM whose Scheduler is laid out otherwise)."""
     return [n for n in names if not hasattr(obj, n)]
 
 
 def engine_state(scheduler: Any, settings: PluginSettings) -> EngineState:
+    """The plugin's state for this Scheduler: its startup table as version 1, the policy from the settings."""
     from tuner.table import Table
 
     num_spec = int(scheduler.num_spec_tokens or 0)
@@ -62,7 +64,8 @@ def engine_state(scheduler: Any, settings: PluginSettings) -> EngineState:
     except AttributeError:
         model_name = "unknown"
     return EngineState(
-        table=table, policy=Policy(settings.explore_every, settings.hysteresis),
+        table=table, policy=Policy(settings.explore_every, settings.hysteresis,
+                                         explore_run=settings.explore_run),
         num_speculative_tokens=num_spec, max_num_seqs=max_num_seqs, model_name=model_name,
         startup_k=frozenset(table.dense[1:]) if table else frozenset({num_spec}),
         restrict_k=settings.restrict_k, counters=Counters(num_positions=num_spec),
@@ -71,6 +74,7 @@ def engine_state(scheduler: Any, settings: PluginSettings) -> EngineState:
 
 
 def install(scheduler: Any, engine: EngineState) -> None:
+    """Wrap this Scheduler instance's lookup, schedule and update_from_output."""
     guard = Guard(engine)
     if engine.table is not None:
         scheduler.dynamic_sd_lookup = PolicyLookup(engine, lambda e: guard("lookup", e))

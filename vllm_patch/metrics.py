@@ -60,6 +60,7 @@ class PluginCollector:
         return stats
 
     def collect(self) -> Iterator[Metric]:
+        """The plugin's series (prometheus-client calls this at every scrape)."""
         stats = self.fetch()
         now = self.clock()
         if stats is not None:
@@ -72,7 +73,8 @@ class PluginCollector:
 
 
 def families(s: dict[str, Any], age_s: float = 0.0) -> Iterator[Metric]:
-    """The plugin's series from one /v1/stats reply, served `age_s` seconds after it came."""
+    """The plugin's series from one /v1/stats reply, served `age_s` seconds after it came:
+    the counters here, then the gauges."""
     base = [s["model_name"], "0"]
     names = ["model_name", "engine"]
 
@@ -80,11 +82,6 @@ def families(s: dict[str, Any], age_s: float = 0.0) -> Iterator[Metric]:
         m = CounterMetricFamily(name, doc, labels=names + extra)
         for labels, value in rows:
             m.add_metric(base + labels, value)
-        return m
-
-    def gauge(name: str, doc: str, value: float) -> Metric:
-        m = GaugeMetricFamily(name, doc, labels=names)
-        m.add_metric(base, value)
         return m
 
     yield counter("vllm:spec_decode_num_draft_tokens_per_pos",
@@ -108,10 +105,23 @@ def families(s: dict[str, Any], age_s: float = 0.0) -> Iterator[Metric]:
     yield counter("tabletune_transition_steps",
                   "Engine steps whose verified k (the previous step's) and drafted k differ; "
                   "not in tabletune_step_seconds.", [], [([], s["transition_steps"])])
-    yield counter("tabletune_explore_steps", "Exploration steps run at the largest K.", [],
+    yield counter("tabletune_explore_steps", "Steps of exploration runs (at a k other than the "
+                  "table's).", [],
                   [([], s["explore_steps"])])
     yield counter("tabletune_hook_errors", "Hook failures that fell back to vLLM's behaviour.", [],
                   [([], s["hook_errors"])])
+    yield from gauges(s, age_s)
+
+
+def gauges(s: dict[str, Any], age_s: float) -> Iterator[Metric]:
+    """The plugin's gauges from one /v1/stats reply, served `age_s` seconds after it came."""
+    base = [s["model_name"], "0"]
+
+    def gauge(name: str, doc: str, value: float) -> Metric:
+        m = GaugeMetricFamily(name, doc, labels=["model_name", "engine"])
+        m.add_metric(base, value)
+        return m
+
     yield gauge("tabletune_table_version", "Version of the engine's DSD table.", s["table_version"])
     yield gauge("tabletune_engine_started_at_seconds",
                 "Wall-clock start of the engine these values come from (changes on a restart).",

@@ -28,9 +28,10 @@ class TableState:
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    explore_every: int = 0  # one step at the largest allowed K every N steps; 0 = off
+    explore_every: int = 0  # every N steps a run of explore_run steps at another k; 0 = off
     hysteresis: int = 0     # keep the current K while B is within h of its range's edge
     baseline: str | None = None  # "nightjar": the per-batch-size bandit baseline decides K
+    explore_run: int = 3    # < explore_every; the middle steps of a run are steady steps
 
 
 # Per-step samples kept for GET /v1/stats: 8192 steps are 80-400 s of 10-50 ms GPU steps, so a
@@ -71,6 +72,7 @@ class Counters:
     scheduled_tokens: int = 0
 
     def record_request_step(self, offered_k: int, drafted: int, accepted: int) -> None:
+        """One request-step: offered K, drafted, accepted."""
         self.request_steps[(offered_k, drafted, accepted)] += 1
 
     @property
@@ -103,6 +105,7 @@ class Counters:
 
     @property
     def request_steps_per_k(self) -> Counter[int]:
+        """Request-steps per offered K."""
         per_k: Counter[int] = Counter()
         for (k, _, _), n in self.request_steps.items():
             per_k[k] += n

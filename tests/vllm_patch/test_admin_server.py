@@ -266,3 +266,16 @@ def test_stats_since_returns_only_newer_steps(admin: Admin) -> None:
     for bad in (b"-1", b"abc", b"1e3", b"", b"1" * 30):
         status, body = admin.request(get % bad)
         assert status == 422 and body["field"] == "since", (bad, body)
+
+
+def test_policy_exploration_fields(admin: Admin) -> None:
+    url = f"http://127.0.0.1:{admin.port}/v1/policy"
+    assert put(url, b'{"explore_every": 50}') == {"explore_every": 50, "explore_run": 3,
+                                                  "hysteresis": 0, "baseline": None}
+    assert put(url, b'{"explore_run": 5}')["explore_run"] == 5
+    for body, field in ((b'{"explore_every": 5}', "explore_every"), (b'{"explore_run": 50}', "explore_run"),
+                        (b'{"explore_run": 0}', "explore_run")):
+        status, reply = admin.request(put_head(len(body), "/v1/policy"), body)
+        assert status == 422 and reply["field"] == field, reply
+    assert admin.engine.policy.explore_every == 50 and admin.engine.policy.explore_run == 5
+    assert put(url, b'{"explore_every": 2, "explore_run": 1}')["explore_every"] == 2

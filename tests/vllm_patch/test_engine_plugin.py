@@ -4,6 +4,7 @@ token, reject-all and the acceptance emulator, all seen in the engine's own coun
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -22,8 +23,8 @@ pytestmark = pytest.mark.engine
 async def engine_defaults(engine: Engine) -> AsyncIterator[None]:
     yield
     assert (await engine.admin("PUT", "/v1/table", {"table": STARTUP_TABLE}))[0] == 200
-    assert (await engine.admin("PUT", "/v1/policy", {"explore_every": 0, "hysteresis": 0,
-                                                    "baseline": "none"}))[0] == 200
+    assert (await engine.admin("PUT", "/v1/policy", {"explore_every": 0, "explore_run": 3,
+                                                    "hysteresis": 0, "baseline": "none"}))[0] == 200
     assert (await engine.admin("PUT", "/v1/emulation", {"rates": [1.0, 1.0, 1.0]}))[0] == 200
 
 
@@ -81,15 +82,24 @@ async def test_mutations_need_the_token(engine: Engine) -> None:
     assert table["table"] == STARTUP_TABLE
 
 
-async def test_exploration_drafts_the_last_position_while_the_table_says_one(engine: Engine) -> None:
+async def test_exploration_runs_time_and_offer_every_allowed_k(engine: Engine) -> None:
     await engine.admin("PUT", "/v1/table", {"table": [[1, 16, 1]]})
-    await engine.admin("PUT", "/v1/policy", {"explore_every": 4})
+    status, policy = await engine.admin("PUT", "/v1/policy", {"explore_every": 6, "explore_run": 3})
+    assert status == 200 and policy["explore_run"] == 3
     before = await engine.stats()
-    await burst(engine.url, prompts(engine, 1, seed=3), max_tokens=40)
+    await burst(engine.url, prompts(engine, 2, seed=3), max_tokens=96)
     after = await engine.stats()
-    drafted = delta(after, before, "drafted_per_pos")
-    assert drafted[2] > 0 and drafted[0] > drafted[2]
+    # steady steps (k verified == k drafted) timed at every allowed k: the middle of each run
+    timed = [Counter(), Counter()]
+    for counts, stats in zip(timed, (after, before)):
+        for _, k, _, n in stats["step_times"]:
+            counts[k] += n
+    assert {k for k, n in (timed[0] - timed[1]).items() if n > 0} == {0, 1, 2, 3}
+    offered = delta(after, before, "request_steps_per_k")
+    assert all(offered.get(str(k), 0) > 0 for k in range(4)), offered
+    assert delta(after, before, "drafted_per_pos")[2] > 0  # k=3 drafted while the table says 1
     assert delta(after, before, "explore_steps") > 0
+    assert after["current_k"] == 1  # exploration never becomes the hysteresis memory
 
 
 async def test_hysteresis_holds_k_at_an_edge(engine: Engine) -> None:
