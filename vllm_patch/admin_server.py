@@ -6,18 +6,20 @@ negative one read to EOF and applied the body), spent a thread per connection wi
 (3,000 stalled connections held 3,016 threads inside EngineCore) and logged tracebacks when a
 client went away. Here one thread serves every connection and each limit is explicit:
 
-| what                                 | limit                          | then                        |
-|--------------------------------------|--------------------------------|-----------------------------|
-| request line and headers             | aiohttp's parser (strict       | 400, JSON body, one line    |
-|                                      | Content-Length: digits only)   |                             |
-| headers not complete / idle keep-alive | Limits.read_timeout_s        | connection closed           |
-| body not complete                    | Limits.read_timeout_s          | 408; nothing changed        |
-| body size                            | Limits.max_body_bytes          | 413; nothing changed        |
-| reply not taken by the client        | Limits.write_timeout_s         | connection aborted          |
-| open connections                     | Limits.max_connections         | new ones closed at accept   |
+| what                             | limit                            | then                       |
+|----------------------------------|----------------------------------|----------------------------|
+| request line and headers         | aiohttp's parser (Content-Length | 400, JSON body, one line   |
+|                                  | digits only)                     |                            |
+| headers unfinished, idle         | Limits.read_timeout_s            | connection closed          |
+| keep-alive                       |                                  |                            |
+| body unfinished                  | Limits.read_timeout_s            | 408; nothing changed       |
+| body size                        | Limits.max_body_bytes            | 413; nothing changed       |
+| reply not taken by the client    | Limits.write_timeout_s           | connection aborted         |
+| open connections                 | Limits.max_connections           | new ones closed at accept  |
 
 A client that half-closes (shuts down its write side) still gets its reply, so a short body
-followed by a half-close is a 408, never an applied table. A client that goes away costs one
+followed by a half-close is a 408, never an applied table; an idle connection that gets a FIN
+closes at once, freeing its slot. A client that goes away costs one
 INFO line without a traceback (the first of each kind; later ones at DEBUG). Nothing here
 raises into vLLM: a handler bug is a 500 and one logged traceback.
 """
@@ -45,6 +47,8 @@ log = logging.getLogger("vllm.tabletune")
 
 @dataclass(frozen=True, slots=True)
 class Limits:
+    """The server's bounds (module docstring); tests shorten the timeouts."""
+
     max_body_bytes: int = MAX_BODY_BYTES
     read_timeout_s: float = 5.0    # headers, body, and idle keep-alive
     write_timeout_s: float = 5.0   # the reply

@@ -27,6 +27,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 log = logging.getLogger("vllm.tabletune")
 FETCH_TIMEOUT_S = 0.5
+# ?since= past any step's seq: the per-step samples are not exported, so none should travel (the
+# whole ring is ~300 kB of JSON, encoded on the engine's admin thread)
+NO_STEPS = 10**18 - 1
 
 
 class PluginCollector:
@@ -38,14 +41,12 @@ class PluginCollector:
         self.failing = False
         self.last: dict[str, Any] | None = None
         self.last_at = 0.0  # clock() of the last good fetch
-        self.since: int | None = None  # the newest step seq seen: ask only for newer samples
 
     def fetch(self) -> dict[str, Any] | None:
         """The engine's stats now; None (logged once per state change) when they do not come."""
         try:
-            # ?since=: the per-step samples are not exported, so only the few new ones travel
-            url = self.stats_url if self.since is None else f"{self.stats_url}?since={self.since}"
-            with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as r:
+            with urllib.request.urlopen(f"{self.stats_url}?since={NO_STEPS}",
+                                        timeout=FETCH_TIMEOUT_S) as r:
                 stats: dict[str, Any] = json.load(r)
         except (OSError, ValueError) as exc:
             if not self.failing:
@@ -64,8 +65,6 @@ class PluginCollector:
         stats = self.fetch()
         now = self.clock()
         if stats is not None:
-            stats.pop("recent_steps", None)
-            self.since = sum(stats["engine_steps_per_k"].values())
             self.last, self.last_at = stats, now
         if self.last is None:  # never fetched: nothing to serve yet
             return
