@@ -11,7 +11,7 @@ drift, and a field is named once.
 | PUT  /v1/table     | TableBody        | TableReply     |
 | GET  /v1/policy    |                  | PolicyReply    |
 | PUT  /v1/policy    | PolicyBody       | PolicyReply    |
-| GET  /v1/stats     |                  | StatsReply     |
+| GET  /v1/stats     | ?since=SEQ       | StatsReply     |
 | GET  /v1/emulation |                  | EmulationReply |
 | PUT  /v1/emulation | EmulationBody    | EmulationReply |
 | any error          |                  | ErrorReply     |
@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field
 from tuner.table import Table
 
 __all__ = ["EmulationBody", "EmulationReply", "ErrorReply", "PolicyBody", "PolicyReply",
-           "StatsReply", "TableBody", "TableReply", "check_rates"]
+           "StatsReply", "TableBody", "TableReply", "check_exploration", "check_rates"]
 
 
 class _Body(BaseModel):
@@ -55,6 +55,14 @@ def check_rates(rates: tuple[float, ...]) -> None:
                              "all accepted) cannot grow with i")
 
 
+def check_exploration(explore_every: int, explore_run: int) -> None:
+    """A run of explore_run steps in every explore_every must leave the table at least one."""
+    if explore_every and explore_run >= explore_every:
+        raise ValueError(f"explore_run={explore_run} must be < explore_every={explore_every} (each "
+                         f"cycle of {explore_every} steps explores {explore_run} of them); raise "
+                         "explore_every or lower explore_run")
+
+
 class TableBody(_Body):
     """PUT /v1/table: vLLM's ``[[start_bs, end_bs, K], ...]``."""
 
@@ -70,7 +78,9 @@ class PolicyBody(_Body):
 
     Exploration: every ``explore_every`` steps a run of ``explore_run`` consecutive steps at one
     other allowed k, the k's visited in turn, so every k keeps live step times and acceptance at
-    the loads that occur; the share of explored steps is explore_run / explore_every.
+    the loads that occur; the share of explored steps is at most explore_run / explore_every (a
+    cycle whose k is the table's k at that batch size runs the table). ``explore_run`` must stay
+    below ``explore_every`` (see check_exploration).
     """
 
     explore_every: StrictInt | None = Field(default=None, ge=0, le=1_000_000)
@@ -133,9 +143,12 @@ class EmulationReply(_Reply):
 class StatsReply(_Reply):
     """The plugin's exact counters (GET /v1/stats); positions are 0-based, like vLLM's.
 
-    ``step_times`` rows are [batch-size bucket, k, seconds, steps]; ``histogram`` rows are
-    [drafted, accepted, request-steps]; ``scheduled_requests``/``_tokens`` are exact totals over
-    all steps (decodes, drafts and prefill chunks).
+    ``step_times`` rows are [batch-size bucket, k, seconds, steps] of steady steps only (the k
+    verified equals the k drafted), the others count in ``transition_steps``; ``histogram`` rows
+    are [drafted, accepted, request-steps]; ``scheduled_requests``/``_tokens`` are exact totals
+    over all steps (decodes, drafts and prefill chunks). ``recent_steps`` seq numbers the engine's
+    steps from 1 (the newest is ``engine_steps``) and restarts with the engine (``started_at``);
+    a first seq above since+1 means the ring (8192 steps) dropped some.
     """
 
     model_name: str = "unknown"

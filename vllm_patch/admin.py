@@ -1,62 +1,86 @@
-"""The plugin's local admin endpoint: a stdlib ThreadingHTTPServer on a daemon thread.
+"""The plugin's admin API: routes, validation and replies. The HTTP server is admin_server.py.
 
-Routes (JSON in and out; PUTs need `Authorization: Bearer <token>` when a token is configured):
+Routes (JSON in and out; PUTs need `Authorization: Bearer <token>` when a token is configured;
+bodies and replies are the models of tuner/admin_api.py):
 
-| route              | body                                        | effect / reply                          |
-|--------------------|---------------------------------------------|-----------------------------------------|
-| GET  /healthz      |                                             | {"ok": true}                            |
-| GET  /v1/table     |                                             | TableReply                              |
-| PUT  /v1/table     | {"table": [[s, e, K], ...]}                 | swap at the next step; TableReply       |
-| GET  /v1/policy    |                                             | {"explore_every", "hysteresis", ...}    |
-| PUT  /v1/policy    | {"explore_every"?: int, "hysteresis"?: int} | PolicyReply                             |
-| GET  /v1/stats     |                                             | the counters (StatsReply)               |
-| GET  /v1/emulation |                                             | {"enabled", "rates"}                    |
-| PUT  /v1/emulation | {"rates": [a1, a2, ...]}                    | 409 unless enabled at startup           |
+| route                  | body                                     | effect / reply                       |
+|------------------------|------------------------------------------|--------------------------------------|
+| GET  /healthz          |                                          | {"ok": true}                         |
+| GET  /v1/table         |                                          | TableReply                           |
+| PUT  /v1/table         | {"table": [[s, e, K], ...]}              | swap at the next step; TableReply    |
+| GET  /v1/policy        |                                          | PolicyReply                          |
+| PUT  /v1/policy        | {"explore_every"?, "explore_run"?,       | PolicyReply (422: explore_run must   |
+|                        |  "hysteresis"?, "baseline"?}             |  stay < explore_every)               |
+| GET  /v1/stats         | ?since=SEQ (optional)                    | StatsReply; recent_steps: seq > SEQ  |
+| GET  /v1/emulation     |                                          | EmulationReply                       |
+| PUT  /v1/emulation     | {"rates": [a1, a2, ...]}                 | 409 unless enabled at startup        |
 
-Errors: 400 malformed JSON, 401 missing/wrong token, 404 unknown route, 409 not possible on this
-engine, 413 body too large, 422 invalid body (the reply names the field and the reason).
-The handler only validates and rebinds an immutable state; the engine thread picks it up.
+Errors, as {"error", "field"}: 400 malformed request or body not JSON, 401 missing/wrong token,
+404 unknown route, 405 method, 408 body not received in time, 409 not possible on this engine,
+413 body too large, 422 invalid body or query (the reply names the field and the reason).
+A request that fails changes nothing.
+
+The handlers only validate and rebind immutable state; the engine thread picks it up at its
+next step. Read-modify-write of the table and policy happens under `engine.admin_lock`, so
+concurrent PUTs each get their own version.
 """
 
 from __future__ import annotations
 
 import hmac
-import json
 import logging
-import threading
 import time
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
-from tuner.admin_api import EmulationBody, PolicyBody, TableBody
+from tuner.admin_api import EmulationBody, PolicyBody, TableBody, check_exploration
 from tuner.errors import InvalidTable
 from tuner.table import check_for_engine
 from vllm_patch import emulation
-from vllm_patch.settings import MAX_BODY_BYTES
 from vllm_patch.state import EngineState, Policy, TableState
 
 log = logging.getLogger("vllm.tabletune")
 
 
 class HttpError(Exception):
+    """A 4xx (or 5xx) reply: status, a message that names the value and the fix, the field."""
+
     def __init__(self, status: int, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.field = status, message, field
 
+    def body(self) -> dict[str, Any]:
+        """The reply body: {"error", "field"} (ErrorReply)."""
+        return {"error": self.message, "field": self.field}
+
+
+def swap_latency(engine: EngineState) -> float | None:
+    """Seconds from the current table's swap to the first step that used it; None while no step
+    has (pending), and for the startup table."""
+    version = engine.applied_version  # read before the latency: the engine thread writes it last
+    latency = engine.swap_latency_s
+    table = engine.table
+    return latency if table is not None and version == table.version else None
+
 
 def table_reply(engine: EngineState) -> dict[str, Any]:
+    """GET /v1/table (TableReply)."""
     t = engine.table
     return {"table": t.table.to_list() if t else None,
             "num_speculative_tokens": engine.num_speculative_tokens,
             "max_num_seqs": engine.max_num_seqs, "startup_k": sorted(engine.startup_k),
             "version": t.version if t else 0, "swapped_at": t.swapped_at if t else None,
-            "restrict_k": engine.restrict_k, "swap_latency_s": engine.swap_latency_s}
+            "restrict_k": engine.restrict_k, "swap_latency_s": swap_latency(engine)}
 
 
-def stats_reply(engine: EngineState) -> dict[str, Any]:
+def stats_reply(engine: EngineState, since: int | None = None) -> dict[str, Any]:
+    """GET /v1/stats (StatsReply); `since`: only the recent steps with seq > since.
+
+    Steps are numbered from 1 by the engine (the newest seq is the sum of engine_steps_per_k),
+    so a poller passes the last seq it saw; the numbering restarts with the engine (started_at).
+    """
     with engine.lock:
         c = engine.counters
         return {
@@ -72,7 +96,8 @@ def stats_reply(engine: EngineState) -> dict[str, Any]:
             "scheduled_requests": c.scheduled_requests, "scheduled_tokens": c.scheduled_tokens,
             "step_times": [[b, k, s, c.steps_timed[(b, k)]]
                            for (b, k), s in sorted(c.step_seconds.items())],
-            "swap_latency_s": engine.swap_latency_s, "hook_errors": engine.hook_errors,
+            "transition_steps": c.transition_steps, "recent_steps": c.steps_after(since),
+            "swap_latency_s": swap_latency(engine), "hook_errors": engine.hook_errors,
             "bandit": None if engine.bandit is None else
             [[b, k, round(m, 1), engine.bandit.pulls[(b, k)]]
              for (b, k), m in sorted(engine.bandit.means.items())],
@@ -88,6 +113,7 @@ def _validation_error(exc: ValidationError) -> HttpError:
 
 
 def put_table(engine: EngineState, body: bytes) -> dict[str, Any]:
+    """PUT /v1/table: validate, then rebind a new TableState with the next version."""
     if engine.table is None:
         raise HttpError(409, "this vLLM was started without num_speculative_tokens_per_batch_size; "
                              "start it with any DSD table so the scheduler has a lookup to swap")
@@ -100,32 +126,45 @@ def put_table(engine: EngineState, body: bytes) -> dict[str, Any]:
     except (InvalidTable, ValueError) as exc:
         raise HttpError(422, str(exc), "table") from None
     dense = tuple(table.dense(engine.max_num_seqs, engine.num_speculative_tokens))
-    old = engine.table
-    engine.table = TableState(table, dense, old.version + 1, time.time())  # rebind: atomic
+    with engine.admin_lock:  # two PUTs must not both build version n+1 from version n
+        old = engine.table
+        engine.table = TableState(table, dense, old.version + 1, time.time())  # rebind: atomic
     log.info("TableTune: table v%d -> v%d: %s", old.version, old.version + 1, table.to_list())
     return table_reply(engine)
 
 
 def put_policy(engine: EngineState, body: bytes) -> dict[str, Any]:
+    """PUT /v1/policy: any subset of the fields; the others keep their value."""
     try:
         p = PolicyBody.model_validate_json(body)
     except ValidationError as exc:
         raise _validation_error(exc) from None
-    old = engine.policy
-    baseline = old.baseline if p.baseline is None else (None if p.baseline == "none" else p.baseline)
-    if baseline != old.baseline:
-        engine.bandit = None  # a fresh bandit each time the baseline is switched on
-    engine.policy = Policy(old.explore_every if p.explore_every is None else p.explore_every,
-                           old.hysteresis if p.hysteresis is None else p.hysteresis, baseline)
+    with engine.admin_lock:
+        old = engine.policy
+        baseline = old.baseline if p.baseline is None else (None if p.baseline == "none" else p.baseline)
+        new = Policy(old.explore_every if p.explore_every is None else p.explore_every,
+                     old.hysteresis if p.hysteresis is None else p.hysteresis, baseline,
+                     old.explore_run if p.explore_run is None else p.explore_run)
+        try:
+            check_exploration(new.explore_every, new.explore_run)
+        except ValueError as exc:  # the field this body set (a default may be the other side)
+            raise HttpError(422, str(exc),
+                            "explore_run" if p.explore_run is not None else "explore_every") from None
+        if baseline != old.baseline:
+            engine.bandit = None  # a fresh bandit each time the baseline is switched on
+        engine.policy = new
     return policy_reply(engine)
 
 
 def policy_reply(engine: EngineState) -> dict[str, Any]:
-    return {"explore_every": engine.policy.explore_every, "hysteresis": engine.policy.hysteresis,
-            "baseline": engine.policy.baseline}
+    """GET /v1/policy (PolicyReply)."""
+    p = engine.policy
+    return {"explore_every": p.explore_every, "explore_run": p.explore_run,
+            "hysteresis": p.hysteresis, "baseline": p.baseline}
 
 
 def put_emulation(engine: EngineState, body: bytes) -> dict[str, Any]:
+    """PUT /v1/emulation: publish new rates to the workers (409 unless enabled at startup)."""
     if not engine.emulation_enabled:
         raise HttpError(409, "acceptance emulation is off; start vLLM with "
                              "TABLETUNE_EMULATE_ACCEPTANCE=a1,a2,... to make it settable")
@@ -133,82 +172,54 @@ def put_emulation(engine: EngineState, body: bytes) -> dict[str, Any]:
         rates = EmulationBody.model_validate_json(body).rates
     except ValidationError as exc:
         raise _validation_error(exc) from None
-    emulation.publish(rates)
-    engine.emulation = rates
+    with engine.admin_lock:
+        emulation.publish(rates)
+        engine.emulation = rates
     return emulation_reply(engine)
 
 
 def emulation_reply(engine: EngineState) -> dict[str, Any]:
+    """GET /v1/emulation (EmulationReply)."""
     return {"enabled": engine.emulation_enabled,
             "rates": list(engine.emulation) if engine.emulation is not None else None}
 
 
-GETS: dict[str, Callable[[EngineState], dict[str, Any]]] = {
-    "/healthz": lambda e: {"ok": True}, "/v1/table": table_reply, "/v1/policy": policy_reply,
-    "/v1/stats": stats_reply, "/v1/emulation": emulation_reply}
+def _since(query: Mapping[str, str]) -> int | None:
+    raw = query.get("since")
+    if raw is None:
+        return None
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 18):
+        raise HttpError(422, f"since={raw!r}: expected the seq of a step (an integer >= 0), "
+                             "e.g. since=0 for every recent step", "since")
+    return int(raw)
+
+
+GETS: dict[str, Callable[[EngineState, Mapping[str, str]], dict[str, Any]]] = {
+    "/healthz": lambda e, q: {"ok": True}, "/v1/table": lambda e, q: table_reply(e),
+    "/v1/policy": lambda e, q: policy_reply(e), "/v1/stats": lambda e, q: stats_reply(e, _since(q)),
+    "/v1/emulation": lambda e, q: emulation_reply(e)}
 PUTS: dict[str, Callable[[EngineState, bytes], dict[str, Any]]] = {
     "/v1/table": put_table, "/v1/policy": put_policy, "/v1/emulation": put_emulation}
 
 
-def make_handler(engine: EngineState, token: str | None) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "tabletune-admin"
-
-        def log_message(self, format: str, *args: Any) -> None:  # keep vLLM's log clean
-            pass
-
-        def _reply(self, status: int, payload: dict[str, Any]) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _serve(self, fn: Callable[[], dict[str, Any]]) -> None:
-            try:
-                self._reply(200, fn())
-            except HttpError as exc:
-                self._reply(exc.status, {"error": exc.message, "field": exc.field})
-            except Exception as exc:  # a bug here must not take the engine down
-                log.exception("TableTune admin handler failed")
-                self._reply(500, {"error": f"internal error: {type(exc).__name__}"})
-
-        def do_GET(self) -> None:
-            route = GETS.get(self.path.split("?")[0])
-            if route is None:
-                return self._reply(404, {"error": f"no route GET {self.path}"})
-            self._serve(lambda: route(engine))
-
-        def do_PUT(self) -> None:
-            self._serve(self._put)
-
-        def _put(self) -> dict[str, Any]:
-            route = PUTS.get(self.path.split("?")[0])
-            if route is None:
-                raise HttpError(404, f"no route PUT {self.path}")
-            if token is not None:
-                got = self.headers.get("Authorization", "")
-                if not hmac.compare_digest(got.encode(), f"Bearer {token}".encode()):
-                    raise HttpError(401, "missing or wrong bearer token (Authorization header)")
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY_BYTES:
-                raise HttpError(413, f"body of {length} bytes exceeds {MAX_BODY_BYTES}")
-            return route(engine, self.rfile.read(length))
-
-    return Handler
+def get(engine: EngineState, path: str, query: Mapping[str, str]) -> dict[str, Any]:
+    """The reply of GET `path`; HttpError 404 for an unknown route."""
+    route = GETS.get(path)
+    if route is None:
+        raise HttpError(404, f"no route GET {path}; routes: {', '.join(sorted(GETS))}")
+    return route(engine, query)
 
 
-def serve(engine: EngineState, host: str, port: int, token: str | None) -> ThreadingHTTPServer | None:
-    """Start the admin server on a daemon thread; None (and a log line) if it cannot bind."""
-    try:
-        httpd = ThreadingHTTPServer((host, port), make_handler(engine, token))
-    except OSError as exc:
-        log.error("TableTune admin endpoint could not bind %s:%d (%s); vLLM keeps serving "
-                  "without it", host, port, exc)
-        return None
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, name="tabletune-admin", daemon=True).start()
-    log.info("TableTune admin endpoint on http://%s:%d (token %s)", host, port,
-             "required" if token else "not configured")
-    return httpd
+def put_route(path: str) -> Callable[[EngineState, bytes], dict[str, Any]]:
+    """The handler of PUT `path`; HttpError 404 for an unknown route."""
+    route = PUTS.get(path)
+    if route is None:
+        raise HttpError(404, f"no route PUT {path}; routes: {', '.join(sorted(PUTS))}")
+    return route
+
+
+def authorize(token: str | None, authorization: str) -> None:
+    """Constant-time check of `Authorization: Bearer <token>`; HttpError 401 when it fails."""
+    if token is not None and not hmac.compare_digest(authorization.encode(errors="replace"),
+                                                     f"Bearer {token}".encode()):
+        raise HttpError(401, "missing or wrong bearer token (Authorization header)")

@@ -25,6 +25,7 @@ class Bandit:
     pending: tuple[int, int] | None = None  # the (bucket, k) whose reward the next step brings
 
     def choose(self, batch_size: int) -> int:
+        """The k for this batch size: untried arms first, then ε-greedy; remembers it as pending."""
         bucket = step_bucket(batch_size)
         untried = [k for k in self.arms if (bucket, k) not in self.pulls]
         if untried:
@@ -37,6 +38,7 @@ class Bandit:
         return k
 
     def reward(self, arm: tuple[int, int], tokens_per_s: float) -> None:
+        """Fold one observed reward into the arm's running mean."""
         n = self.pulls.get(arm, 0) + 1
         self.pulls[arm] = n
         self.means[arm] = self.means.get(arm, 0.0) + (tokens_per_s - self.means.get(arm, 0.0)) / n

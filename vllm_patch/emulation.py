@@ -50,6 +50,7 @@ def _write(path: str, rates: tuple[float, ...]) -> None:
 
 
 def publish(rates: tuple[float, ...]) -> None:
+    """Write new rates for every worker (they re-read the file when its mtime changes)."""
     path = os.environ.get(ENV_FILE)
     if not path:
         raise RuntimeError(f"{ENV_FILE} is not set: emulation was not enabled at startup")
@@ -66,6 +67,7 @@ class Capper:
         self.tensors: dict[Any, Any] = {}
 
     def current(self) -> tuple[float, ...]:
+        """The rates now, re-read only when the file changed."""
         mtime = os.stat(self.path).st_mtime
         if mtime != self.mtime:
             with open(self.path) as f:
@@ -142,6 +144,7 @@ def _wrap(module: Any, cap: Any, on_error: Any) -> None:
         return
 
     def rejection_sample(*args: Any, **kwargs: Any) -> Any:
+        """vLLM's rejection sampling, then the cap; vLLM's own output if the cap fails."""
         out = orig(*args, **kwargs)
         try:
             return cap(out)

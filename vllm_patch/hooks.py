@@ -2,10 +2,12 @@
 
 - `dynamic_sd_lookup` becomes a PolicyLookup (hot-swappable table, hysteresis, exploration);
 - `schedule` marks the time its output leaves for the workers;
-- `update_from_output` counts every request-step and times the step.
+- `update_from_output` counts every request-step and times the step (Counters.record_step:
+  bucketed sums of steady steps, a transition count, and an exact per-step sample).
 
 Time semantics (vLLM): K chosen at step t is the length the worker drafts at the end of step t,
-verified at t+1. So a request's offered K is the previous step's K, remembered per request.
+verified at t+1. So a request's offered K is the previous step's K, remembered per request, and
+a step's time is verify(the previous step's K) + draft(this step's K).
 Every wrapper calls vLLM's own method first and does its own bookkeeping in a guard: a failure is
 logged once with context and the step goes on as vLLM would have run it.
 """
@@ -17,8 +19,8 @@ import time
 from typing import Any
 
 from vllm_patch.policy import PolicyLookup
-from vllm_patch.state import Counters, EngineState, Policy, TableState
 from vllm_patch.settings import PluginSettings
+from vllm_patch.state import Counters, EngineState, Policy, TableState
 
 log = logging.getLogger("vllm.tabletune")
 REQUIRED_SCHEDULER_ATTRS = ("dynamic_sd_lookup", "num_spec_tokens", "schedule",
@@ -42,10 +44,12 @@ class Guard:
 
 
 def missing_attrs(obj: object, names: tuple[str, ...]) -> list[str]:
+    """The names `obj` lacks (a vLLM whose Scheduler is laid out otherwise)."""
     return [n for n in names if not hasattr(obj, n)]
 
 
 def engine_state(scheduler: Any, settings: PluginSettings) -> EngineState:
+    """The plugin's state for this Scheduler: its startup table as version 1, the policy from the settings."""
     from tuner.table import Table
 
     num_spec = int(scheduler.num_spec_tokens or 0)
@@ -60,7 +64,8 @@ def engine_state(scheduler: Any, settings: PluginSettings) -> EngineState:
     except AttributeError:
         model_name = "unknown"
     return EngineState(
-        table=table, policy=Policy(settings.explore_every, settings.hysteresis),
+        table=table, policy=Policy(settings.explore_every, settings.hysteresis,
+                                         explore_run=settings.explore_run),
         num_speculative_tokens=num_spec, max_num_seqs=max_num_seqs, model_name=model_name,
         startup_k=frozenset(table.dense[1:]) if table else frozenset({num_spec}),
         restrict_k=settings.restrict_k, counters=Counters(num_positions=num_spec),
@@ -69,6 +74,7 @@ def engine_state(scheduler: Any, settings: PluginSettings) -> EngineState:
 
 
 def install(scheduler: Any, engine: EngineState) -> None:
+    """Wrap this Scheduler instance's lookup, schedule and update_from_output."""
     guard = Guard(engine)
     if engine.table is not None:
         scheduler.dynamic_sd_lookup = PolicyLookup(engine, lambda e: guard("lookup", e))

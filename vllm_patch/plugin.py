@@ -3,7 +3,7 @@
 vLLM calls register() once in every process it starts: the API server, EngineCore and each
 worker. It must be re-entrant and cheap, and decides at runtime what to do where:
 - everywhere: wrap Scheduler.__init__; only EngineCore builds a Scheduler, and there the hooks
-  (hooks.py) and the admin endpoint (admin.py) start;
+  (hooks.py) and the admin endpoint (admin.py, served by admin_server.py) start;
 - where emulation is enabled: wrap the rejection sampler (workers run it);
 - in the API server, when the admin endpoint is enabled: publish the counters on /metrics;
 - everywhere: work around a vLLM bug that keeps a DSD table from starting at all
@@ -24,6 +24,7 @@ ENGINES: list[Any] = []  # EngineState per Scheduler built in this process (for 
 
 
 def register() -> None:
+    """vLLM's general-plugin entry point: once per process, never raises."""
     global _registered
     if _registered:
         return
@@ -79,7 +80,7 @@ def _patch_scheduler(settings: Any) -> None:
 
 
 def _on_scheduler(scheduler: Any, settings: Any) -> None:
-    from vllm_patch import admin, hooks
+    from vllm_patch import admin_server, hooks
 
     missing = hooks.missing_attrs(scheduler, hooks.REQUIRED_SCHEDULER_ATTRS)
     if missing:
@@ -93,7 +94,7 @@ def _on_scheduler(scheduler: Any, settings: Any) -> None:
              engine.num_speculative_tokens, engine.max_num_seqs,
              engine.table.table.to_list() if engine.table else None, engine.policy)
     if settings.admin_port:
-        admin.serve(engine, settings.admin_host, settings.admin_port, settings.admin_token)
+        admin_server.serve(engine, settings.admin_host, settings.admin_port, settings.admin_token)
 
 
 def _publish_metrics(settings: Any) -> None:

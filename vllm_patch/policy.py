@@ -1,8 +1,15 @@
-"""Per-step K: the table, bent by edge hysteresis and the exploration step.
+"""Per-step K: the table, bent by edge hysteresis and exploration runs.
 
 vLLM's scheduler does `K = self.dynamic_sd_lookup[B]` once per step. PolicyLookup is a list (so
 every other use of the lookup sees vLLM's own dense layout) whose indexing applies the policy, so
 the choice happens exactly where vLLM makes it, for the sync and the async scheduler alike.
+
+Exploration: the steps are cut into cycles of `explore_every`; the last `explore_run` steps of
+cycle c run at allowed[c % len(allowed)] (allowed: the startup table's K set under restrict_k,
+else 0..K), so the k's take turns and each gets live step times and acceptance at the loads that
+occur. A run keeps its k whatever B does, so its middle steps are steady (verify and draft the
+same k); a cycle whose k is the table's k at that B runs the table. Exploration steps never
+become the hysteresis memory (current_k).
 """
 
 from __future__ import annotations
@@ -18,12 +25,28 @@ from vllm_patch.state import EngineState, Policy
 log = logging.getLogger("vllm.tabletune")
 
 
+def allowed_k(engine: EngineState) -> tuple[int, ...]:
+    """The k's this engine may run: the startup table's under restrict_k, else 0..K."""
+    if engine.restrict_k:
+        return tuple(sorted(engine.startup_k))
+    return tuple(range(engine.num_speculative_tokens + 1))
+
+
+def explore_k(policy: Policy, step: int, allowed: tuple[int, ...]) -> int | None:
+    """The k that step `step` explores, or None outside the runs. Pure."""
+    every = policy.explore_every
+    if not every or step % every < every - policy.explore_run or not allowed:
+        return None
+    return allowed[(step // every) % len(allowed)]
+
+
 def choose_k(dense: tuple[int, ...], batch_size: int, current_k: int | None, step: int,
-             policy: Policy, explore_k: int) -> tuple[int, bool]:
+             policy: Policy, allowed: tuple[int, ...] = ()) -> tuple[int, bool]:
     """(K for this step, whether it is an exploration step). Pure."""
-    if policy.explore_every and step % policy.explore_every == policy.explore_every - 1:
-        return explore_k, True
     k = dense[batch_size]
+    explored = explore_k(policy, step, allowed)
+    if explored is not None and explored != k:
+        return explored, True
     h = policy.hysteresis
     if h and current_k is not None and k != current_k:
         lo, hi = max(1, batch_size - h), min(len(dense) - 1, batch_size + h)
@@ -41,13 +64,12 @@ class PolicyLookup(list[int]):
         super().__init__(engine.table.dense)
         self._engine = engine
         self._on_error = on_error
+        self._allowed = allowed_k(engine)  # fixed at startup: K, restrict_k and startup_k are
 
     def _bandit(self) -> Bandit:
         engine = self._engine
         if engine.bandit is None:
-            arms = sorted(engine.startup_k) if engine.restrict_k else list(
-                range(engine.num_speculative_tokens + 1))
-            engine.bandit = Bandit(arms=tuple(arms))
+            engine.bandit = Bandit(arms=self._allowed)
         bandit: Bandit = engine.bandit
         return bandit
 
@@ -63,16 +85,16 @@ class PolicyLookup(list[int]):
         state = engine.table
         try:
             assert state is not None
-            explore_k = max(engine.startup_k) if engine.restrict_k else engine.num_speculative_tokens
             if engine.policy.baseline == "nightjar":
                 k, explored = self._bandit().choose(int(i)), False
             else:
                 k, explored = choose_k(state.dense, int(i), engine.current_k, engine.steps,
-                                       engine.policy, explore_k)
+                                       engine.policy, self._allowed)
             engine.steps += 1
             if state.version != engine.applied_version:  # first step on a swapped table
-                engine.applied_version = state.version
+                # latency first: a reader that sees the new version must see its latency
                 engine.swap_latency_s = max(0.0, time.time() - state.swapped_at)
+                engine.applied_version = state.version
             if explored:
                 engine.counters.explore_steps += 1
             else:

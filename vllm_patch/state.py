@@ -2,14 +2,16 @@
 
 Swaps rebind (`engine.table = TableState(...)`), never mutate: the engine thread reads
 `engine.table` once per step and sees either the old or the new state, never half of one.
-Counters are only written by the engine thread; the admin thread copies them under a lock.
+Counters are only written by the engine thread; the admin thread copies them under `lock`.
+The admin thread's read-modify-write of the table and policy (version n -> n+1) happens under
+`admin_lock`, so two concurrent PUTs cannot both build version n+1.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,9 +28,17 @@ class TableState:
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    explore_every: int = 0  # one step at the largest allowed K every N steps; 0 = off
+    explore_every: int = 0  # every N steps a run of explore_run steps at another k; 0 = off
     hysteresis: int = 0     # keep the current K while B is within h of its range's edge
     baseline: str | None = None  # "nightjar": the per-batch-size bandit baseline decides K
+    explore_run: int = 3    # < explore_every; the middle steps of a run are steady steps
+
+
+# Per-step samples kept for GET /v1/stats: 8192 steps are 80-400 s of 10-50 ms GPU steps, so a
+# consumer polling with ?since= every few seconds misses none (a gap in seq shows if it did).
+RECENT_STEPS = 8192
+# (seq, batch_size, k_verified, k_drafted, seconds, tokens): see Counters.record_step
+StepSample = tuple[int, int, int, int, float, int]
 
 
 def step_bucket(batch_size: int) -> int:
@@ -49,14 +59,20 @@ class Counters:
     request_steps: Counter[tuple[int, int, int]] = field(default_factory=Counter)
     engine_steps_per_k: Counter[int] = field(default_factory=Counter)
     explore_steps: int = 0
-    step_seconds: dict[tuple[int, int], float] = field(default_factory=dict)  # (bucket, K) -> s
+    # steady steps only (k verified == k drafted): (bucket, k) -> seconds, and their count
+    step_seconds: dict[tuple[int, int], float] = field(default_factory=dict)
     steps_timed: Counter[tuple[int, int]] = field(default_factory=Counter)
+    transition_steps: int = 0  # steps whose verified and drafted k differ
+    num_steps: int = 0         # steps recorded; the seq of the newest one
+    k_drafted: int = 0         # the k drafted at the end of the newest step (nothing before the first)
+    recent_steps: deque[StepSample] = field(default_factory=lambda: deque(maxlen=RECENT_STEPS))
     # exact totals over all steps: requests and tokens scheduled (decodes, drafts and prefill
     # chunks), so a window's tokens per step shows where steps cross a CUDA-graph size
     scheduled_requests: int = 0
     scheduled_tokens: int = 0
 
     def record_request_step(self, offered_k: int, drafted: int, accepted: int) -> None:
+        """One request-step: offered K, drafted, accepted."""
         self.request_steps[(offered_k, drafted, accepted)] += 1
 
     @property
@@ -89,19 +105,45 @@ class Counters:
 
     @property
     def request_steps_per_k(self) -> Counter[int]:
+        """Request-steps per offered K."""
         per_k: Counter[int] = Counter()
         for (k, _, _), n in self.request_steps.items():
             per_k[k] += n
         return per_k
 
     def record_step(self, batch_size: int, k: int, seconds: float | None, tokens: int = 0) -> None:
+        """One engine step that scheduled `batch_size` requests (`tokens` tokens) and drafts `k`.
+
+        vLLM drafts at the end of step t and verifies at t+1, so a step's time is
+        verify(k_verified = the previous step's k) + draft(k). Only a steady step (both equal)
+        times one k: it goes to the (bucket, k) sums; the others count as transition steps.
+        Every timed step is also kept, exactly, in the recent_steps ring."""
+        k_verified, self.k_drafted = self.k_drafted, k
+        self.num_steps += 1
         self.engine_steps_per_k[k] += 1
         self.scheduled_requests += batch_size
         self.scheduled_tokens += tokens
-        if seconds is not None:
+        if k_verified != k:
+            self.transition_steps += 1
+        if seconds is None:
+            return
+        self.recent_steps.append((self.num_steps, batch_size, k_verified, k, seconds, tokens))
+        if k_verified == k:
             key = (step_bucket(batch_size), k)
             self.step_seconds[key] = self.step_seconds.get(key, 0.0) + seconds
             self.steps_timed[key] += 1
+
+    def steps_after(self, since: int | None) -> list[StepSample]:
+        """The recent steps with seq > since (all of them for None), oldest first."""
+        if since is None:
+            return list(self.recent_steps)
+        out = []
+        for sample in reversed(self.recent_steps):  # newest first: stop at the first old one
+            if sample[0] <= since:
+                break
+            out.append(sample)
+        out.reverse()
+        return out
 
 
 @dataclass(slots=True)
@@ -116,12 +158,13 @@ class EngineState:
     startup_k: frozenset[int]
     restrict_k: bool
     counters: Counters
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # counters: engine vs admin
+    admin_lock: threading.Lock = field(default_factory=threading.Lock)  # PUTs' read-modify-write
     started_at: float = field(default_factory=time.time)
     current_k: int | None = None
     steps: int = 0
-    applied_version: int = 0
-    swap_latency_s: float | None = None  # last swap: stored -> first step that used it
+    applied_version: int = 0  # the table version the last step used
+    swap_latency_s: float | None = None  # that version's swap -> its first step (admin.swap_latency)
     hook_errors: int = 0
     emulation: tuple[float, ...] | None = None
     emulation_enabled: bool = False

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from tuner.launcher import free_port
 from tuner.table import Table
-from vllm_patch.admin import serve
+from vllm_patch.admin_server import serve
 from vllm_patch.settings import MAX_BODY_BYTES
 from vllm_patch.state import Counters, EngineState, Policy, TableState
 
@@ -24,17 +24,23 @@ TOKEN = "fuzz-token"
 START = Table.from_list([[1, 4, 3], [5, 16, 1]])
 
 
+def new_engine() -> EngineState:
+    return EngineState(table=TableState(START, tuple(START.dense(16, 3)), 1, time.time()),
+                       policy=Policy(), num_speculative_tokens=3, max_num_seqs=16,
+                       model_name="m", startup_k=frozenset({1, 3}), restrict_k=False,
+                       counters=Counters(num_positions=3), applied_version=1)
+
+
 @pytest.fixture(scope="module")
 def admin() -> Iterator[tuple[str, EngineState]]:
-    engine = EngineState(table=TableState(START, tuple(START.dense(16, 3)), 1, time.time()),
-                         policy=Policy(), num_speculative_tokens=3, max_num_seqs=16,
-                         model_name="m", startup_k=frozenset({1, 3}), restrict_k=False,
-                         counters=Counters(num_positions=3), applied_version=1)
+    engine = new_engine()
     port = free_port()
-    httpd = serve(engine, "127.0.0.1", port, TOKEN)
-    assert httpd is not None
-    yield f"http://127.0.0.1:{port}", engine
-    httpd.shutdown()
+    server = serve(engine, "127.0.0.1", port, TOKEN)
+    assert server is not None
+    try:
+        yield f"http://127.0.0.1:{port}", engine
+    finally:
+        server.close()
 
 
 def put(url: str, body: bytes, token: str | None = TOKEN) -> tuple[int, dict[str, Any]]:
@@ -73,7 +79,7 @@ def test_random_bodies_never_5xx_and_never_corrupt_the_table(admin: tuple[str, E
 
 
 def test_token_and_size_limits(admin: tuple[str, EngineState]) -> None:
-    url, engine = admin
+    url, _ = admin
     good = json.dumps({"table": [[1, 16, 2]]}).encode()
     assert put(url + "/v1/table", good, token=None)[0] == 401
     assert put(url + "/v1/table", good, token="wrong")[0] == 401

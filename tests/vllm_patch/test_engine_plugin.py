@@ -3,10 +3,14 @@ token, reject-all and the acceptance emulator, all seen in the engine's own coun
 
 from __future__ import annotations
 
+import itertools
+from collections import Counter
 from collections.abc import AsyncIterator
 
+import aiohttp
 import pytest
 import pytest_asyncio
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import STARTUP_TABLE, Engine
 from tests.helpers import burst, delta
@@ -19,8 +23,8 @@ pytestmark = pytest.mark.engine
 async def engine_defaults(engine: Engine) -> AsyncIterator[None]:
     yield
     assert (await engine.admin("PUT", "/v1/table", {"table": STARTUP_TABLE}))[0] == 200
-    assert (await engine.admin("PUT", "/v1/policy", {"explore_every": 0, "hysteresis": 0,
-                                                    "baseline": "none"}))[0] == 200
+    assert (await engine.admin("PUT", "/v1/policy", {"explore_every": 0, "explore_run": 3,
+                                                    "hysteresis": 0, "baseline": "none"}))[0] == 200
     assert (await engine.admin("PUT", "/v1/emulation", {"rates": [1.0, 1.0, 1.0]}))[0] == 200
 
 
@@ -78,15 +82,24 @@ async def test_mutations_need_the_token(engine: Engine) -> None:
     assert table["table"] == STARTUP_TABLE
 
 
-async def test_exploration_drafts_the_last_position_while_the_table_says_one(engine: Engine) -> None:
+async def test_exploration_runs_time_and_offer_every_allowed_k(engine: Engine) -> None:
     await engine.admin("PUT", "/v1/table", {"table": [[1, 16, 1]]})
-    await engine.admin("PUT", "/v1/policy", {"explore_every": 4})
+    status, policy = await engine.admin("PUT", "/v1/policy", {"explore_every": 6, "explore_run": 3})
+    assert status == 200 and policy["explore_run"] == 3
     before = await engine.stats()
-    await burst(engine.url, prompts(engine, 1, seed=3), max_tokens=40)
+    await burst(engine.url, prompts(engine, 2, seed=3), max_tokens=96)
     after = await engine.stats()
-    drafted = delta(after, before, "drafted_per_pos")
-    assert drafted[2] > 0 and drafted[0] > drafted[2]
+    # steady steps (k verified == k drafted) timed at every allowed k: the middle of each run
+    timed = [Counter(), Counter()]
+    for counts, stats in zip(timed, (after, before)):
+        for _, k, _, n in stats["step_times"]:
+            counts[k] += n
+    assert {k for k, n in (timed[0] - timed[1]).items() if n > 0} == {0, 1, 2, 3}
+    offered = delta(after, before, "request_steps_per_k")
+    assert all(offered.get(str(k), 0) > 0 for k in range(4)), offered
+    assert delta(after, before, "drafted_per_pos")[2] > 0  # k=3 drafted while the table says 1
     assert delta(after, before, "explore_steps") > 0
+    assert after["current_k"] == 1  # exploration never becomes the hysteresis memory
 
 
 async def test_hysteresis_holds_k_at_an_edge(engine: Engine) -> None:
@@ -150,3 +163,33 @@ async def test_nightjar_baseline_learns_per_batch_size(engine: Engine) -> None:
     assert sum(1 for n in steps.values() if n > 0) >= 2  # it tried more than the table's k=3
     assert after["bandit"] and all(mean > 0 for _, _, mean, _ in after["bandit"])
     assert (await engine.admin("PUT", "/v1/policy", {"baseline": "none"}))[1]["baseline"] is None
+
+
+async def test_metrics_carry_the_engine_start_and_the_age_of_the_values(engine: Engine) -> None:
+    stats = await engine.stats()
+    async with aiohttp.ClientSession() as s, s.get(engine.url + "/metrics") as r:
+        text = await r.text()
+    gauges = {smp.name: smp.value for fam in text_string_to_metric_families(text)
+              for smp in fam.samples if smp.name.startswith("tabletune_")}
+    assert gauges["tabletune_engine_started_at_seconds"] == stats["started_at"]
+    assert gauges["tabletune_stats_age_seconds"] == 0.0
+
+
+async def test_recent_steps_are_exact_per_step_samples(engine: Engine) -> None:
+    before = await engine.stats()
+    since = sum(before["engine_steps_per_k"].values())
+    await engine.admin("PUT", "/v1/table", {"table": [[1, 16, 2]]})
+    await burst(engine.url, prompts(engine, 2, seed=21), max_tokens=24)
+    status, after = await engine.admin("GET", f"/v1/stats?since={since}")
+    assert status == 200
+    steps = after["recent_steps"]  # (seq, B, k verified, k drafted, seconds, tokens)
+    assert steps[0][0] == since + 1 and steps[-1][0] == sum(after["engine_steps_per_k"].values())
+    for prev, cur in itertools.pairwise(steps):
+        assert cur[0] == prev[0] + 1 and cur[2] == prev[3]  # verifies what the step before drafted
+    assert all(k == 2 and seconds > 0 and 1 <= b <= 2 and tokens >= b
+               for _, b, _, k, seconds, tokens in steps)
+    steady = sum(1 for s in steps if s[2] == s[3])
+    assert delta(after, before, "transition_steps") == len(steps) - steady
+    timed = [sum(row[3] for row in s["step_times"]) for s in (after, before)]
+    assert timed[0] - timed[1] == steady
+    assert (await engine.admin("GET", "/v1/stats?since=x"))[0] == 422

@@ -9,30 +9,71 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vllm_patch.hooks import count_step
-from vllm_patch.policy import choose_k
+from vllm_patch.policy import PolicyLookup, allowed_k, choose_k
 from vllm_patch.settings import from_env
-from vllm_patch.state import Counters, Policy, step_bucket
+from vllm_patch.state import RECENT_STEPS, Counters, Policy, step_bucket
 
 DENSE = (3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0)  # [[1,4,3],[5,10,1],[11,16,0]]
 
 
+ALL_K = (0, 1, 2, 3)
+
+
 def test_table_k_without_policy() -> None:
-    assert choose_k(DENSE, 4, None, 0, Policy(), 3) == (3, False)
-    assert choose_k(DENSE, 5, 3, 0, Policy(), 3) == (1, False)
+    assert choose_k(DENSE, 4, None, 0, Policy(), ALL_K) == (3, False)
+    assert choose_k(DENSE, 5, 3, 0, Policy(), ALL_K) == (1, False)
 
 
-def test_exploration_every_n_steps() -> None:
-    p = Policy(explore_every=5)
-    ks = [choose_k(DENSE, 12, 0, step, p, 3) for step in range(10)]
-    assert [k for k, explored in ks if explored] == [3, 3]
-    assert ks[4] == (3, True) and ks[9] == (3, True)
+def test_exploration_runs_take_the_other_ks_in_turn() -> None:
+    p = Policy(explore_every=5, explore_run=2)
+    ks = [choose_k(DENSE, 7, 1, step, p, ALL_K) for step in range(40)]  # the table says 1 at B=7
+    explored = {step: k for step, (k, is_explored) in enumerate(ks) if is_explored}
+    # the last 2 steps of each cycle of 5; cycle c explores ALL_K[c % 4], and runs the table
+    # when that is the table's k (cycles 1 and 5 here)
+    assert explored == {3: 0, 4: 0, 13: 2, 14: 2, 18: 3, 19: 3,
+                        23: 0, 24: 0, 33: 2, 34: 2, 38: 3, 39: 3}
+    assert all(k == 1 for step, (k, _) in enumerate(ks) if step not in explored)
 
 
-def test_hysteresis_holds_within_h_of_the_edge() -> None:
-    p = Policy(hysteresis=2)
-    assert choose_k(DENSE, 6, 3, 0, p, 3) == (3, False)   # edge at 4, 6 is within 2
-    assert choose_k(DENSE, 7, 3, 0, p, 3) == (1, False)   # 7 is past the band
-    assert choose_k(DENSE, 3, 1, 0, p, 3) == (1, False)   # coming down: 3 is within 2 of 5
+def test_a_run_keeps_its_k_while_the_batch_size_moves() -> None:
+    p = Policy(explore_every=10, explore_run=4)
+    # cycle 2 explores k=2; B moves across the table's edges during the run (k 3 -> 1 -> 0)
+    run = [choose_k(DENSE, b, 3, step, p, ALL_K) for step, b in zip(range(26, 30), (4, 5, 11, 12))]
+    assert [k for k, _ in run] == [2, 2, 2, 2]
+    assert choose_k(DENSE, 7, 1, 9, Policy(), ALL_K) == (1, False)  # explore_every=0: off
+    assert choose_k(DENSE, 7, 1, 9, p, (1,)) == (1, False)          # no other k allowed
+
+
+@given(st.lists(st.integers(0, 3), min_size=2, max_size=40), st.integers(1, 12), st.integers(1, 11),
+       st.lists(st.integers(1, 40), min_size=1, max_size=60))
+def test_exploration_share_and_ks(ks: list[int], every: int, run: int, sizes: list[int]) -> None:
+    run = min(run, every - 1)
+    if not run:
+        return
+    dense, p = (ks[0], *ks), Policy(explore_every=every, explore_run=run)
+    picks = [choose_k(dense, min(b, len(ks)), None, step, p, ALL_K) for step, b in enumerate(sizes)]
+    for step, (b, (k, explored)) in enumerate(zip(sizes, picks)):
+        if explored:
+            assert k != dense[min(b, len(ks))] and step % every >= every - run
+    explored_steps = sum(1 for _, e in picks if e)
+    cycles = -(-len(sizes) // every)
+    assert explored_steps <= cycles * run
+
+
+def test_exploration_steps_are_counted_and_never_the_hysteresis_memory() -> None:
+    from tests.vllm_patch.test_admin_fuzz import new_engine  # table [[1,4,3],[5,16,1]], K=3
+
+    engine = new_engine()
+    engine.policy = Policy(explore_every=4, explore_run=2, hysteresis=2)
+    lookup = PolicyLookup(engine, lambda exc: None)
+    ks = []
+    for _ in range(8):
+        ks.append(lookup[7])
+        assert engine.current_k == 1  # the table's k at B=7, whatever was explored
+    assert ks == [1, 1, 0, 0, 1, 1, 1, 1]  # cycle 1 would explore k=1: the table's own
+    assert engine.counters.explore_steps == 2
+    engine.restrict_k = True  # allowed: the startup table's {1, 3}
+    assert allowed_k(engine) == (1, 3)
 
 
 @given(st.lists(st.integers(0, 3), min_size=2, max_size=40), st.integers(0, 5),
@@ -41,7 +82,7 @@ def test_policy_k_is_always_a_k_of_the_table_or_the_current(ks: list[int], h: in
                                                             data: st.DataObject) -> None:
     dense = (ks[0], *ks)
     b = data.draw(st.integers(1, len(ks)))
-    k, explored = choose_k(dense, b, cur, 1, Policy(hysteresis=h), 3)
+    k, explored = choose_k(dense, b, cur, 1, Policy(hysteresis=h), ALL_K)
     assert not explored and k in (dense[b], cur)
     if k != dense[b]:
         assert cur in dense[max(1, b - h):b + h + 1]
@@ -55,6 +96,13 @@ def test_settings_from_env() -> None:
     assert from_env({}).admin_port is None and not from_env({}).emulation_enabled
     with pytest.raises(ValueError, match="TABLETUNE_EXPLORE_EVERY"):
         from_env({"TABLETUNE_EXPLORE_EVERY": "often"})
+    assert (from_env({}).explore_every, from_env({}).explore_run) == (0, 3)
+    s = from_env({"TABLETUNE_EXPLORE_EVERY": "50", "TABLETUNE_EXPLORE_RUN": "5"})
+    assert (s.explore_every, s.explore_run) == (50, 5)
+    with pytest.raises(ValueError, match="explore_run=3 must be < explore_every=2"):
+        from_env({"TABLETUNE_EXPLORE_EVERY": "2"})
+    with pytest.raises(ValueError, match="TABLETUNE_EXPLORE_RUN=0 must be in 1..64"):
+        from_env({"TABLETUNE_EXPLORE_RUN": "0"})
     with pytest.raises(ValueError, match="cannot grow"):
         from_env({"TABLETUNE_EMULATE_ACCEPTANCE": "0.5,0.7"})
 
@@ -118,3 +166,31 @@ def test_bandit_tries_every_arm_then_exploits_per_batch_size() -> None:
         b.reward(b.pending, {0: 10.0, 1: 30.0, 2: 20.0}[expected])
     assert b.choose(4) == 1
     assert b.choose(40) == 0  # another bucket learns on its own
+
+
+def test_steps_are_steady_only_when_the_verified_k_is_the_drafted_k() -> None:
+    c = Counters(num_positions=3)
+    for b, k in [(2, 3), (2, 3), (2, 3), (9, 1), (9, 1), (9, 3)]:
+        c.record_step(b, k, 0.5, tokens=b * 2)
+    # seq, B, k verified (the previous step's k; nothing before the first), k drafted, s, tokens
+    assert list(c.recent_steps) == [(1, 2, 0, 3, 0.5, 4), (2, 2, 3, 3, 0.5, 4), (3, 2, 3, 3, 0.5, 4),
+                                    (4, 9, 3, 1, 0.5, 18), (5, 9, 1, 1, 0.5, 18),
+                                    (6, 9, 1, 3, 0.5, 18)]
+    assert c.transition_steps == 3
+    assert c.steps_timed == {(2, 3): 2, (9, 1): 1}
+    assert c.step_seconds == {(2, 3): 1.0, (9, 1): 0.5}
+    assert c.engine_steps_per_k == {3: 4, 1: 2}
+    assert c.steps_after(4) == [(5, 9, 1, 1, 0.5, 18), (6, 9, 1, 3, 0.5, 18)]
+    assert c.steps_after(6) == [] and c.steps_after(0) == list(c.recent_steps)
+
+
+def test_untimed_steps_keep_their_seq_and_the_ring_is_bounded() -> None:
+    c = Counters(num_positions=3)
+    c.record_step(1, 2, None)
+    c.record_step(1, 2, 0.1)
+    assert list(c.recent_steps) == [(2, 1, 2, 2, 0.1, 0)] and c.steps_timed == {(1, 2): 1}
+    for _ in range(RECENT_STEPS + 10):
+        c.record_step(1, 2, 0.1)
+    assert len(c.recent_steps) == RECENT_STEPS
+    assert c.recent_steps[-1][0] == c.num_steps == RECENT_STEPS + 12
+    assert c.recent_steps[0][0] == c.num_steps - RECENT_STEPS + 1

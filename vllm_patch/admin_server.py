@@ -1,0 +1,296 @@
+"""The admin endpoint's HTTP server: aiohttp's low-level server on the plugin's own daemon thread
+and event loop, inside EngineCore. Routes and validation live in admin.py.
+
+Why not the stdlib ThreadingHTTPServer it replaced (issue #15): it trusted Content-Length (a
+negative one read to EOF and applied the body), spent a thread per connection with no timeout
+(3,000 stalled connections held 3,016 threads inside EngineCore) and logged tracebacks when a
+client went away. Here one thread serves every connection and each limit is explicit:
+
+| what                             | limit                            | then                       |
+|----------------------------------|----------------------------------|----------------------------|
+| request line and headers         | aiohttp's parser (Content-Length | 400, JSON body, one line   |
+|                                  | digits only)                     |                            |
+| headers unfinished, idle         | Limits.read_timeout_s            | connection closed          |
+| keep-alive                       |                                  |                            |
+| body unfinished                  | Limits.read_timeout_s            | 408; nothing changed       |
+| body size                        | Limits.max_body_bytes            | 413; nothing changed       |
+| reply not taken by the client    | Limits.write_timeout_s           | connection aborted         |
+| open connections                 | Limits.max_connections           | new ones closed at accept  |
+
+A client that half-closes (shuts down its write side) still gets its reply, so a short body
+followed by a half-close is a 408, never an applied table; an idle connection that gets a FIN
+closes at once, freeing its slot. A client that goes away costs one
+INFO line without a traceback (the first of each kind; later ones at DEBUG). Nothing here
+raises into vLLM: a handler bug is a 500 and one logged traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestHandler
+
+from vllm_patch import admin
+from vllm_patch.admin import HttpError
+from vllm_patch.settings import MAX_BODY_BYTES
+from vllm_patch.state import EngineState
+
+log = logging.getLogger("vllm.tabletune")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The server's bounds (module docstring); tests shorten the timeouts."""
+
+    max_body_bytes: int = MAX_BODY_BYTES
+    read_timeout_s: float = 5.0    # headers, body, and idle keep-alive
+    write_timeout_s: float = 5.0   # the reply
+    max_connections: int = 32      # admin clients are a handful: sidecar, tuner, /metrics, a human
+    backlog: int = 64
+
+
+class QuietLog:
+    """One INFO line for the first event of each kind, DEBUG after that: a client looping on
+    resets or garbage cannot flood vLLM's log."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def __call__(self, kind: str, msg: str, *args: Any) -> None:
+        first = kind not in self.seen
+        self.seen.add(kind)
+        log.log(logging.INFO if first else logging.DEBUG,
+                "TableTune admin: " + msg + ("; further ones are logged at DEBUG" if first else ""),
+                *args)
+
+
+class _Connection(RequestHandler):
+    """aiohttp's per-connection protocol, with three changes: it reports its close (the connection
+    count), it keeps a half-closed connection writable while its request is handled, and a
+    malformed request is one log line."""
+
+    def __init__(self, on_closed: Callable[[], None], quiet: QuietLog, manager: web.Server,
+                 loop: asyncio.AbstractEventLoop, **kwargs: Any) -> None:
+        super().__init__(manager, loop=loop, **kwargs)
+        self._on_closed: Callable[[], None] | None = on_closed
+        self._quiet = quiet
+        self._event_loop = loop
+        self.busy = False  # a request of this connection is being handled (AdminServer._handle)
+        self.eof = False   # the client shut down its write side
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        """aiohttp's cleanup, then the connection count (exactly once)."""
+        try:
+            super().connection_lost(exc)
+        finally:
+            if self._on_closed is not None:
+                self._on_closed()
+                self._on_closed = None
+
+    def eof_received(self) -> bool:  # type: ignore[override]  # asyncio allows bool | None
+        """The client shut down its write side: stay writable (True)."""
+        # True keeps the write side open, so a client that half-closed mid-body gets its 408 at
+        # the read timeout, not a silent close. An idle connection closes at once (its slot is
+        # free again); checked one loop turn later, after the handler of a request that arrived
+        # just before the FIN has started and marked the connection busy.
+        self.eof = True
+        self._event_loop.call_soon(self.close_if_idle)
+        return True
+
+    def close_if_idle(self) -> None:
+        """Close a half-closed connection that has no request in hand."""
+        if self.eof and not self.busy and self.transport is not None:
+            self.transport.close()
+
+    def handle_error(self, request: web.BaseRequest, status: int = 500,
+                     exc: BaseException | None = None, message: str | None = None) -> web.StreamResponse:
+        """aiohttp's reply to a request its parser refused (or a 500): JSON, one log line."""
+        if request.writer.output_size > 0:
+            raise ConnectionError("reply already started; cannot send the error")
+        reason = (message or str(exc) or type(exc).__name__).strip().splitlines()[0]
+        kind = "malformed request" if status < 500 else "request failed"
+        self._quiet(kind, "%s from %s (%d: %s)", kind, request.remote, status, reason)
+        resp = web.json_response({"error": f"{kind}: {reason}", "field": None}, status=status)
+        resp.force_close()
+        return resp
+
+
+class _Refused(asyncio.Protocol):
+    """A connection over the limit: closed at once (the client sees a reset and retries)."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Close at once."""
+        transport.close()
+
+
+class AdminServer:
+    """The admin endpoint: start() binds (raising OSError), close() stops everything it made."""
+
+    def __init__(self, engine: EngineState, token: str | None, limits: Limits = Limits()) -> None:
+        self.engine, self.token, self.limits = engine, token, limits
+        self.open_connections = 0
+        self.quiet = QuietLog()
+        self._loop = asyncio.new_event_loop()
+        self._loop.set_exception_handler(self._loop_error)
+        self._thread = threading.Thread(target=self._loop.run_forever, name="tabletune-admin",
+                                        daemon=True)
+        self._server: asyncio.Server | None = None
+        self._web: web.Server | None = None
+
+    # -- lifecycle (called from any thread) ------------------------------------------------
+    def start(self, host: str, port: int) -> None:
+        """Bind host:port and serve on the daemon thread; OSError (everything closed) if not."""
+        self._thread.start()
+        try:
+            asyncio.run_coroutine_threadsafe(self._start(host, port), self._loop).result(10.0)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop listening, close every connection, stop the loop and its thread."""
+        if self._loop.is_closed():
+            return
+        if self._thread.is_alive():
+            try:
+                asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout_s)
+            finally:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join(timeout_s)
+        if not self._thread.is_alive():  # a loop still running cannot be closed
+            self._loop.close()
+
+    async def _start(self, host: str, port: int) -> None:
+        # The connection settings go to _Connection (see _protocol), which this server's own
+        # protocol factory would otherwise build; it only tracks connections and shuts them down.
+        self._web = web.Server(self._handle, loop=self._loop)
+        self._server = await self._loop.create_server(self._protocol, host, port,
+                                                      backlog=self.limits.backlog)
+
+    async def _stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        if self._web is not None:
+            await self._web.shutdown(timeout=1.0)
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.sleep(0)  # let the transports' close callbacks run before the loop stops
+
+    # -- connections ------------------------------------------------------------------------
+    def _protocol(self) -> asyncio.BaseProtocol:
+        if self.open_connections >= self.limits.max_connections:
+            self.quiet("limit", "refused a connection: %d open, the limit is %d",
+                       self.open_connections, self.limits.max_connections)
+            return _Refused()
+        assert self._web is not None
+        self.open_connections += 1
+        return _Connection(self._closed, self.quiet, self._web, loop=self._loop,
+                           access_log=None, logger=log, keepalive_timeout=self.limits.read_timeout_s,
+                           lingering_time=self.limits.read_timeout_s)
+
+    def _closed(self) -> None:
+        self.open_connections -= 1
+
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        self.quiet("loop", "%s (%s)", context.get("message", "event loop error"),
+                   exc if exc is not None else "no exception")
+
+    # -- requests ---------------------------------------------------------------------------
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        conn = request.protocol if isinstance(request.protocol, _Connection) else None
+        if conn is not None:
+            conn.busy = True
+        try:
+            return await self._reply(request)
+        finally:
+            if conn is not None:
+                conn.busy = False
+                conn.close_if_idle()
+
+    async def _reply(self, request: web.BaseRequest) -> web.StreamResponse:
+        try:
+            status, payload = 200, await self._respond(request)
+        except HttpError as exc:
+            status, payload = exc.status, exc.body()
+        except ConnectionError as exc:
+            self.quiet("gone", "client %s went away before its request was complete (%s); "
+                       "nothing was changed", request.remote, exc)
+            return web.Response(status=400)  # nobody reads it; aiohttp drops it quietly
+        except Exception as exc:  # a bug here must not take the engine down
+            log.exception("TableTune admin handler failed on %s %s", request.method, request.path)
+            status, payload = 500, {"error": f"internal error: {type(exc).__name__}", "field": None}
+        resp = web.json_response(payload, status=status)
+        if status in (408, 413):  # the rest of the body is unread: this connection is done
+            resp.force_close()
+        await self._send(request, resp)
+        return resp
+
+    async def _respond(self, request: web.BaseRequest) -> dict[str, Any]:
+        if request.method == "GET":
+            return admin.get(self.engine, request.path, request.query)
+        if request.method != "PUT":
+            raise HttpError(405, f"method {request.method} not allowed; use GET or PUT")
+        route = admin.put_route(request.path)
+        admin.authorize(self.token, request.headers.get("Authorization", ""))
+        return route(self.engine, await self._read_body(request))
+
+    async def _read_body(self, request: web.BaseRequest) -> bytes:
+        limit, timeout_s = self.limits.max_body_bytes, self.limits.read_timeout_s
+        declared = request.content_length
+        if declared is not None and declared > limit:
+            raise HttpError(413, f"body of {declared} bytes exceeds {limit}")
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(timeout_s):
+                while chunk := await request.content.readany():
+                    size += len(chunk)
+                    if size > limit:
+                        raise HttpError(413, f"body exceeds {limit} bytes")
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise HttpError(408, f"body incomplete after {timeout_s:g} s ({size} of "
+                                 f"{declared if declared is not None else 'chunked'} bytes); "
+                                 "nothing was changed") from None
+        except HttpProcessingError as exc:
+            raise HttpError(400, f"malformed body: {exc.message}") from None
+        return b"".join(chunks)
+
+    async def _send(self, request: web.BaseRequest, resp: web.StreamResponse) -> None:
+        """Write the reply here, under the write timeout (aiohttp would wait forever)."""
+        try:
+            async with asyncio.timeout(self.limits.write_timeout_s):
+                await resp.prepare(request)
+                await resp.write_eof()
+        except TimeoutError:
+            self.quiet("stalled", "client %s did not take its reply within %g s; connection "
+                       "closed", request.remote, self.limits.write_timeout_s)
+            if request.transport is not None:
+                request.transport.abort()
+        except ConnectionError as exc:
+            self.quiet("gone", "client %s went away before its reply (%s)", request.remote, exc)
+
+
+def serve(engine: EngineState, host: str, port: int, token: str | None,
+          limits: Limits = Limits()) -> AdminServer | None:
+    """Start the admin server on a daemon thread; None (and a log line) if it cannot bind."""
+    server = AdminServer(engine, token, limits)
+    try:
+        server.start(host, port)
+    except OSError as exc:
+        log.error("TableTune admin endpoint could not bind %s:%d (%s); vLLM keeps serving "
+                  "without it", host, port, exc)
+        return None
+    log.info("TableTune admin endpoint on http://%s:%d (token %s)", host, port,
+             "required" if token else "not configured")
+    return server
