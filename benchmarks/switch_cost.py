@@ -24,7 +24,7 @@ from tuner.engine_defaults import default_model, plugin_env, vocab_size
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.prompts import repetitive
 from tuner.sweep import CellTimer
-from tuner.table import Table, every_k_table
+from tuner.table import Table
 
 ARMS = ("lo", "hi", "alternating")
 
@@ -41,8 +41,12 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     n, K = args.max_num_seqs, args.hi
     admin_port = free_port()
     admin = f"http://127.0.0.1:{admin_port}"
-    cfg = ServerConfig(model=model, max_num_seqs=n, env=plugin_env(admin_port, reject_all=True),
-                       speculative=SpeculativeSpec(num_speculative_tokens=K, table=every_k_table(K, n)),
+    # the startup table holds only LO and HI and the plugin is restricted to its K set, so its
+    # exploration (which visits the other allowed k's in turn) alternates exactly LO, HI, LO, ...
+    startup = Table.from_list([[1, 1, K], [2, n, args.lo]])
+    cfg = ServerConfig(model=model, max_num_seqs=n,
+                       env={**plugin_env(admin_port, reject_all=True), "TABLETUNE_RESTRICT_K": "1"},
+                       speculative=SpeculativeSpec(num_speculative_tokens=K, table=startup),
                        extra_args=("--no-enable-prefix-caching", *(args.engine_arg or ())))
     out: dict[str, Any] = {"lo": args.lo, "hi": K, "repeats": args.repeats, "loads": {}}
     prompts = lambda count, seed: repetitive(count, vocab, length=32, seed=seed)  # noqa: E731
@@ -53,7 +57,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         async def arm(name: str) -> None:
             k = args.lo if name in ("lo", "alternating") else K
             await engine.put_table(Table.from_list([[1, n, k]]))
-            await engine.put_policy(explore_every=2 if name == "alternating" else 0)
+            await engine.put_policy(explore_every=2 if name == "alternating" else 0, explore_run=1)
 
         loads = [int(x) for x in args.loads.split(",")]
         await timer.warm_up(loads)
