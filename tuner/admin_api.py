@@ -172,6 +172,10 @@ class StatsReply(_Reply):
     # previous step's k) + draft(this step's k); a steady step has both equal
     recent_steps: list[tuple[int, int, int, int, float, int]] = []
     transition_steps: int = 0  # steps whose verified and drafted k differ (not in step_times)
+    # request-steps verified right after a K=0 stretch (of >= 4 steps), per position: a drafter
+    # whose state went stale while nothing was drafted shows here below the steady acceptance
+    resume_drafted_per_pos: list[int] = []
+    resume_accepted_per_pos: list[int] = []
     swap_latency_s: float | None = None
     hook_errors: int = 0
     bandit: list[Any] | None = None

@@ -39,7 +39,7 @@ from tuner.admin_api import EmulationBody, PolicyBody, TableBody, check_explorat
 from tuner.errors import InvalidTable
 from tuner.table import check_for_engine
 from vllm_patch import emulation
-from vllm_patch.state import EngineState, Policy, TableState
+from vllm_patch.state import EngineState, Policy, TableState, accepted_per_pos, drafted_per_pos
 
 log = logging.getLogger("vllm.tabletune")
 
@@ -72,7 +72,10 @@ def table_reply(engine: EngineState) -> dict[str, Any]:
             "num_speculative_tokens": engine.num_speculative_tokens,
             "max_num_seqs": engine.max_num_seqs, "startup_k": sorted(engine.startup_k),
             "version": t.version if t else 0, "swapped_at": t.swapped_at if t else None,
-            "restrict_k": engine.restrict_k, "swap_latency_s": swap_latency(engine)}
+            "restrict_k": engine.restrict_k, "swap_latency_s": swap_latency(engine),
+            "cudagraph_capture_sizes": (list(engine.cudagraph_capture_sizes)
+                                        if engine.cudagraph_capture_sizes is not None else None),
+            "max_num_batched_tokens": engine.max_num_batched_tokens}
 
 
 def stats_reply(engine: EngineState, since: int | None = None) -> dict[str, Any]:
@@ -97,6 +100,8 @@ def stats_reply(engine: EngineState, since: int | None = None) -> dict[str, Any]
             "step_times": [[b, k, s, c.steps_timed[(b, k)]]
                            for (b, k), s in sorted(c.step_seconds.items())],
             "transition_steps": c.transition_steps, "recent_steps": c.steps_after(since),
+            "resume_drafted_per_pos": drafted_per_pos(c.resume_request_steps, c.num_positions),
+            "resume_accepted_per_pos": accepted_per_pos(c.resume_request_steps, c.num_positions),
             "swap_latency_s": swap_latency(engine), "hook_errors": engine.hook_errors,
             "bandit": None if engine.bandit is None else
             [[b, k, round(m, 1), engine.bandit.pulls[(b, k)]]

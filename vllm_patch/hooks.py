@@ -63,7 +63,12 @@ def engine_state(scheduler: Any, settings: PluginSettings) -> EngineState:
         model_name = str(scheduler.vllm_config.model_config.served_model_name)
     except AttributeError:
         model_name = "unknown"
+    compilation = getattr(getattr(scheduler, "vllm_config", None), "compilation_config", None)
+    sizes = getattr(compilation, "cudagraph_capture_sizes", None)
+    budget = getattr(scheduler.scheduler_config, "max_num_batched_tokens", None)
     return EngineState(
+        cudagraph_capture_sizes=tuple(int(x) for x in sizes) if sizes is not None else None,
+        max_num_batched_tokens=int(budget) if budget else None,
         table=table, policy=Policy(settings.explore_every, settings.hysteresis,
                                          explore_run=settings.explore_run),
         num_speculative_tokens=num_spec, max_num_seqs=max_num_seqs, model_name=model_name,
@@ -148,11 +153,14 @@ def count_step(counters: Counters, so: Any, num_generated: dict[str, int],
     offered_get = offered.get
     # a prefill chunk generated no token and had no draft proposed after it: skipped
     decoding = [(r, g) for r, g in num_generated.items() if g and r in scheduled]
-    counters.request_steps.update(
-        (k, d, g - 1 if d else 0)
-        for r, g in decoding
-        if (k := offered_get(r)) is not None
-        for d in (len(spec_get(r, ())),))
+    keys: Any = ((k, d, g - 1 if d else 0)
+                 for r, g in decoding
+                 if (k := offered_get(r)) is not None
+                 for d in (len(spec_get(r, ())),))
+    if counters.resume_next:  # the first drafts after a K=0 stretch: counted twice (rare)
+        keys = list(keys)
+        counters.resume_request_steps.update(keys)
+    counters.request_steps.update(keys)
     next_offered = dict.fromkeys([r for r, _ in decoding], k_now)
     counters.record_step(len(scheduled), k_now, elapsed, sum(scheduled.values()))
     return next_offered

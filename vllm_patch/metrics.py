@@ -104,6 +104,13 @@ def families(s: dict[str, Any], age_s: float = 0.0) -> Iterator[Metric]:
     yield counter("tabletune_transition_steps",
                   "Engine steps whose verified k (the previous step's) and drafted k differ; "
                   "not in tabletune_step_seconds.", [], [([], s["transition_steps"])])
+    yield counter("tabletune_resume_draft_tokens_per_pos",
+                  "Request-steps offered a draft length > position right after a K=0 stretch "
+                  "(>= 4 steps that drafted nothing).", ["position"],
+                  [([str(i)], v) for i, v in enumerate(s.get("resume_drafted_per_pos", []))])
+    yield counter("tabletune_resume_accepted_tokens_per_pos",
+                  "... whose first position+1 drafts were all accepted.", ["position"],
+                  [([str(i)], v) for i, v in enumerate(s.get("resume_accepted_per_pos", []))])
     yield counter("tabletune_explore_steps", "Steps of exploration runs (at a k other than the "
                   "table's).", [],
                   [([], s["explore_steps"])])

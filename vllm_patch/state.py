@@ -41,6 +41,28 @@ RECENT_STEPS = 8192
 StepSample = tuple[int, int, int, int, float, int]
 
 
+# a K=0 stretch this long (steps) counts as one after which drafting "resumes"
+RESUME_AFTER = 4
+
+
+def drafted_per_pos(request_steps: Counter[tuple[int, int, int]], n: int) -> list[int]:
+    """Per position i: request-steps offered K > i (keys are (offered K, drafted, accepted))."""
+    out = [0] * n
+    for (k, _, _), count in request_steps.items():
+        for i in range(min(k, n)):
+            out[i] += count
+    return out
+
+
+def accepted_per_pos(request_steps: Counter[tuple[int, int, int]], n: int) -> list[int]:
+    """Per position i: request-steps whose first i+1 drafts were all accepted."""
+    out = [0] * n
+    for (k, _, a), count in request_steps.items():
+        for i in range(min(a, n) if k else 0):
+            out[i] += count
+    return out
+
+
 def step_bucket(batch_size: int) -> int:
     """Step-time bucket: exact up to 16, then the next multiple of 8 (bounded label count)."""
     return batch_size if batch_size <= 16 else -(-batch_size // 8) * 8
@@ -70,6 +92,11 @@ class Counters:
     # chunks), so a window's tokens per step shows where steps cross a CUDA-graph size
     scheduled_requests: int = 0
     scheduled_tokens: int = 0
+    # request-steps verified right after a K=0 stretch of at least RESUME_AFTER steps: does a
+    # drafter whose state went stale while nothing was drafted lose acceptance when it resumes?
+    resume_request_steps: Counter[tuple[int, int, int]] = field(default_factory=Counter)
+    zero_streak: int = 0       # consecutive steps that drafted nothing
+    resume_next: bool = False  # the next step verifies the first drafts after such a stretch
 
     def record_request_step(self, offered_k: int, drafted: int, accepted: int) -> None:
         """One request-step: offered K, drafted, accepted."""
@@ -79,20 +106,12 @@ class Counters:
     def drafted_per_pos(self) -> list[int]:
         """Request-steps offered K > i. An empty or short draft (ngram no-match) still counts at
         every position < K: it is a chance the drafter had and did not take."""
-        out = [0] * self.num_positions
-        for (k, _, _), n in self.request_steps.items():
-            for i in range(min(k, self.num_positions)):
-                out[i] += n
-        return out
+        return drafted_per_pos(self.request_steps, self.num_positions)
 
     @property
     def accepted_per_pos(self) -> list[int]:
         """... whose first i+1 drafts were all accepted."""
-        out = [0] * self.num_positions
-        for (k, _, a), n in self.request_steps.items():
-            for i in range(min(a, self.num_positions) if k else 0):
-                out[i] += n
-        return out
+        return accepted_per_pos(self.request_steps, self.num_positions)
 
     @property
     def histogram(self) -> Counter[tuple[int, int]]:
@@ -119,6 +138,8 @@ class Counters:
         times one k: it goes to the (bucket, k) sums; the others count as transition steps.
         Every timed step is also kept, exactly, in the recent_steps ring."""
         k_verified, self.k_drafted = self.k_drafted, k
+        self.resume_next = k > 0 and self.zero_streak >= RESUME_AFTER
+        self.zero_streak = 0 if k else self.zero_streak + 1
         self.num_steps += 1
         self.engine_steps_per_k[k] += 1
         self.scheduled_requests += batch_size
@@ -168,4 +189,7 @@ class EngineState:
     hook_errors: int = 0
     emulation: tuple[float, ...] | None = None
     emulation_enabled: bool = False
+    # where steps leave the CUDA graphs or the token budget (the tuner's grid, tuner/graphs.py)
+    cudagraph_capture_sizes: tuple[int, ...] | None = None
+    max_num_batched_tokens: int | None = None
     bandit: Any = None  # vllm_patch.bandit.Bandit while the nightjar baseline is on

@@ -194,3 +194,30 @@ def test_untimed_steps_keep_their_seq_and_the_ring_is_bounded() -> None:
     assert len(c.recent_steps) == RECENT_STEPS
     assert c.recent_steps[-1][0] == c.num_steps == RECENT_STEPS + 12
     assert c.recent_steps[0][0] == c.num_steps - RECENT_STEPS + 1
+
+
+def test_request_steps_right_after_a_k0_stretch_are_counted_apart() -> None:
+    from types import SimpleNamespace
+
+    from vllm_patch.hooks import count_step
+    from vllm_patch.state import RESUME_AFTER, Counters
+
+    c = Counters(num_positions=3)
+    offered: dict[str, int] = {}
+
+    def step(k: int, accepted: int) -> None:
+        nonlocal offered
+        so = SimpleNamespace(num_scheduled_tokens={"r": 4}, num_spec_tokens_to_schedule=k,
+                             scheduled_spec_decode_tokens={"r": [1] * offered.get("r", 0)})
+        offered = count_step(c, so, {"r": accepted + 1}, offered, 0.01)
+
+    step(3, 0)
+    for _ in range(RESUME_AFTER):
+        step(0, 0)          # a K=0 stretch
+    step(3, 0)              # drafting resumes: drafts proposed at the end of this step...
+    step(3, 1)              # ... are verified here: the resume request-step (1 accepted)
+    step(3, 3)              # steady again
+    from vllm_patch.state import accepted_per_pos, drafted_per_pos
+    assert drafted_per_pos(c.resume_request_steps, 3) == [1, 1, 1]
+    assert accepted_per_pos(c.resume_request_steps, 3) == [1, 0, 0]
+    assert c.drafted_per_pos == [3, 3, 3]  # every request-step offered 3 drafts, resume included
