@@ -31,8 +31,14 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field
 
 from tuner.table import Table
 
-__all__ = ["EmulationBody", "EmulationReply", "ErrorReply", "PolicyBody", "PolicyReply",
+__all__ = ["NO_STEPS", "EmulationBody", "EmulationReply", "ErrorReply", "PolicyBody", "PolicyReply",
            "StatsReply", "TableBody", "TableReply", "check_exploration", "check_rates"]
+
+
+# GET /v1/stats?since=NO_STEPS: past any step's seq (the plugin takes up to 18 digits), so the
+# reply carries the counters without the per-step ring (~300 kB): what a poller that only counts
+# should ask for
+NO_STEPS = 10**18 - 1
 
 
 class _Body(BaseModel):

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from tuner.admin_api import StatsReply
+from tuner.admin_api import NO_STEPS, StatsReply
 from tuner.engine_client import EngineClient
 from tuner.errors import EngineUnavailable
 from tuner.launcher import VllmServer, log_tail
@@ -32,7 +32,6 @@ from tuner.step_clock import engine_clock, last_seq, steady_steps, step_load
 from tuner.workload import Workload
 
 PromptSource = Callable[[int, int], list[Any]]  # (n, seed) -> prompts
-NO_STEPS = 2**62  # `since` past any step: the stats without per-step samples (small replies)
 T = TypeVar("T")
 
 

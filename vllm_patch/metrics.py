@@ -25,11 +25,10 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from tuner.admin_api import NO_STEPS
+
 log = logging.getLogger("vllm.tabletune")
 FETCH_TIMEOUT_S = 0.5
-# ?since= past any step's seq: the per-step samples are not exported, so none should travel (the
-# whole ring is ~300 kB of JSON, encoded on the engine's admin thread)
-NO_STEPS = 10**18 - 1
 
 
 class PluginCollector:
@@ -45,6 +44,8 @@ class PluginCollector:
     def fetch(self) -> dict[str, Any] | None:
         """The engine's stats now; None (logged once per state change) when they do not come."""
         try:
+            # past any step's seq: the per-step ring (~300 kB of JSON, encoded on the engine's
+            # admin thread) is not exported, so none of it travels
             with urllib.request.urlopen(f"{self.stats_url}?since={NO_STEPS}",
                                         timeout=FETCH_TIMEOUT_S) as r:
                 stats: dict[str, Any] = json.load(r)
