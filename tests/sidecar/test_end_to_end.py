@@ -21,6 +21,7 @@ from sidecar.app import main
 from tests.conftest import STARTUP_TABLE, Engine
 from tests.helpers import burst
 from tests.sidecar.fake_engine import make_profile, settings
+from tuner.goodput import choose_table, interpolate_step_times
 from tuner.prompts import repetitive
 from tuner.table import Table, documented_table, shrink
 
@@ -77,7 +78,10 @@ async def drive(engine: Engine, tmp_path: Path, *, dry_run: bool) -> dict[str, A
 async def test_sidecar_repairs_a_wrong_table_and_dry_run_only_recommends(
         engine: Engine, tmp_path: Path) -> None:
     profile = make_profile(model="tiny")
-    tuned = profile.build(allowed_k={1, 3}).table
+    # the table the profile's step times call for at the prior's acceptance (k=3 to B=8, then
+    # k=1); greedy repetitive traffic keeps live acceptance high, so the sidecar heads there
+    T = interpolate_step_times(profile.grid, profile.step_time_matrix(), 16)
+    tuned = choose_table(T, profile.acceptance.a, 0.005, {1, 3}).table
     wrong = shrink(documented_table(3, 16))
     if wrong == tuned:
         wrong = Table.from_list([[1, 16, 0]])
@@ -90,7 +94,8 @@ async def test_sidecar_repairs_a_wrong_table_and_dry_run_only_recommends(
     assert after["version"] == before["version"] and after["table"] == wrong.to_list()
     assert state["last_decision"]["outcome"] == "dry_run"
     assert state["source"] == "plugin" and state["bias_note"] is None
-    assert state["recommended_table"] == tuned.to_list()
+    assert state["recommended_table"] == state["last_decision"]["new_table"]
+    assert distance(Table.from_list(state["recommended_table"]), tuned) < distance(wrong, tuned)
 
     # the real thing: the engine's table is rewritten toward the profile's table
     state = await drive(engine, tmp_path, dry_run=False)
