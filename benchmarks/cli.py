@@ -1,4 +1,4 @@
-"""`tabletune bench`: the paper's main comparison on a real engine (argparse wiring)."""
+"""`tabletune bench` / `python -m benchmarks`: the paired, interval-based bench (argparse wiring)."""
 
 from __future__ import annotations
 
@@ -8,29 +8,24 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
 
 from tuner import flags
 from tuner.engine_defaults import resolve_model, vocab_size
 from tuner.errors import InvalidInput, TableTuneError
-from tuner.profile import load
+from tuner.profile import Profile, Workload, load
 from tuner.prompts import random_tokens, repetitive
-from tuner.workload import Workload
 
-DEFAULT_POLICIES = ("nospec,fixed-k*,documented,tuned,quarter,turbospec-style,nightjar-style,"
-                    "sidecar-from-quarter,sidecar-from-documented")
-
-
-def policies(raw: str, K: int) -> list[str]:
-    out: list[str] = []
-    for p in raw.split(","):
-        out += [f"fixed-k{k}" for k in range(K + 1)] if p == "fixed-k*" else [p]
-    return out
+HELP = "every policy on one engine in paired blocks, with intervals, until it can tell"
 
 
 def request_shape(args: argparse.Namespace, workload: Workload | None) -> tuple[int, int]:
     """(prompt tokens, max_tokens): the flags, else the shape the profile was timed under, else
     the defaults (96 repetitive / 32 random, 64). Says so when the bench serves another shape
-    than the one the tuned table was timed for."""
+    than the one the tuned table was timed for. For a mix they are the median (chat) or the
+    mean (steady output) of the drawn lengths."""
     default_prompt = 96 if args.prompts == "repetitive" else 32
     prompt = args.prompt_tokens or (workload.prompt_tokens if workload else default_prompt)
     output = args.max_tokens or (workload.output_tokens if workload else 64)
@@ -41,46 +36,97 @@ def request_shape(args: argparse.Namespace, workload: Workload | None) -> tuple[
     return prompt, output
 
 
+def default_loads(max_num_seqs: int) -> list[int]:
+    """1, 4, 16, 64, ... up to max_num_seqs, and max_num_seqs itself."""
+    loads = [4 ** i for i in range(8) if 4 ** i < max_num_seqs]
+    return loads + [max_num_seqs]
+
+
+def head_to_head(raw: str, policies: list[str]) -> list[tuple[str, str]]:
+    """--versus 'tuned:documented,...' -> pairs, keeping those whose policies both run."""
+    pairs = []
+    for item in (x for x in raw.split(",") if x):
+        a, sep, b = item.partition(":")
+        if not sep:
+            raise InvalidInput(f"--versus={raw!r}: write pairs as A:B, e.g. tuned:documented")
+        if a in policies and b in policies:
+            pairs.append((a, b))
+    return pairs
+
+
+def config(args: argparse.Namespace, profile: Profile, shape: tuple[int, int]) -> Any:
+    from benchmarks.cells import read_windows
+    from benchmarks.engines import max_model_len
+    from benchmarks.policies import expand, with_aa
+    from benchmarks.run import BenchConfig
+    from benchmarks.stats import Settings
+    from benchmarks.workload import longest_prompt, requests
+
+    model = resolve_model(profile.engine.model, args.model)
+    prompt_tokens, max_tokens = shape
+    extra = tuple(args.engine_arg or ())
+    max_len = max_model_len(extra)
+    make = repetitive if args.prompts == "repetitive" else random_tokens
+    long = make(64, vocab_size(model), length=longest_prompt(args.workload_mix, prompt_tokens, max_len),
+                seed=7)
+    policies = with_aa(expand(args.policies, profile.K), profile.K)
+    earlier = Path(args.out) / "cells.csv"
+    resume = read_windows(earlier) if args.resume and earlier.exists() else []
+    try:
+        return BenchConfig(
+            profile=profile, profile_path=Path(args.profile), model=model,
+            drafter=Path(args.drafter) if args.drafter else None,
+            loads=flags.ints(args.loads, "--loads") if args.loads else default_loads(
+                profile.engine.max_num_seqs),
+            policies=policies,
+            requests=requests(args.workload_mix, long, prompt_tokens, max_tokens, max_len, seed=args.seed),
+            window_s=args.window_s, warmup_s=args.warmup_s, prime_s=args.prime_s,
+            settle_steps=args.settle_steps, temperature=args.temperature,
+            emulate=flags.replay(args, profile.K), extra_args=extra, out=Path(args.out),
+            budget_s=args.budget_s, min_blocks=args.min_blocks, max_blocks=args.max_blocks,
+            stats=Settings(args.threshold, args.ci_target, args.confidence, args.n_boot, args.seed),
+            seed=args.seed, pair_ref=(args.pair_ref or "").replace("fixed-kK", f"fixed-k{profile.K}"),
+            head_to_head=head_to_head(args.versus, policies), converge_s=args.converge_s,
+            learn_s=args.learn_s, resume=resume)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        flag = "--" + str(err["loc"][0]).replace("_", "-") + f"={err.get('input')!r}: " if err["loc"] else ""
+        raise InvalidInput(flag + err["msg"].removeprefix("Value error, ")) from None
+    except (ValueError, OSError) as exc:
+        raise InvalidInput(str(exc)) from None
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
-    from benchmarks.analysis import summarize
     from benchmarks.report import write
-    from benchmarks.run import BenchConfig, bench
+    from benchmarks.run import RunInfo, bench
+    from benchmarks.stats import analyze
 
     profile = load(Path(args.profile))
-    model = resolve_model(profile.engine.model, args.model)
-    vocab = vocab_size(model)
-    make = repetitive if args.prompts == "repetitive" else random_tokens
-    prompt_tokens, max_tokens = request_shape(args, profile.workload)
-    out = Path(args.out)
-    try:
-        cfg = BenchConfig(profile=profile, profile_path=Path(args.profile), model=model,
-                          loads=[int(x) for x in args.loads.split(",")],
-                          policies=policies(args.policies, profile.K), repeats=args.repeats,
-                          warmup_s=args.warmup_s, window_s=args.window_s, prime_s=args.prime_s,
-                          max_tokens=max_tokens, temperature=args.temperature,
-                          prompts=make(64, vocab, length=prompt_tokens, seed=7),
-                          converge_s=args.converge_s, out=out,
-                          emulate=flags.replay(args, profile.K),
-                          extra_args=tuple(args.engine_arg or ()))
-    except ValueError as exc:
-        raise InvalidInput(str(exc)) from None
+    shape = request_shape(args, profile.workload)
+    cfg = config(args, profile, shape)
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    title = f"TableTune bench — {profile.engine.hardware}, {profile.engine.vllm_version}"
+    meta: dict[str, Any] = {
+        "title": title, "command": "python -m benchmarks " + shlex.join(sys.argv[1:]),
+        "engine": profile.engine.model_dump(), "profile_table": profile.table,
+        "workload_mix": args.workload_mix, "prompts": args.prompts, "temperature": args.temperature,
+        "prompt_tokens": shape[0], "max_tokens": shape[1], "seed": args.seed,
+        "loads": cfg.loads, "policies": cfg.policies, "pair_reference": cfg.reference,
+        "window_s": cfg.window_s, "settle_steps": cfg.settle_steps, "budget_s": cfg.budget_s}
     t0 = time.time()
-    rows, converge = asyncio.run(bench(cfg))
-    s = summarize(rows)
-    meta = {"command": "tabletune bench " + shlex.join(sys.argv[2:]), "engine": profile.engine.model_dump(),
-            "profile_table": profile.table, "prompts": args.prompts, "temperature": args.temperature,
-            "prompt_tokens": prompt_tokens, "max_tokens": max_tokens,
-            "seconds_to_last_sidecar_change": converge, "wall_s": round(time.time() - t0)}
-    write(s, out, f"TableTune bench — {profile.engine.hardware}, {profile.engine.vllm_version}", meta)
-    print((out / "summary.md").read_text())
+
+    def on_round(windows: list[Any], info: RunInfo) -> None:
+        meta.update(rounds=info.rounds, stop_reason=info.stop_reason, wall_s=round(time.time() - t0),
+                    sidecar_seconds_to_last_change=info.converge_s)
+        write(windows, analyze(windows, cfg.stats, cfg.head_to_head), cfg.out, title, meta)
+
+    asyncio.run(bench(cfg, on_round))
+    print((cfg.out / "summary.md").read_text())
     return 0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     arguments(sub.add_parser("bench", help=HELP))
-
-
-HELP = "throughput of every policy at every load (the paper's comparison)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,24 +142,59 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
+    from benchmarks.policies import DEFAULT
+    from benchmarks.workload import MIXES
+
     p.add_argument("--profile", required=True, help="profile from `tabletune tune`")
     p.add_argument("--model", help="model path (default: the profile's)")
-    p.add_argument("--loads", default="1,2,4,8,16,32,64", help="open requests per cell")
-    p.add_argument("--policies", default=DEFAULT_POLICIES,
-                   help=f"comma list; fixed-k* expands to k=0..K (default: {DEFAULT_POLICIES})")
-    p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--warmup-s", type=float, default=2.0)
-    p.add_argument("--prime-s", type=float, default=2.0,
-                   help="before measuring, run every load this long under k=0 and k=K (one-off "
-                        "JIT and allocation costs off the first policy's cells); 0 = off")
-    p.add_argument("--window-s", type=float, default=6.0)
+    p.add_argument("--drafter", help="drafter path for draft_model/EAGLE profiles (default: the profile's)")
+    p.add_argument("--loads", help="open requests per load (default: 1, 4, 16, ... up to the "
+                                   "profile's max_num_seqs, and max_num_seqs)")
+    p.add_argument("--policies", default=DEFAULT,
+                   help=f"comma list; fixed-k* is k=0..K, fixed-kK is k=K (default: {DEFAULT})")
+    p.add_argument("--workload-mix", choices=MIXES, default="steady",
+                   help="steady: fixed prompts, outputs uniform on 0.5-1.5x --max-tokens; chat: "
+                        "lognormal prompts and outputs (medians --prompt-tokens, --max-tokens)")
     p.add_argument("--max-tokens", type=int, default=None,
-                   help="output tokens per request (default: the profile's --workload, else 64)")
+                   help="output tokens per request, mean or median by mix (default: the "
+                        "profile's --workload, else 64)")
     p.add_argument("--prompt-tokens", type=int, default=None,
                    help="prompt length (default: the profile's --workload, else 96 repetitive, 32 random)")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--prompts", choices=["repetitive", "random"], default="repetitive")
-    p.add_argument("--converge-s", type=float, default=20.0, help="sidecar warm-up before measuring")
+    _measuring(p)
     flags.add_engine_flags(p)
     p.add_argument("--out", default="runs/bench")
+    p.add_argument("--resume", action="store_true",
+                   help="go on from the windows in OUT/cells.csv if there are any (an earlier "
+                        "call's blocks stay valid pairs; its rounds count towards --min-blocks)")
     p.set_defaults(func=cmd_bench)
+
+
+def _measuring(p: argparse.ArgumentParser) -> None:
+    """Windows, blocks, statistics and the learning policies' warm-ups."""
+    p.add_argument("--window-s", type=float, default=4.0, help="one measured window")
+    p.add_argument("--warmup-s", type=float, default=2.0, help="after a load starts, unmeasured")
+    p.add_argument("--prime-s", type=float, default=2.0,
+                   help="before measuring, every load this long under k=0 and k=K; 0 = off")
+    p.add_argument("--settle-steps", type=int, default=8,
+                   help="engine steps on a swapped table before its window starts")
+    p.add_argument("--budget-s", type=float, default=1800.0,
+                   help="wall-clock budget: no block starts that would end after it")
+    p.add_argument("--min-blocks", type=int, default=5, help="rounds that measure everything")
+    p.add_argument("--max-blocks", type=int, default=1000, help="at most this many rounds")
+    p.add_argument("--threshold", type=float, default=0.01,
+                   help="smallest difference that counts (whole interval beyond it)")
+    p.add_argument("--ci-target", type=float, default=0.02,
+                   help="an interval this narrow (half-width) resolves an indistinguishable verdict")
+    p.add_argument("--confidence", type=float, default=0.95)
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates")
+    p.add_argument("--seed", type=int, default=0, help="block orders, load arrivals and the bootstrap")
+    p.add_argument("--pair-ref", default=None,
+                   help="the fixed k paired with non-table policies (default: fixed-kK)")
+    p.add_argument("--versus", default="tuned:documented,tuned:quarter",
+                   help="head-to-head pairs of table policies, A:B,...")
+    p.add_argument("--converge-s", type=float, default=20.0,
+                   help="a sidecar's learning before its first window")
+    p.add_argument("--learn-s", type=float, default=10.0,
+                   help="the nightjar-style bandit's learning before each of its windows")

@@ -1,45 +1,38 @@
-"""`tabletune bench`: every policy on the same engine, prompts and loads, in one run.
+"""`tabletune bench`: every policy on one engine, in paired blocks, until the intervals can tell.
 
-Table policies share one vLLM (tables swapped through the plugin); no speculation gets its own.
-Sidecar policies run the real `tabletune sidecar` process next to the engine, starting from a
-given table. Plain tables are interleaved: at each load every one in turn, the order alternating
-with load and repeat; sidecar policies run their loads in a row (their state carries over), in
-blocks whose order alternates across repeats. Warm-up is excluded from every window.
+One vLLM with speculation runs every table policy (swapped through the plugin's admin API),
+under a stationary load that keeps running across the swaps; `nospec` gets a second vLLM
+beside it. Rounds of blocks (benchmarks/design.py) go on until every comparison that decides a
+verdict is resolved (benchmarks/stats.py), `--max-blocks` rounds ran, or the next block would
+overrun `--budget-s`. Every window is written to cells.csv as soon as its block ends, and the
+caller's `on_round` rewrites the summary after every round, so a run cut short keeps both.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import csv
-import functools
-import io
-import json
+import random
 import time
-from collections.abc import Sequence
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from tqdm import tqdm
 
-from benchmarks.analysis import Row
-from benchmarks.baselines import turbospec_table
-from sidecar.process import sidecar_process
-from tuner.admin_api import StatsReply
+from benchmarks.cells import TABLES, Window, write_windows
+from benchmarks.design import LoadPlan, block_order, full_plan, pair_order, plan
+from benchmarks.engines import admin_client, nospec_server, spec_server
+from benchmarks.policies import NIGHTJAR, NOSPEC, PAIRED, engine_args, policy_tables, start_table, unknown_policies
+from benchmarks.stateful import FreshBandit, PausedSidecar
+from benchmarks.stats import Settings, analyze, twin
+from benchmarks.window import Measured, Settled, measure, swap
 from tuner.engine_client import EngineClient
-from tuner.engine_defaults import plugin_env, resolve_model
-from tuner.errors import EngineUnavailable
-from tuner.files import write_atomic
-from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
-from tuner.load import closed_loop
+from tuner.launcher import free_port, launch
+from tuner.load import StationaryLoad
 from tuner.profile import Profile
 from tuner.replay import Replay
-from tuner.sweep import repeat_order
-from tuner.table import Table, documented_table, every_k_table, shrink
-
-TOKEN = "bench-token"
-SIDECAR_POLICIES = {"sidecar-from-quarter": "quarter", "sidecar-from-documented": "documented"}
 
 
 class BenchConfig(BaseModel):
@@ -48,208 +41,262 @@ class BenchConfig(BaseModel):
     profile: Profile
     profile_path: Path
     model: Path
-    loads: list[int]
-    policies: list[str]
-    repeats: int = Field(2, ge=1)
-    warmup_s: float = 2.0
-    # Before the first measured cell, every load under k=0 and k=K for this long, unmeasured: the
-    # first batch of each shape pays one-off costs (Triton JIT of MoE kernels, allocator growth)
-    # that would otherwise land on whichever policy happens to run first.
-    prime_s: float = Field(2.0, ge=0)
-    window_s: float = 6.0
-    max_tokens: int = 64
+    drafter: Path | None = None               # None: the drafter the profile names
+    loads: list[int] = Field(min_length=1)
+    policies: list[str] = Field(min_length=1)
+    requests: list[Any] = Field(min_length=1)  # tuner.load.Request pool (benchmarks/workload.py)
+    window_s: float = Field(4.0, gt=0)
+    warmup_s: float = Field(2.0, ge=0)   # after a load starts, before its first swap
+    prime_s: float = Field(2.0, ge=0)    # every load under k=0 and k=K once, unmeasured
+    settle_steps: int = Field(8, ge=1)
     temperature: float = 0.0
-    prompts: list[Any]
-    converge_s: float = 20.0
-    emulate: Replay | None = None  # replayed acceptance, see tuner/replay.py
-    sidecar_args: tuple[str, ...] = ()
+    emulate: Replay | None = None
     extra_args: tuple[str, ...] = ()
     out: Path
     log_dir: Path = Path("runs/logs")
+    budget_s: float = Field(1800.0, gt=0)
+    min_blocks: int = Field(5, ge=2)
+    max_blocks: int = Field(1000, ge=2)
+    stats: Settings = Settings()
+    seed: int = 0
+    pair_ref: str = ""                   # the fixed k paired with non-table policies; "" = fixed-kK
+    head_to_head: list[tuple[str, str]] = []
+    converge_s: float = Field(20.0, ge=0)   # a sidecar's learning before its first window
+    learn_s: float = Field(10.0, ge=0)      # the bandit's, before each of its windows
+    sidecar_args: tuple[str, ...] = ()
+    resume: list[Any] = []                  # windows of an earlier call (its cells.csv) to go on from
 
     @model_validator(mode="after")
     def _check(self) -> BenchConfig:
         if self.emulate is not None:
             self.emulate.check_k(self.profile.K)
-        known = set(policy_tables(self.profile, self.policies)) | {"nospec", *SIDECAR_POLICIES}
-        unknown = [p for p in self.policies if p not in known]
-        if unknown:  # before any vLLM starts, not at the first cell of that policy
-            raise ValueError(f"policies {unknown}: not known for this profile; use nospec, "
-                             f"{', '.join(sorted(known - {'nospec'}))}, or tuned@tie=0.05 (the "
-                             "profile's table rebuilt with another --tie)")
+        n = self.profile.engine.max_num_seqs
+        if any(not 1 <= x <= n for x in self.loads):
+            raise ValueError(f"loads={self.loads}: each must be in 1..{n} (the profile's max_num_seqs)")
+        unknown = unknown_policies(self.profile, self.policies)
+        if unknown:  # before any vLLM starts, not at the first block of that policy
+            raise ValueError(f"policies {unknown}: not known for this profile; use fixed-k0.."
+                             f"fixed-k{self.profile.K}, documented, quarter, tuned, turbospec-style, "
+                             f"tuned@tie=0.05, aa:<a table policy>, or {', '.join(PAIRED)}")
+        missing = [p for p in self.policies if (b := twin(p)) is not None and b not in self.policies]
+        if missing:
+            raise ValueError(f"policies {missing}: an A/A needs its twin in --policies too")
+        if any(p in PAIRED for p in self.policies) and self.reference not in self.policies:
+            raise ValueError(f"pair reference {self.reference}: the non-table policies are paired "
+                             "with it, so it must be among --policies")
+        foreign = sorted({w.policy for w in self.resume} - set(self.policies))
+        if foreign:
+            raise ValueError(f"--resume: the earlier windows hold policies {foreign} that this run "
+                             "does not measure; resume with the same --policies")
         return self
 
+    @property
+    def reference(self) -> str:
+        return self.pair_ref or f"fixed-k{self.profile.K}"
 
-TIE = "tuned@tie="
+    @property
+    def table_policies(self) -> list[str]:
+        return [p for p in self.policies if p not in PAIRED]
 
-
-def engine_args(extra_args: tuple[str, ...]) -> tuple[str, ...]:
-    """The bench's vLLM flags: prefix caching off unless an --engine-arg names it. The load cycles
-    a fixed prompt set, so from the second round on vLLM's prefix cache would serve nearly every
-    prompt and the steps would carry almost no prefill (H200, N=256, k=0: ~30 prefill tokens a
-    step where 96-token prompts replacing 2 finished requests a step bring ~190); real prompts
-    do not repeat like that, and the tuner times without the cache too."""
-    if any(a.split("=")[0] in ("--enable-prefix-caching", "--no-enable-prefix-caching")
-           for a in extra_args):
-        return extra_args
-    return ("--no-enable-prefix-caching", *extra_args)
+    @property
+    def paired_policies(self) -> list[str]:
+        return [p for p in self.policies if p in PAIRED]
 
 
-def policy_tables(profile: Profile, policies: Sequence[str] = ()) -> dict[str, Table]:
-    """Every table policy; `tuned@tie=X` (named in policies) is the profile rebuilt with tie X."""
-    K, n = profile.K, profile.engine.max_num_seqs
-    tables = {f"fixed-k{k}": Table.from_list([[1, n, k]]) for k in range(K + 1)}
-    tables["documented"] = documented_table(K, n)
-    tables["quarter"] = shrink(documented_table(K, n))
-    if profile.table:
-        tables["tuned"] = Table.from_list(profile.table)
-    tables["turbospec-style"] = turbospec_table(profile)
-    tables["nightjar-style"] = tables["documented"]  # unused: the plugin's bandit picks k per step
-    for p in policies:
-        if p.startswith(TIE) and profile.acceptance is not None:
-            try:
-                tie = float(p.removeprefix(TIE))
-            except ValueError:
-                continue  # reported as unknown by BenchConfig
-            tables[p] = profile.model_copy(update={"tie": tie}).build().table
-    return tables
+@dataclass(slots=True)
+class RunInfo:
+    rounds: int = 0
+    stop_reason: str = "still running (rewritten after every round)"
+    wall_s: float = 0.0
+    converge_s: dict[str, float | None] = field(default_factory=dict)
 
 
-def admin_client(admin_port: int) -> EngineClient:
-    """The plugin of the bench's engine (token: TOKEN)."""
-    return EngineClient(admin_url=f"http://127.0.0.1:{admin_port}", token=TOKEN, timeout_s=30.0)
+OnRound = Callable[[list[Window], RunInfo], None]
 
 
-async def probe_stats(admin: EngineClient) -> StatsReply | None:
-    """The plugin's counters, or None (the cell then lacks its step columns, nothing else)."""
-    try:
-        return await admin.get_stats()
-    except EngineUnavailable:
-        return None
+class Bench:
+    def __init__(self, cfg: BenchConfig, on_round: OnRound) -> None:
+        self.cfg, self.on_round = cfg, on_round
+        self.tables = policy_tables(cfg.profile, cfg.policies)
+        self.rng = random.Random(cfg.seed)
+        self.windows: list[Window] = list(cfg.resume)
+        self.info = RunInfo(rounds=1 + max((w.round for w in cfg.resume), default=-1))
+        self.t0 = time.monotonic()
+        self.engines: dict[str, EngineClient] = {}
+        self.runners: dict[str, PausedSidecar | FreshBandit] = {}
+        self.admin: EngineClient | None = None
+        self._load: StationaryLoad | None = None
+        self._load_key: tuple[str, int] | None = None
+        self._cost: dict[str, list[float]] = {}   # seconds per table window / per paired block
+
+    async def run(self) -> RunInfo:
+        async with contextlib.AsyncExitStack() as stack:
+            await self._start(stack)
+            stack.push_async_callback(self._stop_load)
+            await self._prime()
+            await self._rounds()
+            self.info.converge_s = {p: r.converged_s for p, r in self.runners.items()}
+        self.info.wall_s = time.monotonic() - self.t0
+        self.on_round(self.windows, self.info)
+        return self.info
+
+    # -- engines -------------------------------------------------------------------------
+    async def _start(self, stack: contextlib.AsyncExitStack) -> None:
+        cfg, port = self.cfg, free_port()
+        extra = engine_args(cfg.extra_args)
+        server = await stack.enter_async_context(launch(
+            spec_server(cfg.profile, cfg.model, port, cfg.emulate, extra, cfg.drafter),
+            log_dir=cfg.log_dir))
+        self.admin = await stack.enter_async_context(admin_client(port))
+        self.engines["spec"] = await stack.enter_async_context(EngineClient(engine_url=server.url))
+        if NOSPEC in cfg.policies:
+            plain = await stack.enter_async_context(launch(
+                nospec_server(cfg.profile, cfg.model, extra), log_dir=cfg.log_dir))
+            self.engines[NOSPEC] = await stack.enter_async_context(EngineClient(engine_url=plain.url))
+        policy = await self.admin.get_policy()
+        for p in cfg.paired_policies:
+            runner: PausedSidecar | FreshBandit
+            if p == NIGHTJAR:
+                runner = FreshBandit(start_table(p, self.tables), self.admin, cfg.learn_s)
+            elif p != NOSPEC:
+                runner = PausedSidecar(start_table(p, self.tables), self.admin, policy,
+                                       cfg.profile_path, cfg.log_dir, server.url, cfg.converge_s,
+                                       cfg.sidecar_args)
+            else:
+                continue
+            self.runners[p] = runner
+            stack.push_async_callback(runner.close)
+
+    async def _ensure_load(self, engine: str, n: int) -> StationaryLoad:
+        if self._load is None or self._load_key != (engine, n):
+            await self._stop_load()
+            url = self.engines[engine].engine_url
+            self._load = StationaryLoad(url, self.cfg.requests, n, self.cfg.temperature,
+                                        seed=self.rng.randrange(2**31))
+            await self._load.__aenter__()
+            self._load_key = (engine, n)
+            await asyncio.sleep(self.cfg.warmup_s)
+        return self._load
+
+    async def _stop_load(self) -> None:
+        if self._load is not None:
+            await self._load.stop()
+        self._load, self._load_key = None, None
+
+    async def _prime(self) -> None:
+        """Every load once under k=0 and k=K (and without speculation), unmeasured: one-off costs
+        (JIT for new batch shapes, allocator growth) off whichever policy would come first."""
+        if self.cfg.prime_s <= 0:
+            return
+        assert self.admin is not None
+        for n in self.cfg.loads:
+            await self._ensure_load("spec", n)
+            for k in sorted({0, self.cfg.profile.K}):
+                await swap(self.admin, self.tables[f"fixed-k{k}"], self.cfg.settle_steps)
+                await asyncio.sleep(self.cfg.prime_s)
+            if NOSPEC in self.engines:
+                await self._ensure_load(NOSPEC, n)
+                await asyncio.sleep(self.cfg.prime_s)
+
+    # -- rounds --------------------------------------------------------------------------
+    async def _rounds(self) -> None:
+        cfg = self.cfg
+        while True:
+            r = self.info.rounds
+            plans = self._plan(r)
+            if not plans:
+                self.info.stop_reason = "every comparison resolved"
+                return
+            if r >= cfg.max_blocks:
+                self.info.stop_reason = f"--max-blocks {cfg.max_blocks} rounds ran"
+                return
+            loads = list(plans)
+            self.rng.shuffle(loads)
+            for n in loads:
+                if not await self._load_blocks(r, n, plans[n]):
+                    self.info.stop_reason = f"--budget-s {cfg.budget_s:.0f} spent"
+                    return
+            self.info.rounds += 1
+            self.info.wall_s = time.monotonic() - self.t0
+            self.on_round(self.windows, self.info)
+
+    def _plan(self, r: int) -> dict[int, LoadPlan]:
+        cfg = self.cfg
+        if r < cfg.min_blocks:
+            return full_plan(cfg.loads, cfg.table_policies, cfg.paired_policies)
+        a = analyze(self.windows, cfg.stats, cfg.head_to_head)
+        return plan(a, cfg.loads, cfg.table_policies, cfg.paired_policies, cfg.reference)
+
+    def _fits(self, p: LoadPlan) -> bool:
+        """Whether the next blocks at a load end inside the budget, at the costs seen so far."""
+        def cost(key: str, guess: float) -> float:
+            seen = self._cost.get(key)
+            return max(seen[-5:]) if seen else guess
+        w = self.cfg.window_s
+        need = self.cfg.warmup_s + len(p.tables) * cost(TABLES, w + 1.0)
+        need += sum(cost(g, 2 * w + 2 + self.cfg.warmup_s + self.cfg.converge_s) for g in p.paired)
+        return time.monotonic() + need <= self.t0 + self.cfg.budget_s
+
+    async def _load_blocks(self, r: int, n: int, p: LoadPlan) -> bool:
+        if not self._fits(p):
+            return False
+        if p.tables:
+            await self._table_block(r, n, p.tables)
+        for g in block_order(p.paired, self.rng):
+            await self._paired_block(r, n, g)
+        write_windows(self.windows, self.cfg.out / "cells.csv")
+        return True
+
+    # -- blocks --------------------------------------------------------------------------
+    async def _table_block(self, r: int, n: int, policies: list[str]) -> None:
+        assert self.admin is not None
+        load = await self._ensure_load("spec", n)
+        block = self._next_block()
+        for pos, p in enumerate(block_order(policies, self.rng)):
+            t = time.monotonic()
+            settled = await swap(self.admin, self.tables[p], self.cfg.settle_steps)
+            m = await measure(self.engines["spec"], self.admin, load, self.cfg.window_s)
+            self._record(block, r, n, TABLES, pos, p, settled, m)
+            self._cost.setdefault(TABLES, []).append(time.monotonic() - t)
+
+    async def _paired_block(self, r: int, n: int, policy: str) -> None:
+        assert self.admin is not None
+        t, block = time.monotonic(), self._next_block()
+        for pos, p in enumerate(pair_order(policy, self.cfg.reference, r)):
+            engine = NOSPEC if p == NOSPEC else "spec"
+            load = await self._ensure_load(engine, n)
+            if p == NOSPEC:
+                settled = Settled(None, 0.0, 0)
+            elif p in self.runners:
+                settled = await self.runners[p].enter(self.cfg.settle_steps)
+            else:
+                settled = await swap(self.admin, self.tables[p], self.cfg.settle_steps)
+            m = await measure(self.engines[engine], self.admin if engine == "spec" else None,
+                              load, self.cfg.window_s)
+            if p in self.runners:
+                await self.runners[p].leave()
+            self._record(block, r, n, policy, pos, p, settled, m)
+        self._cost.setdefault(policy, []).append(time.monotonic() - t)
+
+    def _next_block(self) -> int:
+        return 1 + max((w.block for w in self.windows), default=-1)
+
+    def _record(self, block: int, r: int, n: int, group: str, pos: int, policy: str,
+                settled: Settled, m: Measured) -> None:
+        st = m.steps
+        self.windows.append(Window(
+            block=block, round=r, load=n, group=group, position=pos, policy=policy,
+            tokens_per_s=m.tokens_per_s, window_s=m.window_s,
+            started_s=round(time.monotonic() - self.t0 - m.window_s, 3),
+            client_completed=m.client_completed, client_tokens_per_s=m.client_tokens_per_s,
+            table_version=m.table_version, table_changes=m.table_changes,
+            settle_s=round(settled.seconds, 3), settle_steps=settled.steps,
+            steps=st.steps if st else None, step_ms=st.step_ms if st else None,
+            requests_per_step=st.requests_per_step if st else None,
+            tokens_per_step=st.tokens_per_step if st else None, table=m.table))
 
 
-def sidecar(cfg: BenchConfig, engine_url: str, admin_url: str) -> Any:
-    port = free_port()
-    return sidecar_process(cfg.profile_path, engine_url, admin_url, TOKEN,
-                           cfg.log_dir / f"sidecar-{port}.log",
-                           ("--interval-s", "0.5", "--rebuild-every-steps", "100",
-                            "--listen-port", str(port), "--allowed-k", "all", *cfg.sidecar_args))
-
-
-async def converge(cfg: BenchConfig, url: str, admin: EngineClient) -> float:
-    """Drive mid load until the sidecar's first rewrite settles; seconds to the last change."""
-    t0, version, last_change = time.monotonic(), (await admin.get_table()).version, 0.0
-    mid = cfg.loads[len(cfg.loads) // 2]
-    while time.monotonic() - t0 < cfg.converge_s:
-        await closed_loop(url, cfg.prompts, mid, cfg.max_tokens, 0.0, 2.0, cfg.temperature)
-        v = (await admin.get_table()).version
-        if v != version:
-            version, last_change = v, time.monotonic() - t0
-    return last_change
-
-
-async def prime(cfg: BenchConfig, url: str) -> None:
-    if cfg.prime_s > 0:
-        for load in cfg.loads:
-            await closed_loop(url, cfg.prompts, load, cfg.max_tokens, 0.0, cfg.prime_s, cfg.temperature)
-
-
-async def run_table_policies(cfg: BenchConfig, rows: list[Row], bar: tqdm) -> dict[str, float]:
-    tables = policy_tables(cfg.profile, cfg.policies)
-    admin_port = free_port()
-    K, n = cfg.profile.K, cfg.profile.engine.max_num_seqs
-    spec = SpeculativeSpec(method=cfg.profile.engine.method, num_speculative_tokens=K,
-                           table=every_k_table(K, n), draft_model=(str(resolve_model(cfg.profile.engine.drafter, None, "--drafter"))
-                                        if cfg.profile.engine.drafter else None),
-                           extra=cfg.emulate.speculative_extra() if cfg.emulate else {})
-    server_cfg = ServerConfig(model=cfg.model, max_num_seqs=n, speculative=spec,
-                              env=plugin_env(admin_port, token=TOKEN,
-                                             emulate=cfg.emulate.emulator_rates() if cfg.emulate else None),
-                              extra_args=engine_args(cfg.extra_args))
-    converge_times: dict[str, float] = {}
-    policies = [p for p in cfg.policies if p != "nospec"]
-    async with launch(server_cfg, log_dir=cfg.log_dir) as server, admin_client(admin_port) as admin:
-        for k in sorted({0, K}):
-            await admin.put_table(tables[f"fixed-k{k}"])
-            bar.set_description(f"priming k={k}")
-            await prime(cfg, server.url)
-
-        async def cell(policy: str, load: int, rep: int) -> None:
-            bar.set_description(f"{policy} N={load} rep {rep}")
-            res = await closed_loop(server.url, cfg.prompts, load, cfg.max_tokens,
-                                    cfg.warmup_s, cfg.window_s, cfg.temperature, probe=lambda: probe_stats(admin))
-            table = (await admin.get_table()).table
-            st = res.steps
-            rows.append(Row(policy, load, rep, res.tokens_per_s, res.completed, res.window_s,
-                            json.dumps(table), st.step_ms if st else None,
-                            st.requests_per_step if st else None,
-                            st.tokens_per_step if st else None))
-            write_rows(rows, cfg.out / "cells.csv")  # a cut run keeps every cell
-            bar.update(1)
-
-        async def stateful(policy: str, rep: int) -> None:
-            """A policy whose state lives across loads (a sidecar, the bandit): all loads in a row."""
-            await admin.put_table(tables[SIDECAR_POLICIES.get(policy, policy)])
-            async with contextlib.AsyncExitStack() as stack:
-                if policy == "nightjar-style":  # a fresh bandit per (policy, repeat)
-                    await admin.put_policy(baseline="nightjar")
-                    stack.push_async_callback(functools.partial(admin.put_policy, baseline="none"))
-                if policy in SIDECAR_POLICIES:
-                    await stack.enter_async_context(sidecar(cfg, server.url, admin.admin_url))
-                    converge_times[f"{policy}#{rep}"] = await converge(cfg, server.url, admin)
-                for load in cfg.loads:
-                    await cell(policy, load, rep)
-
-        async def swapped(rep: int) -> None:
-            """Plain tables: at each load every policy in turn, the order alternating with load and
-            repeat (tuner.sweep.repeat_order). One policy's whole block minutes away from
-            another's let the host's drift decide: on the H200 the tuned table and fixed k=3,
-            running the same k, were 25% and 75% apart at N=16 and 64."""
-            for i, load in enumerate(cfg.loads):
-                for policy in repeat_order(plain, rep + i):
-                    await admin.put_table(tables[policy])
-                    await cell(policy, load, rep)
-
-        plain = [p for p in policies if p not in SIDECAR_POLICIES and p != "nightjar-style"]
-        blocks: list[str | None] = [None] + [p for p in policies if p not in plain]  # None: plain
-        for rep in range(cfg.repeats):
-            for block in repeat_order(blocks, rep):
-                await (swapped(rep) if block is None else stateful(block, rep))
-    return converge_times
-
-
-async def run_nospec(cfg: BenchConfig, rows: list[Row], bar: tqdm) -> None:
-    server_cfg = ServerConfig(model=cfg.model, max_num_seqs=cfg.profile.engine.max_num_seqs,
-                              extra_args=engine_args(cfg.extra_args))
-    async with launch(server_cfg, log_dir=cfg.log_dir) as server:
-        bar.set_description("priming nospec")
-        await prime(cfg, server.url)
-        for rep in range(cfg.repeats):
-            for load in cfg.loads:
-                bar.set_description(f"nospec N={load} rep {rep}")
-                res = await closed_loop(server.url, cfg.prompts, load, cfg.max_tokens,
-                                        cfg.warmup_s, cfg.window_s, cfg.temperature)
-                rows.append(Row("nospec", load, rep, res.tokens_per_s, res.completed,
-                                res.window_s, "[]"))
-                write_rows(rows, cfg.out / "cells.csv")
-                bar.update(1)
-
-
-def write_rows(rows: list[Row], path: Path) -> None:
-    """cells.csv, atomically: a kill mid-write leaves the previous file whole."""
-    out = io.StringIO()
-    w = csv.DictWriter(out, fieldnames=list(asdict(rows[0]).keys()))
-    w.writeheader()
-    w.writerows(asdict(r) for r in rows)
-    write_atomic(path, out.getvalue(), newline="")
-
-
-async def bench(cfg: BenchConfig) -> tuple[list[Row], dict[str, float]]:
-    rows: list[Row] = []
-    total = len(cfg.policies) * len(cfg.loads) * cfg.repeats
-    with tqdm(total=total, unit="cell", dynamic_ncols=True) as bar:
-        converge_times = await run_table_policies(cfg, rows, bar)
-        if "nospec" in cfg.policies:
-            await run_nospec(cfg, rows, bar)
-    write_rows(rows, cfg.out / "cells.csv")
-    return rows, converge_times
+async def bench(cfg: BenchConfig, on_round: OnRound = lambda w, i: None) -> tuple[list[Window], RunInfo]:
+    b = Bench(cfg, on_round)
+    info = await b.run()
+    return b.windows, info

@@ -15,12 +15,12 @@ import statistics
 import sys
 from pathlib import Path
 
-from benchmarks.merge import read
+from benchmarks.cells import read_windows
 from tuner.profile import load
 
 
 def compare(cells: Path, profiles: list[Path]) -> tuple[list[dict[str, object]], dict[str, float]]:
-    rows = [r for r in read(cells, 0) if r.policy.startswith("fixed-k") and r.step_ms is not None]
+    rows = [r for r in read_windows(cells) if r.policy.startswith("fixed-k") and r.step_ms is not None]
     loaded = [(p.parent.name or p.name, load(p)) for p in profiles]
     by: dict[tuple[int, int], list[tuple[float, float]]] = {}
     for r in rows:

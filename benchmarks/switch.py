@@ -23,14 +23,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.run import TOKEN, BenchConfig, admin_client, sidecar
+
+from benchmarks.engines import TOKEN, admin_client
+from benchmarks.stateful import sidecar
 from tuner.acceptance import per_position
-from tuner.engine_client import EngineClient
-from tuner.engine_defaults import plugin_env, resolve_model, vocab_size
+from tuner.engine_defaults import resolve_model, plugin_env, vocab_size
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.load import closed_loop
 from tuner.profile import load
 from tuner.prompts import repetitive
+from tuner.engine_client import EngineClient
 from tuner.table import Table
 
 WINDOW_S = 5.0
@@ -68,9 +70,6 @@ async def run(profile_path: Path, out: Path, load_n: int, temp_a: float, temp_b:
     cfg = ServerConfig(model=model, max_num_seqs=n, env=plugin_env(admin_port, token=TOKEN),
                        speculative=SpeculativeSpec(num_speculative_tokens=K,
                                                    table=Table.from_list([[1, n, K]])))
-    bench_cfg = BenchConfig(profile=profile, profile_path=profile_path, model=model, loads=[load_n],
-                            policies=[], prompts=prompts, out=out, log_dir=out / "logs",
-                            sidecar_args=("--prior-decay", "0.5"))
     async with launch(cfg, log_dir=out / "logs") as server, admin_client(admin_port) as admin:
         # Each workload's own best table: the profile's step times with its measured a_i.
         a_a = await measure_a(server.url, admin, prompts, load_n, temp_a)
@@ -82,7 +81,8 @@ async def run(profile_path: Path, out: Path, load_n: int, temp_a: float, temp_b:
         await admin.put_table(table_b)
         best = await windows(server.url, prompts, load_n, temp_b, 3)
         await admin.put_table(table_a)
-        async with sidecar(bench_cfg, server.url, admin.admin_url):
+        async with sidecar(profile_path, out / "logs", server.url, admin.admin_url,
+                           ("--prior-decay", "0.5")):
             before = await windows(server.url, prompts, load_n, temp_a, 3)
             t_switch = time.monotonic()
             traj = await windows(server.url, prompts, load_n, temp_b, int(60 // (WINDOW_S + 0.5)))

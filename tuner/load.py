@@ -1,4 +1,5 @@
-"""Traffic for a running vLLM: one completion, and a closed loop of N requests kept in flight.
+"""Traffic for a running vLLM: one completion, a closed loop of N requests kept in flight for
+one window (`closed_loop`), and a stationary load that runs until stopped (`StationaryLoad`).
 
 Closed loop: a finished request is replaced at once.
 
@@ -15,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,3 +136,98 @@ async def closed_loop(url: str | list[str], prompts: list[Any], concurrency: int
     completed = sum(1 for t in done if t0 <= t <= t1)
     steps = step_load(p0, p1) if p0 is not None and p1 is not None else None
     return LoadResult(concurrency, (g1 - g0) / (t1 - t0), completed, t1 - t0, steps)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    prompt: Any
+    max_tokens: int
+
+
+def in_flight(pool: Sequence[Request], n: int, rng: random.Random) -> list[Request]:
+    """What n clients of a stationary closed loop hold at a random moment: requests drawn in
+    proportion to their length (a long one is in flight more of the time), each cut to a uniform
+    share of it (what is left of it)."""
+    drawn = rng.choices(pool, weights=[r.max_tokens for r in pool], k=n)
+    return [Request(r.prompt, rng.randint(1, r.max_tokens)) for r in drawn]
+
+
+class StationaryLoad:
+    """`concurrency` closed-loop clients on one server, running until stopped (the bench).
+
+    Each client takes the next request of a shared cycle of `requests` (lengths drawn from a
+    distribution: benchmarks/workload.py) and replaces it at once when it finishes. The cycle
+    starts at a random place (`seed`): started at the same place, every load would serve the
+    same run of requests in its first seconds, the same lengths at the same offsets, which made
+    a window's throughput depend on its place after the start. The clients start in the state a
+    stationary load is in at a random moment: each holds a request drawn in proportion to its
+    length (a long request is in flight more of the time) and cut to a uniform share of it (its
+    residual life), so no cohort starts or ends together. Completions are kept (time, output
+    tokens) as the client's cross-check of the engine's counters.
+
+        async with StationaryLoad(url, requests, 16) as load:
+            ...                    # windows; load.check() raises a client's error
+    """
+
+    def __init__(self, url: str, requests: Sequence[Request], concurrency: int,
+                 temperature: float = 0.0, model: str = "tiny", seed: int = 0,
+                 request_timeout_s: float = 600.0) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency={concurrency}: a load needs at least one client")
+        if not requests:
+            raise ValueError("requests: empty; give the load at least one request to cycle")
+        self.url, self.concurrency, self.temperature, self.model = url, concurrency, temperature, model
+        self._rng = random.Random(seed)
+        start = self._rng.randrange(len(requests))
+        self._requests = itertools.cycle([*requests[start:], *requests[:start]])
+        self._pool = list(requests)
+        self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+        self._workers: list[asyncio.Task[None]] = []
+        self.completions: list[tuple[float, int]] = []  # (monotonic time, output tokens)
+
+    async def __aenter__(self) -> StationaryLoad:
+        self._session = aiohttp.ClientSession(timeout=self._timeout, connector=fresh_connections())
+        for first in in_flight(self._pool, self.concurrency, self._rng):
+            self._workers.append(asyncio.create_task(self._client(first)))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _client(self, request: Request) -> None:
+        assert self._session is not None
+        while True:
+            body = {"model": self.model, "prompt": request.prompt, "max_tokens": request.max_tokens,
+                    "temperature": self.temperature, "ignore_eos": True}
+            async with self._session.post(self.url + "/v1/completions", json=body) as r:
+                raw = await r.read()
+                if r.status != 200:
+                    raise RuntimeError(f"completion failed ({r.status}): {raw[:200]!r}")
+            self.completions.append((time.monotonic(), request.max_tokens))
+            request = next(self._requests)
+
+    def check(self) -> None:
+        """Raise the first client's error (a failed request ends its client)."""
+        for w in self._workers:
+            if w.done() and not w.cancelled() and w.exception() is not None:
+                raise RuntimeError(f"load N={self.concurrency}: a client failed: "
+                                   f"{w.exception()}") from w.exception()
+
+    def completed_between(self, t0: float, t1: float) -> tuple[int, int]:
+        """Requests, and their output tokens, that finished inside [t0, t1] (monotonic)."""
+        done = [n for t, n in self.completions if t0 <= t <= t1]
+        return len(done), sum(done)
+
+    async def stop(self) -> None:
+        """Cancel every client (vLLM aborts their requests) and wait until the engine is idle."""
+        for w in self._workers:
+            w.cancel()
+        for w in self._workers:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await w
+        self._workers = []
+        if self._session is not None:
+            await wait_idle(self._session, self.url)
+            await self._session.close()
+            self._session = None

@@ -7,7 +7,10 @@
 #   moe-kernels  put vLLM's MoE kernels (carried as .gpu/moe_kernels.xz) into /tmp/site/vllm
 #   tune         tabletune tune for the setting, K=3, emulated a=0.75/0.55/0.40 (resumable: a stage
 #                killed by its time budget continues on the next call)
-#   bench        tabletune bench against that profile
+#   bench        the paired, interval-based bench (python -m benchmarks) against the setting's
+#                profile: this session's tune if there is one, else the committed one under
+#                benchmarks/results/; it stops itself inside BENCH_S (default 560 s, server start
+#                included) and goes on from an earlier call's blocks in the same runs/ folder
 #   hooks        the plugin's per-step Python cost on this machine's CPU (no server)
 #   ab           throughput with vs without the plugin on the setting's target (ngram, K=3): two
 #                vLLM starts in the order AB_ORDER (off,on; run a second GPU with on,off)
@@ -20,23 +23,31 @@
 #   3b-eagle3-v2     Llama-3.2-3B-shaped, a one-layer dummy EAGLE-3 head, V2 runner (full CUDA graphs
 #                    per K of the startup table; 0.26's V2 refuses ngram and draft_model)
 # env: OUT (results), TUNE_S / BENCH_S (time budgets), LOADS, POLICIES, GRID, REPEATS, MAX_REPEATS, EMULATE,
+#      WINDOW_S, PRIME_S, MIN_BLOCKS, MIX (steady|chat: the bench's --workload-mix), SEED,
 #      ONE_SERVER (1: one vLLM, tables swapped; default 1 except 32b-ngram), GPU_UTIL,
 #      GPU (which GPU; settings on different GPUs run side by side: see parallel.sh),
 #      WORKLOAD (PROMPT:OUTPUT for tune --workload; results under <setting>-wl<P>x<O>)
 set -u
 SETTING=${SETTING:-32b-ngram}
 BY=plugin
+DRAFTER=
 case $SETTING in
-  32b-ngram)    MODEL_DIR=model32; SPEC=(--method ngram);                                   ONE=${ONE_SERVER:-0} ;;
-  moe30b-ngram) MODEL_DIR=moe30b;  SPEC=(--method ngram);                                   ONE=${ONE_SERVER:-1} ;;
-  3b-ngram-v1)  MODEL_DIR=model;   SPEC=(--method ngram);                                   ONE=${ONE_SERVER:-1} ;;
-  3b-draft-v1)  MODEL_DIR=model;   SPEC=(--method draft_model --drafter /tmp/model/drafter); ONE=${ONE_SERVER:-1}; BY=vllm ;;
+  32b-ngram)    MODEL_DIR=model32; SPEC=(--method ngram);                                   ONE=${ONE_SERVER:-0}
+                DONE=h200-vllm0.26-32b-ngram-emulated ;;
+  moe30b-ngram) MODEL_DIR=moe30b;  SPEC=(--method ngram);                                   ONE=${ONE_SERVER:-1}
+                DONE=h200-vllm0.26-moe30b-ngram-emulated ;;
+  3b-ngram-v1)  MODEL_DIR=model;   SPEC=(--method ngram);                                   ONE=${ONE_SERVER:-1}
+                DONE=h200-vllm0.26-3b-ngram-v1 ;;
+  3b-draft-v1)  MODEL_DIR=model;   SPEC=(--method draft_model --drafter /tmp/model/drafter); ONE=${ONE_SERVER:-1}; BY=vllm
+                DRAFTER=/tmp/model/drafter; DONE=h200-vllm0.26-3b-draft-v1 ;;
   3b-eagle3-v2) MODEL_DIR=model;   SPEC=(--method eagle3 --drafter /tmp/model/eagle3);      ONE=${ONE_SERVER:-1}; BY=vllm
+                DRAFTER=/tmp/model/eagle3; DONE=h200-vllm0.26-3b-eagle3-v2
                 export VLLM_USE_V2_MODEL_RUNNER=1 ;;
   *) echo "unknown SETTING $SETTING"; exit 2 ;;
 esac
 WORKLOAD=${WORKLOAD:-}  # e.g. 96:128: tune --workload (steps timed with their prefill)
 TAG=$SETTING${WORKLOAD:+-wl${WORKLOAD/:/x}}  # its own profile: never resumes a pure-decode one
+DONE=benchmarks/results/$DONE${WORKLOAD:+-wl${WORKLOAD/:/x}}  # the committed profile, if no tune ran
 O=${OUT:-/tmp/out}/$TAG; R=runs/h200-$TAG; mkdir -p "$O" "$R"
 SHAPE=(--max-tokens 128); [ -n "$WORKLOAD" ] && SHAPE=()  # else the bench serves the profile's shape
 export PYTHONPATH=/tmp/site:/tmp/tt:/tmp/whl HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
@@ -73,13 +84,20 @@ for stage in "$@"; do case $stage in
   python3 -c "import json,sys; sys.exit(0 if json.load(open(sys.argv[1])).get('table') else 1)" \
     $R/profile.json 2>/dev/null || { echo "stage tune left no tuned profile"; STATUS=1; } ;;
  bench)
-  timeout "${BENCH_S:-540}" python3 -m tabletune.cli bench --profile $R/profile.json \
-     --loads "${LOADS:-1,16,64,128,256}" \
-     --policies "${POLICIES:-fixed-k*,documented,tuned,sidecar-from-quarter,nospec}" \
-     --repeats "${BENCH_REPEATS:-1}" --warmup-s 2 --window-s "${WINDOW_S:-4}" \
-     "${SHAPE[@]}" \
-     --emulate "$EMULATE" --emulate-with $BY --out $R/bench "${ENGINE[@]}" 2>&1 | tr '\r' '\n' | grep -v "cell/s\]$" | tail -40
-  keep $R/bench/cells.csv $R/bench/summary.md $R/bench/throughput.png; need $R/bench/summary.md ;;
+  P=$R/profile.json; [ -s "$P" ] || P=$DONE/profile.json
+  echo "bench against $P"
+  # --budget-s: the bench ends itself (files written) before the outer timeout; --resume: a
+  # second call in the same warm machine adds blocks to the first call's
+  timeout $(( ${BENCH_S:-560} + 25 )) python3 -m benchmarks --profile "$P" --model "$MODEL" \
+     ${DRAFTER:+--drafter $DRAFTER} --loads "${LOADS:-1,16,64,256}" \
+     --policies "${POLICIES:-fixed-k*,documented,tuned,quarter,aa:fixed-kK}" \
+     --window-s "${WINDOW_S:-2}" --prime-s "${PRIME_S:-1}" --budget-s "${BENCH_S:-560}" \
+     --min-blocks "${MIN_BLOCKS:-4}" \
+     --workload-mix "${MIX:-steady}" --seed "${SEED:-0}" --resume "${SHAPE[@]}" \
+     --emulate "$EMULATE" --emulate-with $BY --out $R/bench "${ENGINE[@]}" 2>&1 \
+     | grep -v "^(APIServer\|^(EngineCore" | tail -60
+  keep $R/bench/cells.csv $R/bench/summary.md $R/bench/summary.json $R/bench/intervals.png
+  need $R/bench/summary.json ;;
  hooks)
   python3 -m benchmarks.overhead --hooks-only --out $R/overhead | tail -12
   keep $R/overhead/overhead.json; need $R/overhead/overhead.json ;;

@@ -1,4 +1,4 @@
-"""The benchmark harness end to end on the real engine, reduced: two loads, three policies."""
+"""The paired bench end to end on the real CPU engine, reduced: short windows, few blocks."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.analysis import summarize
 from benchmarks.report import write
 from benchmarks.run import BenchConfig, bench
+from benchmarks.stats import Settings, analyze
 from benchmarks.synthetic import paper_profile
+from benchmarks.workload import requests
 from tuner.engine_defaults import default_model, vocab_size
 from tuner.prompts import repetitive
 from tuner.replay import Replay
@@ -18,75 +19,66 @@ from tuner.replay import Replay
 pytestmark = pytest.mark.engine
 
 
-async def test_reduced_bench_runs_end_to_end(tmp_path: Path) -> None:
+def config(tmp_path: Path, **kw: object) -> BenchConfig:
     paths = default_model()
-    vocab = vocab_size(paths.target)
     profile = paper_profile()  # K=3, max_num_seqs=16; tables are what is compared here
     profile.table = profile.build().table.to_list()
     profile.save(tmp_path / "profile.json")
-    cfg = BenchConfig(profile=profile, profile_path=tmp_path / "profile.json", model=paths.target,
-                      loads=[1, 4], policies=["fixed-k0", "fixed-k3", "tuned"], repeats=1,
-                      warmup_s=0.5, window_s=2.0, max_tokens=24, prompts=repetitive(8, vocab),
-                      out=tmp_path / "out", log_dir=tmp_path / "logs")
-    rows, _ = await bench(cfg)
-    assert {(r.policy, r.load) for r in rows} == {(p, n) for p in cfg.policies for n in (1, 4)}
-    assert all(r.tokens_per_s > 0 for r in rows)
-    assert {r.table for r in rows if r.policy == "fixed-k3"} == {"[[1, 16, 3]]"}
-    assert {r.table for r in rows if r.policy == "tuned"} == {json.dumps(profile.table)}
-    # interleaved: at each load every table in turn, the order alternating with the load
-    assert [(r.policy, r.load) for r in rows] == [
-        ("fixed-k0", 1), ("fixed-k3", 1), ("tuned", 1), ("tuned", 4), ("fixed-k3", 4), ("fixed-k0", 4)]
-    # the plugin's exact totals say what a step carried: k=3 steps hold each request's 4 tokens
-    for r in rows:
-        assert r.step_ms is not None and r.step_ms > 0 and r.requests_per_step is not None
-        assert r.tokens_per_step is not None and r.tokens_per_step >= r.requests_per_step * 0.99
-    k3 = [r for r in rows if r.policy == "fixed-k3" and r.load == 4]
-    k0 = [r for r in rows if r.policy == "fixed-k0" and r.load == 4]
-    assert k3[0].tokens_per_step > 2 * k0[0].tokens_per_step  # type: ignore[operator]
-    s = summarize(rows)
-    # Greedy on repetitive prompts accepts nearly everything: k=3 beats k=0 at N=1.
-    assert s.median[("fixed-k3", 1)] > s.median[("fixed-k0", 1)]
-    write(s, cfg.out, "test", {"rows": len(rows)})
-    assert (cfg.out / "cells.csv").read_text().count("\n") == 7
-    assert (cfg.out / "throughput.png").stat().st_size > 10_000
-    assert "best fixed k" in (cfg.out / "summary.md").read_text()
-    assert "tokens per step" in (cfg.out / "summary.md").read_text()
+    long = repetitive(16, vocab_size(paths.target), length=96)
+    base: dict[str, object] = dict(
+        profile=profile, profile_path=tmp_path / "profile.json", model=paths.target,
+        requests=requests("steady", long, 32, 24, 1024), window_s=0.5, warmup_s=0.5, prime_s=0.5,
+        emulate=Replay(rates=(0.6, 0.35, 0.2)), out=tmp_path / "out", log_dir=tmp_path / "logs")
+    return BenchConfig(**{**base, **kw})
 
 
-async def test_bench_runs_a_draft_model_profile(tmp_path: Path) -> None:
-    """A profile tuned with draft_model is benchmarked with its drafter (the spec needs the path)."""
-    paths = default_model()
-    vocab = vocab_size(paths.target)
-    profile = paper_profile()
-    profile.engine = profile.engine.model_copy(update={"method": "draft_model",
-                                                       "drafter": str(paths.drafter)})
-    profile.table = profile.build().table.to_list()
-    profile.save(tmp_path / "profile.json")
-    cfg = BenchConfig(profile=profile, profile_path=tmp_path / "profile.json", model=paths.target,
-                      loads=[2], policies=["fixed-k3"], repeats=1, warmup_s=0.5, window_s=2.0,
-                      max_tokens=24, prompts=repetitive(8, vocab), emulate=Replay(rates=(0.5, 0.3, 0.1)),
-                      out=tmp_path / "out", log_dir=tmp_path / "logs")
-    rows, _ = await bench(cfg)
-    assert [(r.policy, r.load) for r in rows] == [("fixed-k3", 2)] and rows[0].tokens_per_s > 0
-    log = next((tmp_path / "logs").glob("vllm-*.log")).read_text()
-    assert '"method":"draft_model"' in log and str(paths.drafter) in log
+async def test_the_aa_interval_covers_one_on_the_real_engine(tmp_path: Path) -> None:
+    # 10 blocks a load; at 99.9% a calibrated interval misses 1 about once in a thousand runs
+    cfg = config(tmp_path, loads=[1, 4], policies=["fixed-k0", "fixed-k3", "aa:fixed-k3"],
+                 min_blocks=10, max_blocks=10, stats=Settings(confidence=0.999))
+    windows, info = await bench(cfg)
+    assert info.stop_reason == "--max-blocks 10 rounds ran"
+    assert len(windows) == 2 * 10 * 3 and all(w.tokens_per_s > 0 for w in windows)
+    # every block holds each policy once, in a recorded order that is not always the same
+    for b in {w.block for w in windows}:
+        assert sorted((w.position, w.policy) for w in windows if w.block == b)[0][0] == 0
+        assert sorted(w.policy for w in windows if w.block == b) == sorted(cfg.policies)
+    assert len({tuple(w.policy for w in windows if w.block == b) for b in range(20)}) > 2
+    # settled by the table's version: each window ran on the table its policy pushed
+    assert all(w.settle_steps >= cfg.settle_steps and w.table_changes == 0 for w in windows)
+    assert {w.table for w in windows if w.policy == "aa:fixed-k3"} == {"[[1, 16, 3]]"}
+    a = analyze(windows, cfg.stats)
+    for n in (1, 4):
+        aa = a.aa[n]
+        assert aa.ratio.low <= 1.0 <= aa.ratio.high, aa
+        assert a.comparisons[("fixed-k0", n)].ratio.median < 1  # greedy repetitive: k=3 pays
+    write(windows, a, cfg.out, "test", {"rounds": info.rounds})
+    s = json.loads((cfg.out / "summary.json").read_text())
+    assert s["aa_ci_halfwidth"] > 0 and set(s["loads"]) == {"1", "4"}
+    for cell in s["loads"]["4"].values():
+        assert {"ratio_median", "ratio_ci_low", "ratio_ci_high", "verdict"} <= set(cell)
+    assert {"loss_median", "loss_ci_low", "loss_ci_high"} <= set(s["worst_case"]["fixed-k0"])
+    assert (cfg.out / "cells.csv").read_text().count("\n") == 61
 
 
-async def test_sidecar_policies_run_in_blocks_whose_order_alternates(tmp_path: Path) -> None:
-    """A sidecar's state carries across loads, so its loads run in a row, started from the
-    quarter table with a real `tabletune sidecar` beside the engine; the block comes after the
-    plain tables in even repeats and before them in odd ones."""
-    paths = default_model()
-    vocab = vocab_size(paths.target)
-    profile = paper_profile()
-    profile.table = profile.build().table.to_list()
-    profile.save(tmp_path / "profile.json")
-    cfg = BenchConfig(profile=profile, profile_path=tmp_path / "profile.json", model=paths.target,
-                      loads=[2], policies=["fixed-k0", "sidecar-from-quarter"], repeats=2,
-                      warmup_s=0.5, window_s=1.5, max_tokens=24, prompts=repetitive(8, vocab),
-                      converge_s=3.0, out=tmp_path / "out", log_dir=tmp_path / "logs")
-    rows, converge = await bench(cfg)
-    assert [(r.policy, r.repeat) for r in rows] == [
-        ("fixed-k0", 0), ("sidecar-from-quarter", 0), ("sidecar-from-quarter", 1), ("fixed-k0", 1)]
-    assert set(converge) == {"sidecar-from-quarter#0", "sidecar-from-quarter#1"}
-    assert len(list((tmp_path / "logs").glob("sidecar-*.log"))) == 2  # one sidecar per block
+async def test_non_table_policies_run_paired_with_a_fixed_k(tmp_path: Path) -> None:
+    """No speculation on its own vLLM and a real sidecar, frozen outside its windows; each in
+    its own blocks, paired with fixed-k3 in an order alternating with the round."""
+    cfg = config(tmp_path, loads=[2], policies=["fixed-k3", "aa:fixed-k3", "nospec",
+                                                "sidecar-from-quarter"],
+                 min_blocks=2, max_blocks=2, prime_s=0.0, converge_s=3.0)
+    windows, info = await bench(cfg)
+    paired = [(w.round, w.group, w.position, w.policy) for w in windows if w.group != "tables"]
+    assert sorted(paired) == [
+        (0, "nospec", 0, "fixed-k3"), (0, "nospec", 1, "nospec"),
+        (0, "sidecar-from-quarter", 0, "fixed-k3"), (0, "sidecar-from-quarter", 1, "sidecar-from-quarter"),
+        (1, "nospec", 0, "nospec"), (1, "nospec", 1, "fixed-k3"),
+        (1, "sidecar-from-quarter", 0, "sidecar-from-quarter"), (1, "sidecar-from-quarter", 1, "fixed-k3")]
+    assert all(w.step_ms is None for w in windows if w.policy == "nospec")  # no plugin there
+    ref = [w for w in windows if w.group == "sidecar-from-quarter" and w.policy == "fixed-k3"]
+    assert {w.table for w in ref} == {"[[1, 16, 3]]"}  # the sidecar was frozen: no push
+    assert len(list((tmp_path / "logs").glob("sidecar-*.log"))) == 1  # one process, paused
+    assert "sidecar-from-quarter" in info.converge_s
+    a = analyze(windows, Settings(n_boot=200))
+    assert {("nospec", 2), ("sidecar-from-quarter", 2)} <= set(a.comparisons)
+    assert a.comparisons[("nospec", 2)].versus.startswith("fixed-k3")
