@@ -32,8 +32,8 @@ from tuner.errors import InvalidInput
 from tuner.goodput import Cliff, _allowed_mask, goodput, tau
 from tuner.table import Table
 
-__all__ = ["Confident", "Edge", "RangeGain", "choose_confident", "draw_acceptance",
-           "draw_step_times", "min_width"]
+__all__ = ["Change", "Confident", "Edge", "RangeGain", "choose_confident", "confident_changes",
+           "draw_acceptance", "draw_step_times", "min_width", "replicates"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -192,3 +192,49 @@ def choose_confident(T: Any, sigma: Any, a: Any, drafted: Any | None = None, tie
     ks = _merge_narrow(ks, np.where(mask[None], G_med, -np.inf), cliffs or [], width, share)
     return Confident(Table.from_dense(ks.tolist()), ks, G_med, _edges(ks, G_reps),
                      _range_gains(ks, G_reps, mask))
+
+
+def replicates(T: Any, sigma: Any, a: Any, drafted: Any | None = None, replicates: int = 200,
+               seed: int = 0) -> FloatArray:
+    """G_r(B, k) [R, B, K+1]: eq. G under R draws of T (log-normal, sigma) and a (Beta)."""
+    rng = np.random.default_rng(seed)
+    return _replicate_goodput(draw_step_times(T, sigma, replicates, rng),
+                              draw_acceptance(a, drafted, replicates, rng))
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One run of batch sizes where a new table's k differs from the one in force."""
+
+    start: int
+    end: int
+    k_old: int
+    k_new: int
+    gain: float        # median over replicates of mean_B G(B, k_new) / G(B, k_old) - 1
+    gain_low: float    # its lower bound at the confidence level
+    kept: bool         # the lower bound beats the tie: the change is worth a push
+
+
+def confident_changes(G_reps: FloatArray, old_ks: Any, new_ks: Any, tie: float = 0.005,
+                      confidence: float = 0.9) -> tuple[IntArray, list[Change]]:
+    """Keep only the changes from ``old_ks`` to ``new_ks`` whose gain is beyond the tie with
+    confidence; elsewhere the old k stays. A rebuild then never pushes a table that only
+    reshuffles near-ties (MEASUREMENT.md, rule 9)."""
+    old, new = np.asarray(old_ks, dtype=np.int64), np.asarray(new_ks, dtype=np.int64)
+    out, changes = old.copy(), []
+    b = 0
+    while b < old.size:
+        if old[b] == new[b]:
+            b += 1
+            continue
+        e = b
+        while e + 1 < old.size and old[e + 1] == old[b] and new[e + 1] == new[b]:
+            e += 1
+        ratio = (G_reps[:, b:e + 1, new[b]] / G_reps[:, b:e + 1, old[b]]).mean(axis=1) - 1
+        low, mid = (float(x) for x in np.quantile(ratio, [1 - confidence, 0.5]))
+        kept = low > tie
+        if kept:
+            out[b:e + 1] = new[b]
+        changes.append(Change(b + 1, e + 1, int(old[b]), int(new[b]), mid, low, kept))
+        b = e + 1
+    return out, changes

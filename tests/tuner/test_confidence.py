@@ -79,3 +79,24 @@ def test_acceptance_draws_stay_nested() -> None:
     assert abs(draws[:, 0].mean() - 0.7) < 0.03
     exact = draw_acceptance([0.7, 0.5], None, 3, np.random.default_rng(0))
     assert exact.tolist() == [[0.7, 0.5]] * 3
+
+
+def test_changes_against_the_table_in_force_keep_only_confident_gains() -> None:
+    from tuner.confidence import confident_changes, replicates
+
+    n = 32
+    T = np.empty((n, 4))
+    for b in range(n):  # as above: k=3 clearly best to B=16, k=1 above
+        T[b] = [4.0, 4.4, 5.0, 5.6] if b < 16 else [4.0, 4.4, 6.5, 8.5]
+    G = replicates(T, np.full(T.shape, 0.01), A, [10_000] * 3)
+    # the engine runs k=1 everywhere: moving B <= 16 to k=3 is a clear gain, kept
+    ks, changes = confident_changes(G, [1] * n, [3] * 16 + [1] * 16)
+    assert ks.tolist() == [3] * 16 + [1] * 16
+    (c,) = changes
+    assert (c.start, c.end, c.k_old, c.k_new, c.kept) == (1, 16, 1, 3, True) and c.gain_low > 0
+    # a near-tie: k=2 vs k=3 at B > 16 ... made equal, with wide intervals: not worth a push
+    T_tie = T.copy()
+    T_tie[16:, 2] = T_tie[16:, 3] * 2.2 / 2.5
+    G_tie = replicates(T_tie, np.full(T.shape, 0.05), A, [10_000] * 3)
+    ks, changes = confident_changes(G_tie, [3] * 16 + [3] * 16, [3] * 16 + [2] * 16)
+    assert ks.tolist() == [3] * 32 and [ch.kept for ch in changes] == [False]
