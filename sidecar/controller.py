@@ -8,10 +8,18 @@
    scrape, skipped: sidecar/interval.py);
 2. add the per-position deltas to the estimator, â_i = (w·a_i + accepted_i)/(w + drafted_i)
    (eq. â, sidecar/estimator.py); without the plugin, drafted_i ≈ num_drafts (biased low);
-3. every ``rebuild_every_steps`` engine steps, choose the table with tuner.goodput.choose_table
-   from the profile's step times and â, push it if it differs from the engine's (never in
-   dry-run, nor while holding off after someone else wrote the table: sidecar/engine_table.py),
-   log one decision line, halve the live counts, decay w and checkpoint.
+3. add the per-(B bucket, k) step-time deltas to the live step times, T̂ = the profile's T
+   blended with the engine's clock (eq. T̂, sidecar/step_times.py);
+4. rebuild every ``rebuild_every_steps`` engine steps, and at once when the recent window
+   shows a change of acceptance or step time (sidecar/change.py: the stale live counts are
+   dropped and w lowered first) or when, at the current load, the table's k loses to another
+   beyond confidence (the guardrail's first half). A rebuild chooses with the confidence rule
+   from â and T̂ and keeps only the changes whose gain is beyond the tie (sidecar/rebuild.py),
+   pushes if that differs from the engine's table (never in dry-run, nor while holding off
+   after someone else wrote the table: sidecar/engine_table.py, nor a table the guardrail holds
+   out), logs one decision line, halves the live counts, decays w and checkpoints;
+5. after a push, the guardrail compares live goodput before and after it and rolls the push
+   back when it dropped beyond noise (sidecar/guardrail.py).
 
 Every expected fault (vLLM down, slow, 5xx, garbage, missing series, a 4xx) is handled here
 and logged once per state change; the control loop in sidecar/app.py only sleeps and repeats.
@@ -27,17 +35,20 @@ from collections.abc import Callable
 import numpy as np
 
 from sidecar import checkpoint, compat, interval
-from sidecar.decision import BIAS_NOTE, Decision, DriftCell, Source, range_gains
-from sidecar.drift import DriftTracker, drifting
+from sidecar.change import MIN_CHANGE_DRAFTS, RecentWindow, acceptance_change, step_time_changes
+from sidecar.decision import BIAS_NOTE, Decision, DriftCell, Outcome, Source, range_gains
 from sidecar.engine_table import EngineTable
-from sidecar.estimator import decay_prior, estimate, halve_live, observe
+from sidecar.estimator import decay_prior, halve_live, observe
+from sidecar.guardrail import Guardrail, Sample, Verdict
 from sidecar.logs import Conditions
+from sidecar.rebuild import Choice, Inputs, choose, projected
 from sidecar.settings import SidecarSettings
 from sidecar.stats import Stats
+from sidecar.step_times import Blend, LiveStepTimes, drifting
 from tuner import scrape
 from tuner.engine_client import EngineClient
 from tuner.errors import EngineUnavailable, InvalidInput, ScrapeError
-from tuner.goodput import choose_table, interpolate_step_times
+from tuner.goodput import cliffs, interpolate_step_times
 from tuner.profile import Profile
 from tuner.table import Table
 
@@ -65,11 +76,19 @@ class Controller:
         self.K = profile.K
         compat.check(profile, None, None, settings.model_name)
         self.prior = prior_of(profile)
-        # step times always come from the profile: interpolated once (ms, row b-1 is B=b)
-        self.T_dense = interpolate_step_times(profile.grid, profile.step_time_matrix(),
-                                              profile.engine.max_num_seqs)
+        # the profile's step times, interpolated once (ms, row b-1 is B=b), and their spread
+        n = profile.engine.max_num_seqs
+        self.T_dense = interpolate_step_times(profile.grid, profile.step_time_matrix(), n)
+        self.sigma_dense = interpolate_step_times(profile.grid, profile.step_time_sigma(), n)
+        self.cliffs = cliffs(profile.grid, profile.step_time_matrix(monotone=False))
         self.state = checkpoint.restore(settings.checkpoint, self.prior, settings.prior_weight)
-        self.drift = DriftTracker()
+        self.w_T = settings.step_prior_weight
+        self.live_T = LiveStepTimes()
+        self.recent = RecentWindow(settings.change_window)
+        self.guard = Guardrail(window=settings.guard_window, drop=settings.guard_drop,
+                               hold_s=settings.guard_hold_s)
+        self.pending_rollback: Verdict | None = None
+        self.last_batch: float | None = None  # mean requests per step of the last interval
         self.drift_cells: list[DriftCell] = []
         self.conditions = Conditions(log, clock)
         self.stats = Stats()
@@ -81,6 +100,7 @@ class Controller:
         self.recommended: Table | None = None
         self.last_decision: Decision | None = None
         self.last_scrape_ok_at: float | None = None  # the last complete scrape
+        self.prev_scrape_ok_at: float | None = None  # the complete scrape before it
         self.consecutive_failures = 0
         self.started_at = clock()
         self.tick_started: float | None = None
@@ -94,8 +114,7 @@ class Controller:
             return False
         info = self.engine.info
         self.allowed_k = compat.resolve_allowed_k(self.settings.allowed_k, info, self.K)
-        self.recommended = choose_table(self.T_dense, estimate(self.state), self.settings.tie,
-                                        self.allowed_k).table
+        self.recommended = self.choose(None).table
         log.info("connected", extra={"engine_table": info.table if info else None,
                                      "allowed_k": sorted(self.allowed_k or range(self.K + 1)),
                                      "dry_run": self.settings.dry_run})
@@ -117,9 +136,14 @@ class Controller:
                 await self.engine.watch(snap.table_version)
             if self.engine.needs_sync and not self.settings.dry_run:
                 await self.engine.sync()
-            if kind != "ok" or self.steps_since_rebuild < self.settings.rebuild_every_steps:
+            if kind != "ok":
                 return None
-            return await self.rebuild()
+            if self.pending_rollback is not None:
+                return await self.rollback(self.pending_rollback)
+            if self.steps_since_rebuild >= self.settings.rebuild_every_steps:
+                return await self.rebuild()
+            trigger = self._detect_change() or self._guard_disagrees()
+            return await self.rebuild(trigger) if trigger else None
         finally:
             self.tick_ended = self.clock()
 
@@ -155,7 +179,7 @@ class Controller:
         self.prev = snap
         self.source = "plugin" if snap.has_plugin else "stock"
         self.consecutive_failures = 0
-        self.last_scrape_ok_at = self.clock()
+        self.prev_scrape_ok_at, self.last_scrape_ok_at = self.last_scrape_ok_at, self.clock()
         self.conditions.ok("scrape", "vLLM /metrics readable and complete again")
 
     def _advance(self, snap: scrape.Snapshot) -> str:
@@ -193,6 +217,8 @@ class Controller:
     def _restarted(self, reason: str) -> None:
         self.stats.resets += 1
         self.engine.restarted()
+        self.guard.cancel()  # a verdict across two engine runs would compare nothing
+        self.recent.clear()
         log.warning("engine restart", extra={
             "reason": reason, "action": "skipping this interval" +
             ("; re-pushing the table and policy" if self.engine.needs_sync else "")})
@@ -207,11 +233,32 @@ class Controller:
         self.steps_since_rebuild += engine_steps if snap.engine_steps else d.num_drafts
         self.stats.explore_steps += d.explore_steps
         self.stats.transition_steps += d.transition_steps
-        self.drift.observe(d.step_time)
+        self.live_T.observe(d.step_time)
+        self.recent.push(accepted, drafted, d.step_time)
+        self._guard_sample(d, engine_steps)
         self._check_drift()
 
+    def _guard_sample(self, d: interval.SnapshotDelta, engine_steps: float) -> None:
+        """One sample of realized goodput for the guardrail: tokens per second this interval."""
+        now, before = self.last_scrape_ok_at, self.prev_scrape_ok_at
+        request_steps = sum(d.request_steps.values())
+        if now is None or before is None or now <= before or engine_steps <= 0 or request_steps <= 0:
+            self.last_batch = None
+            return
+        self.last_batch = request_steps / engine_steps
+        tokens = request_steps + d.num_accepted_tokens
+        if self.settings.guard_window and not self.settings.dry_run:
+            verdict = self.guard.observe(Sample(self.last_batch, tokens / (now - before)), now)
+            if verdict is not None:
+                log.info("guardrail verdict", extra={"verdict": {
+                    "rolled_back": verdict.rolled_back, "ratio": verdict.ratio, "t": verdict.t,
+                    "before": verdict.before, "after": verdict.after,
+                    "table": verdict.new_table}})
+                if verdict.rolled_back:
+                    self.pending_rollback = verdict
+
     def _check_drift(self) -> None:
-        self.drift_cells = self.drift.cells(self.T_dense)
+        self.drift_cells = self.live_T.cells(self.T_dense)
         slow = drifting(self.drift_cells, self.settings.drift_warn)
         if slow:
             self.conditions.set("drift", "slow", "live step times are slower than the "
@@ -221,25 +268,109 @@ class Controller:
         else:
             self.conditions.ok("drift", "live step times are back within drift_warn")
 
+    # -- immediate rebuilds ---------------------------------------------------------------
+    def _detect_change(self) -> str | None:
+        """A change of traffic in the recent window: drop what is stale; the trigger, if any."""
+        if not self.recent.full:
+            return None
+        s = self.settings
+        acc, dra = self.recent.counts()
+        found = acceptance_change(acc, dra, projected(self.state)[0], z=s.change_z,
+                                  min_delta=s.change_min_delta)
+        slow = step_time_changes(self.recent.step_time(), self.blend().T, ratio=s.change_step_ratio)
+        if found is None and not slow:
+            return None
+        if found is not None:  # keep only the newest counts; the prior's weight at most this
+            new_acc, new_dra = self.recent.newest()
+            if new_dra.size and new_dra[0] >= MIN_CHANGE_DRAFTS:
+                acc, dra = new_acc, new_dra
+            self.state.accepted, self.state.drafted = acc.copy(), dra.copy()
+            self.state.w = min(self.state.w, s.change_prior_weight)
+        if slow:
+            self.live_T.replace({(c.batch_size, c.k): self.recent.step_time()[(c.batch_size, c.k)]
+                                 for c in slow})
+        self.recent.clear()
+        self.stats.changes += 1
+        log.info("traffic change", extra={
+            "acceptance": None if found is None else {
+                "position": found.position, "recent": found.recent, "estimate": found.estimate,
+                "drafted": found.drafted, "z": found.z},
+            "step_times": [{"batch_size": c.batch_size, "k": c.k, "recent_ms": c.recent_ms,
+                            "estimate_ms": c.estimate_ms, "steps": c.steps} for c in slow],
+            "action": "stale live counts dropped; rebuilding now"})
+        return "change"
+
+    def _guard_disagrees(self) -> str | None:
+        """At the current load, does another k beat the table's beyond confidence? (cheap: only
+        when the engine's table is known and a rebuild has something new since the last)."""
+        info = self.engine.info
+        if (self.last_batch is None or info is None or not self.settings.guard_window
+                or len(self.guard.baseline) < self.settings.guard_window  # to judge the push
+                or self.steps_since_rebuild < self.settings.rebuild_every_steps / 4):
+            return None
+        B = min(max(int(round(self.last_batch)), 1), self.profile.engine.max_num_seqs)
+        choice = self.choose(info.parsed_table())
+        if any(c.kept and c.batch_size_start <= B <= c.batch_size_end for c in choice.changes):
+            return "guardrail"
+        return None
+
     # -- rebuild ---------------------------------------------------------------------------
-    async def rebuild(self) -> Decision:
-        """Choose the table for â (eq. G), push it if it differs, log and checkpoint."""
-        a_hat = estimate(self.state)
-        choice = choose_table(self.T_dense, a_hat, self.settings.tie, self.allowed_k)
+    def blend(self) -> Blend:
+        return self.live_T.blend(self.T_dense, self.sigma_dense, self.w_T, self.settings.step_cv)
+
+    def choose(self, old: Table | None) -> Choice:
+        """The table a rebuild would push against ``old`` (sidecar/rebuild.py)."""
+        s = self.settings
+        inputs = Inputs(tie=s.tie, confidence=s.confidence, allowed_k=self.allowed_k,
+                        cliffs=self.cliffs, prior_steps=self.w_T)
+        return choose(self.blend(), self.T_dense, self.state, old, self.K, inputs)
+
+    async def rebuild(self, trigger: str = "scheduled") -> Decision:
+        """Choose the table for â and T̂ (eq. G), push it if it differs, log and checkpoint."""
         fresh = await self.engine.read()
         known = fresh or self.engine.info
         old = known.parsed_table() if known is not None else None
-        outcome, reason = await self.engine.push(choice.table, fresh)
+        choice = self.choose(old)
+        until = self.guard.is_held(choice.table, self.clock())
+        if until is not None and choice.table != old:
+            outcome: Outcome = "unchanged"
+            reason = (f"the guardrail rolled this table back: held out for "
+                      f"{until - self.clock():.0f} s more")
+        else:
+            outcome, reason = await self.engine.push(choice.table, fresh)
+        if outcome == "pushed" and old is not None:
+            self.guard.start(old, choice.table)
+        return self._decide(choice, old, outcome, reason, trigger)
+
+    async def rollback(self, verdict: Verdict) -> Decision:
+        """The guardrail's second half: put the table before the push back."""
+        self.pending_rollback = None
+        old = Table.from_list(verdict.new_table)
+        back = Table.from_list(verdict.old_table)
+        outcome, reason = await self.engine.push(back, await self.engine.read())
+        self.stats.rollbacks += 1
+        choice = self.choose(back)
+        reason = (f"guardrail: live goodput {verdict.ratio:.3f}x of before (t={verdict.t}, "
+                  f"{verdict.before}+{verdict.after} scrapes) after pushing {verdict.new_table}; "
+                  f"held out {self.settings.guard_hold_s:g} s; {reason}")
+        chosen = Choice(back, choice.proposed, choice.G, choice.a_used, choice.a_raw, [])
+        return self._decide(chosen, old, "rolled_back" if outcome == "pushed" else outcome,
+                            reason, "rollback")
+
+    def _decide(self, choice: Choice, old: Table | None, outcome: Outcome, reason: str,
+                trigger: str) -> Decision:
         info = self.engine.info
         decision = Decision(
             time=self.clock(), outcome=outcome, reason=reason, source=self.source or "stock",
             bias_note=BIAS_NOTE if self.source == "stock" else None,
             steps=self.steps_since_rebuild, accepted=self.state.accepted.tolist(),
             drafted=self.state.drafted.tolist(), prior_weight=self.state.w,
-            a_hat=[round(float(a), 6) for a in a_hat], old_table=old.to_list() if old else None,
-            new_table=choice.table.to_list(),
+            a_hat=[round(float(a), 6) for a in choice.a_used],
+            a_raw=[round(float(a), 6) for a in choice.a_raw],
+            old_table=old.to_list() if old else None, new_table=choice.table.to_list(),
             engine_version=info.version if info is not None else None,
-            gains=range_gains(choice.G, old, choice.table, self.K), drift=self.drift_cells)
+            gains=range_gains(choice.G, old, choice.table, self.K), drift=self.drift_cells,
+            trigger=trigger, changes=[c for c in choice.changes if c.kept] or choice.changes)
         self._finish(decision, choice.table)
         return decision
 
@@ -250,9 +381,10 @@ class Controller:
         self.last_decision, self.recommended = decision, table
         self.steps_since_rebuild = 0.0
         halve_live(self.state)
-        self.drift.halve()
+        self.live_T.cap(self.settings.step_memory)
         if self.settings.prior_decay < 1:
             decay_prior(self.state, self.settings.prior_decay)
+        self.w_T *= self.settings.step_prior_decay
         self.save_checkpoint()
 
     def save_checkpoint(self) -> None:

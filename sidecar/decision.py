@@ -18,10 +18,10 @@ from pydantic import BaseModel, ConfigDict
 
 from tuner.table import Table
 
-__all__ = ["BIAS_NOTE", "Decision", "DriftCell", "RangeGain", "Outcome", "Source",
-           "range_gains"]
+__all__ = ["BIAS_NOTE", "Decision", "DriftCell", "RangeChange", "RangeGain", "Outcome", "Source",
+           "StepEvidence", "range_gains"]
 
-Outcome = Literal["pushed", "dry_run", "held", "unchanged", "rejected", "failed"]
+Outcome = Literal["pushed", "dry_run", "held", "unchanged", "rejected", "failed", "rolled_back"]
 Source = Literal["plugin", "stock"]  # where accepted_i / drafted_i came from
 
 BIAS_NOTE = (
@@ -54,6 +54,29 @@ class DriftCell(_Record):
     steps: float
 
 
+class StepEvidence(_Record):
+    """The step time a rebuild used for one k over one range, and what stands behind it."""
+
+    k: int
+    profile_ms: float    # the profile's T, mean over the range
+    used_ms: float       # T̂ (eq. T̂, sidecar/step_times.py), mean over the range
+    live_steps: float    # live steps behind T̂ over the range (0: the profile alone)
+    prior_steps: float   # w_T: the profile's weight in steps
+
+
+class RangeChange(_Record):
+    """A run of batch sizes where the rebuild's choice differs from the engine's table."""
+
+    batch_size_start: int
+    batch_size_end: int
+    k_old: int
+    k_new: int
+    gain: float          # median predicted goodput change, new k over old
+    gain_low: float      # its lower bound at the confidence level
+    kept: bool           # beyond the tie with confidence: part of the pushed table
+    step_times: list[StepEvidence]
+
+
 class Decision(_Record):
     """One rebuild: inputs, old and new table, predicted change, outcome and reason."""
 
@@ -73,6 +96,9 @@ class Decision(_Record):
     engine_version: int | None
     gains: list[RangeGain]
     drift: list[DriftCell]
+    trigger: str = "scheduled"   # scheduled | change | guardrail | rollback
+    a_raw: list[float] | None = None   # â before the non-increasing projection
+    changes: list[RangeChange] = []
 
 
 def range_gains(G: npt.NDArray[np.float64], old: Table | None, new: Table,

@@ -114,6 +114,7 @@ class EngineTable:
     async def put_policy(self) -> bool:
         try:
             await self._call(self.client.put_policy(explore_every=self.settings.explore_every,
+                                                    explore_run=self.settings.explore_run,
                                                     hysteresis=self.settings.hysteresis),
                              "setting the policy")
         except AdminRejected as exc:
@@ -201,6 +202,7 @@ class EngineTable:
                           extra={"differences": diffs})
                 return
             await self._call(self.client.put_policy(explore_every=self.settings.explore_every,
+                                                    explore_run=self.settings.explore_run,
                                                     hysteresis=self.settings.hysteresis),
                              "setting the policy")
             if (self.desired is not None and info.parsed_table() != self.desired

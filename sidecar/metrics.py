@@ -84,6 +84,12 @@ class SidecarCollector:
         yield _gauge("tabletune_sidecar_step_time_drift_ratio",
                      "Live engine step time / the profile's T(B, k).", ["batch_size", "k"],
                      [([str(x.batch_size), str(x.k)], x.ratio) for x in c.drift_cells])
+        yield _gauge("tabletune_sidecar_step_time_live_steps",
+                     "Live steps behind T̂ per (B bucket, k) cell.", ["batch_size", "k"],
+                     [([str(b), str(k)], n) for (b, k), n in sorted(c.live_T.steps.items())])
+        yield _gauge("tabletune_sidecar_guardrail_trial", "1 while a pushed table is being "
+                     "judged against live goodput before it.", [],
+                     [([], float(c.guard.trial is not None))])
         yield _gauge("tabletune_sidecar_ready", "1 when /readyz answers 200.", [],
                      [([], float(probes.ready(c)[0]))])
         yield _gauge("tabletune_sidecar_foreign_hold", "1 while holding off after someone "
@@ -107,6 +113,10 @@ class SidecarCollector:
                        [([], float(s.resets))])
         yield _counter("tabletune_sidecar_foreign_tables", "Engine table changes by someone "
                        "else.", [], [([], float(s.foreign_tables))])
+        yield _counter("tabletune_sidecar_traffic_changes", "Changes of acceptance or step "
+                       "time detected (each rebuilt at once).", [], [([], float(s.changes))])
+        yield _counter("tabletune_sidecar_rollbacks", "Pushes the guardrail rolled back.", [],
+                       [([], float(s.rollbacks))])
         yield SummaryMetricFamily("tabletune_sidecar_scrape_seconds",
                                   "Duration of successful vLLM /metrics scrapes.",
                                   count_value=s.scrapes, sum_value=s.scrape_seconds)

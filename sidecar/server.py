@@ -28,6 +28,7 @@ from sidecar.controller import Controller
 from sidecar.decision import BIAS_NOTE
 from sidecar.estimator import estimate
 from sidecar.metrics import registry_for
+from sidecar.rebuild import projected
 
 __all__ = ["build_app", "serve", "state_of"]
 
@@ -71,6 +72,7 @@ def state_of(c: Controller) -> dict[str, Any]:
         "bias_note": BIAS_NOTE if c.source == "stock" else None,
         "estimator": c.state.to_dict(),
         "a_hat": estimate(c.state).tolist(),
+        "a_used": projected(c.state)[0].tolist(),  # non-increasing: what rebuilds use
         "steps_since_rebuild": c.steps_since_rebuild,
         "explore_steps_seen": c.stats.explore_steps,
         "transition_steps_seen": c.stats.transition_steps,
@@ -82,6 +84,14 @@ def state_of(c: Controller) -> dict[str, Any]:
         "last_decision": (c.last_decision.model_dump(mode="json")
                           if c.last_decision is not None else None),
         "drift": [cell.model_dump() for cell in c.drift_cells],
+        "step_times": {"prior_steps": c.w_T, "live": [
+            {"batch_size": b, "k": k, "steps": n, "live_ms": c.live_T.live_ms((b, k))}
+            for (b, k), n in sorted(c.live_T.steps.items())]},
+        "guardrail": {"judging": c.guard.trial is not None,
+                      "held_out": [{"table": [list(r) for r in ranges], "until": until}
+                                   for ranges, until in c.guard.held.items() if until > c.clock()],
+                      "rollbacks": c.stats.rollbacks},
+        "traffic_changes": c.stats.changes,
     }
 
 

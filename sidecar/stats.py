@@ -15,10 +15,12 @@ class Stats:
     rebuilds: Counter[str] = field(default_factory=Counter)  # by outcome
     failures: Counter[str] = field(default_factory=Counter)  # by kind
     pushes: int = 0
+    changes: int = 0    # traffic changes detected (sidecar/change.py)
+    rollbacks: int = 0  # pushes the guardrail rolled back (sidecar/guardrail.py)
     resets: int = 0
     foreign_tables: int = 0  # table changes by someone else (foreign_table events)
     scrapes: int = 0
     scrape_seconds: float = 0.0  # sum over successful scrapes
     last_scrape_seconds: float | None = None
-    explore_steps: float = 0.0  # the plugin's exploration steps seen (at the largest K)
+    explore_steps: float = 0.0  # the plugin's exploration steps seen (across the allowed k)
     transition_steps: float = 0.0  # steps whose verified and drafted k differ (not timed)

@@ -29,11 +29,15 @@ TUNED = [[1, 8, 3], [9, 16, 1]]
 
 
 def make_profile(K: int = 3, max_num_seqs: int = 16, a: tuple[float, ...] = (0.9, 0.8, 0.7),
-                 model: str = "tiny", served_model_name: str | None = None) -> Profile:
+                 model: str = "tiny", served_model_name: str | None = None,
+                 step_ms: dict[int, list[float]] | None = None) -> Profile:
+    """A profile with the step times ``step_ms`` (B -> [T(B, 0), ..., T(B, K)]; default
+    STEP_MS) and acceptance ``a``."""
+    table = step_ms or STEP_MS
     cells = [Cell(B=B, k=k, client_ms=float(ms[k]), engine_ms=float(ms[k]), wall_s=1.0)
-             for B, ms in STEP_MS.items() for k in range(K + 1)]
+             for B, ms in table.items() for k in range(K + 1)]
     return Profile(
-        created_at=time.time(), grid=GRID, decode_tokens=32, repeats=1, cells=cells,
+        created_at=time.time(), grid=sorted(table), decode_tokens=32, repeats=1, cells=cells,
         engine=EngineInfo(hardware="test", vllm_version="0.32.0", model=model,
                           served_model_name=served_model_name, method="ngram",
                           num_speculative_tokens=K, max_num_seqs=max_num_seqs),
@@ -94,6 +98,7 @@ class FakeEngine:
         self.stock_accepted = [0.0] * self.K
         self.num_drafts = 0.0
         self.engine_steps: dict[int, float] = {}
+        self.request_steps: dict[int, float] = {}
         self.step_time: dict[tuple[int, int], list[float]] = {}
         self.table, self.version = [list(r) for r in STARTUP], 1
         if self.started_at is not None:  # a new start time (the plugin's gauge)
@@ -112,17 +117,21 @@ class FakeEngine:
         self.stalled, self.stats_age_s = None, 0.0
 
     def run(self, steps: int, a: tuple[float, ...] = (0.9, 0.8, 0.7), B: int = 4,
-            step_ms: float | None = None) -> None:
-        """``steps`` engine steps at batch size B and k=K, accepting prefix i with rate a_i."""
+            step_ms: float | None = None, k: int | None = None) -> None:
+        """``steps`` engine steps at batch size B and k (default K), accepting prefix i with
+        rate a_i."""
+        k = self.K if k is None else k
         n = steps * B
-        self.num_drafts += n
-        for i in range(self.K):
+        if k:
+            self.num_drafts += n
+        for i in range(k):
             self.drafted[i] += n
             self.accepted[i] += round(n * a[i])
             self.stock_accepted[i] += round(n * a[i] * 0.95)  # vLLM's lags slightly
-        self.engine_steps[self.K] = self.engine_steps.get(self.K, 0.0) + steps
+        self.engine_steps[k] = self.engine_steps.get(k, 0.0) + steps
+        self.request_steps[k] = self.request_steps.get(k, 0.0) + n
         if step_ms is not None:
-            cell = self.step_time.setdefault((B, self.K), [0.0, 0.0])
+            cell = self.step_time.setdefault((B, k), [0.0, 0.0])
             cell[0] += steps * step_ms / 1000
             cell[1] += steps
 
@@ -151,6 +160,8 @@ class FakeEngine:
                   for i, v in enumerate(self.accepted)]
         lines += [f'tabletune_engine_steps_total{{{base},k="{k}"}} {v}'
                   for k, v in self.engine_steps.items()]
+        lines += [f'tabletune_request_steps_total{{{base},k="{k}"}} {v}'
+                  for k, v in self.request_steps.items()]
         for (B, k), (seconds, count) in self.step_time.items():
             lines.append(f'tabletune_step_seconds_total{{{base},batch_size="{B}",k="{k}"}} '
                          f"{seconds}")

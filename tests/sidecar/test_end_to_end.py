@@ -2,7 +2,9 @@
 
 The paper's repair experiment, small: start from a deliberately wrong table, drive greedy
 repetitive traffic (high acceptance), and the sidecar rewrites the engine's table to the one
-the profile's step times call for. A dry run beside it only recommends.
+the profile's step times call for (trusted here: step_prior_weight 1e9, so this is the
+acceptance half of the loop; live step times: test_online_engine.py). A dry run beside it only
+recommends.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ async def drive(engine: Engine, tmp_path: Path, *, dry_run: bool) -> dict[str, A
     make_profile(model="tiny").save(profile_path)
     s = settings(profile_path, engine.url, engine.admin_url, admin_token=engine.token,
                  interval_s=0.25, rebuild_every_steps=40, prior_weight=100.0, explore_every=0,
-                 hysteresis=0, timeout_s=2.0, dry_run=dry_run,
+                 hysteresis=0, timeout_s=2.0, dry_run=dry_run, step_prior_weight=1e9,
                  checkpoint=tmp_path / f"state-{dry_run}.json")
     stop, bound = asyncio.Event(), asyncio.get_running_loop().create_future()
     task = asyncio.create_task(main(s, stop, bound.set_result, handle_signals=False))

@@ -1,0 +1,124 @@
+"""The guardrail: a pushed table that makes live goodput drop is rolled back (pure).
+
+Every complete scrape gives one sample of realized goodput: tokens the engine emitted over the
+interval (request-steps plus accepted drafts) per second, at the interval's mean batch size.
+Before a push the last ``window`` samples are the baseline; after it, ``settle`` samples are
+skipped (the swap and its first steps) and the next ``window`` are the trial. Only samples at
+a comparable load count (mean batch within ``load_band`` of the baseline's median): a load
+change is not a regression. The trial fails when
+
+    mean log G_after - mean log G_before < log(1 - drop)   and   Welch t < -z
+
+both a practical and a statistical bound (MEASUREMENT.md, rule 5). A failed trial rolls the
+engine back to the table before the push and holds the pushed table out for ``hold_s``.
+
+Bounded regret: a bad table runs at most (settle + window) scrape intervals before it is
+rolled back, then is held out for hold_s; the same table can come back at most once per hold,
+so the share of time on a table that loses beyond the noise is at most
+(settle + window) · interval_s / hold_s (docs/sidecar.md, "The guardrail").
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tuner.table import Table
+
+__all__ = ["Guardrail", "Sample", "Verdict"]
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    batch: float       # mean requests per step over the interval
+    goodput: float     # tokens per second over the interval
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    rolled_back: bool
+    ratio: float         # mean goodput after / before (geometric)
+    t: float
+    before: int          # samples behind each side
+    after: int
+    old_table: list[list[int]]
+    new_table: list[list[int]]
+
+
+@dataclass(slots=True)
+class _Trial:
+    old: Table
+    new: Table
+    before: list[Sample]
+    after: list[Sample] = field(default_factory=list)
+    skipped: int = 0
+
+
+def _comparable(samples: list[Sample], centre: float, band: float) -> list[float]:
+    return [np.log(s.goodput) for s in samples
+            if s.goodput > 0 and abs(s.batch - centre) <= band * max(centre, 1.0)]
+
+
+@dataclass(slots=True)
+class Guardrail:
+    window: int = 5
+    settle: int = 1
+    drop: float = 0.05
+    z: float = 3.0
+    load_band: float = 0.25
+    hold_s: float = 600.0
+    baseline: deque[Sample] = field(default_factory=deque)
+    trial: _Trial | None = None
+    held: dict[tuple[tuple[int, int, int], ...], float] = field(default_factory=dict)
+
+    def start(self, old: Table, new: Table) -> None:
+        """A table was pushed: judge it against the samples before it."""
+        self.trial = _Trial(old, new, list(self.baseline))
+
+    def cancel(self) -> None:
+        """Someone else changed the table, or the engine restarted: no verdict on this push."""
+        self.trial = None
+        self.baseline.clear()
+
+    def is_held(self, table: Table, now: float) -> float | None:
+        """Until when ``table`` is held out after a rollback, else None."""
+        until = self.held.get(tuple(table.ranges))
+        return until if until is not None and until > now else None
+
+    def observe(self, sample: Sample, now: float) -> Verdict | None:
+        """Add one scrape's sample; a Verdict when a trial is complete."""
+        trial = self.trial
+        if trial is None:
+            self.baseline.append(sample)
+            while len(self.baseline) > self.window:
+                self.baseline.popleft()
+            return None
+        if trial.skipped < self.settle:
+            trial.skipped += 1
+            return None
+        trial.after.append(sample)
+        if len(trial.after) < self.window:
+            return None
+        self.trial = None
+        self.baseline = deque(trial.after, maxlen=None)
+        verdict = self._judge(trial)
+        if verdict is not None and verdict.rolled_back:
+            self.held[tuple(trial.new.ranges)] = now + self.hold_s
+        return verdict
+
+    def _judge(self, trial: _Trial) -> Verdict | None:
+        if len(trial.before) < 3:
+            return None  # no baseline (the first push after a start): nothing to compare
+        centre = float(np.median([s.batch for s in trial.before]))
+        before = _comparable(trial.before, centre, self.load_band)
+        after = _comparable(trial.after, centre, self.load_band)
+        if len(before) < 3 or len(after) < 3:
+            return None  # the load moved: not a verdict on the table
+        diff = float(np.mean(after) - np.mean(before))
+        se = float(np.sqrt(np.var(before, ddof=1) / len(before) + np.var(after, ddof=1) / len(after)))
+        t = diff / se if se > 0 else (0.0 if diff == 0 else float("-inf") if diff < 0 else float("inf"))
+        bad = diff < np.log(1 - self.drop) and t < -self.z
+        return Verdict(bool(bad), round(float(np.exp(diff)), 4), round(t, 2), len(before),
+                       len(after), trial.old.to_list(), trial.new.to_list())

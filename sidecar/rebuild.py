@@ -1,0 +1,96 @@
+"""What a rebuild chooses: live acceptance and live step times, split only with confidence (pure).
+
+1. â (sidecar/estimator.py) projected onto a_1 >= a_2 >= ... (tuner/monotone.py), weighted by
+   the evidence behind each position (w + drafted_i): a position the table never drafts keeps
+   the prior, but cannot sit above a better-observed earlier one.
+2. T̂ and its spread from the profile and the live steps (sidecar/step_times.py).
+3. The confident table (tuner/confidence.py): a k changes along B only where the gain beats the
+   tie at the confidence level; ranges narrower than the minimum width merge unless a cliff
+   forces them.
+4. Against the table in force: each run of B where the choice differs is kept only if its gain
+   over the engine's k beats the tie at the confidence level (confident_changes); elsewhere the
+   engine's k stays. A rebuild therefore pushes nothing that only reshuffles near-ties.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from sidecar.decision import RangeChange, StepEvidence
+from sidecar.estimator import EstimatorState, estimate
+from sidecar.step_times import Blend
+from tuner.confidence import choose_confident, confident_changes, replicates
+from tuner.goodput import Cliff
+from tuner.monotone import nonincreasing
+from tuner.table import Table
+
+__all__ = ["Choice", "Inputs", "choose", "projected"]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    tie: float
+    confidence: float
+    allowed_k: set[int] | None
+    cliffs: list[Cliff]
+    prior_steps: float     # w_T, for the decision's evidence
+    width: int = 4
+    replicates: int = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    table: Table            # what to run: the engine's table with only the confident changes
+    proposed: Table         # the confident table from scratch, before comparing with the engine's
+    G: FloatArray           # median goodput [B, K+1]
+    a_used: FloatArray      # â after the projection
+    a_raw: FloatArray
+    changes: list[RangeChange]
+
+
+def projected(state: EstimatorState) -> tuple[FloatArray, FloatArray]:
+    """(â projected non-increasing, â as estimated), and the evidence weights are w + drafted_i."""
+    raw = estimate(state)
+    return nonincreasing(raw, state.w + state.drafted), raw
+
+
+def _evidence(blend: Blend, T_prof: FloatArray, start: int, end: int, k: int,
+              prior_steps: float) -> StepEvidence:
+    rows = slice(start - 1, end)
+    return StepEvidence(k=k, profile_ms=round(float(np.mean(T_prof[rows, k])), 4),
+                        used_ms=round(float(np.mean(blend.T[rows, k])), 4),
+                        live_steps=round(float(np.max(blend.steps[rows, k])), 1),
+                        prior_steps=prior_steps)
+
+
+def choose(blend: Blend, T_prof: FloatArray, state: EstimatorState, old: Table | None,
+           num_speculative_tokens: int, inputs: Inputs) -> Choice:
+    """The table a rebuild pushes (see the module), with the evidence for every change."""
+    a_used, a_raw = projected(state)
+    drafts = state.w + state.drafted
+    confident = choose_confident(blend.T, blend.sigma, a_used, drafts, tie=inputs.tie,
+                                 confidence=inputs.confidence, allowed_k=inputs.allowed_k,
+                                 cliffs=inputs.cliffs, width=inputs.width,
+                                 replicates=inputs.replicates)
+    if old is None:
+        return Choice(confident.table, confident.table, confident.G, a_used, a_raw, [])
+    max_b = blend.T.shape[0]
+    old_ks = old.dense(max_b, num_speculative_tokens)[1:]
+    G_reps = replicates(blend.T, blend.sigma, a_used, drafts, inputs.replicates)
+    ks, found = confident_changes(G_reps, old_ks, confident.ks, inputs.tie, inputs.confidence)
+    changes = [RangeChange(batch_size_start=c.start, batch_size_end=c.end, k_old=c.k_old,
+                           k_new=c.k_new, gain=round(c.gain, 6), gain_low=round(c.gain_low, 6),
+                           kept=c.kept,
+                           step_times=[_evidence(blend, T_prof, c.start, c.end, k, inputs.prior_steps)
+                                       for k in (c.k_old, c.k_new)])
+               for c in found]
+    table = Table.from_dense(ks.tolist())
+    # the engine's table may reach past max_num_seqs or carry gaps: keep it as it is if equal
+    if table == Table.from_dense(old_ks):
+        table = old
+    return Choice(table, confident.table, confident.G, a_used, a_raw, changes)

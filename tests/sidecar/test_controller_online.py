@@ -1,0 +1,61 @@
+"""The controller's online loop against the fake engine: a change of traffic rebuilds at once,
+a push that makes live goodput drop is rolled back and held out (tests/sidecar/fake_engine.py).
+The same on the real engine: tests/sidecar/test_online_engine.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.sidecar.fake_engine import STARTUP, TUNED, FakeEngine
+from tests.sidecar.test_controller import controller_for
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_change_of_acceptance_rebuilds_at_once_from_the_recent_counts(tmp_path: Path) -> None:
+    clock = Clock()
+    async with controller_for(FakeEngine(), tmp_path, clock=clock, rebuild_every_steps=100_000,
+                              change_window=2, guard_window=0) as (c, fake):
+        assert await c.tick() is None
+        for _ in range(4):  # steady high acceptance: no change, no rebuild
+            fake.run(100, a=(0.9, 0.8, 0.7))
+            clock.now += 1
+            assert await c.tick() is None
+        decision = None
+        for _ in range(3):  # the traffic switches to low acceptance
+            fake.run(100, a=(0.2, 0.1, 0.05))
+            clock.now += 1
+            decision = decision or await c.tick()
+        assert decision is not None and decision.trigger == "change", decision
+        assert c.stats.changes == 1 and decision.prior_weight <= 50
+        assert decision.a_hat[0] < 0.35  # the estimate follows the new traffic at once
+
+
+async def test_a_push_that_drops_live_goodput_is_rolled_back_and_held_out(tmp_path: Path) -> None:
+    clock = Clock()
+    async with controller_for(FakeEngine(), tmp_path, clock=clock, rebuild_every_steps=100_000,
+                              guard_window=3, guard_hold_s=600, change_window=50) as (c, fake):
+        assert await c.tick() is None
+        for steps in (100, 102, 98, 101):  # ~100 steps a second at B=4 before the push
+            fake.run(steps)
+            clock.now += 1
+            assert await c.tick() is None
+        pushed = await c.rebuild()
+        assert pushed.outcome == "pushed" and fake.table == TUNED
+        decision = None
+        for steps in (60, 50, 51, 49, 50):  # after it: half the goodput at the same load
+            fake.run(steps)
+            clock.now += 1
+            decision = decision or await c.tick()
+        assert decision is not None and decision.outcome == "rolled_back", decision
+        assert decision.trigger == "rollback" and "guardrail" in decision.reason
+        assert fake.table == STARTUP and c.stats.rollbacks == 1
+        # the next rebuild would choose the same table: held out, the engine keeps STARTUP
+        again = await c.rebuild()
+        assert again.outcome == "unchanged" and "held out" in again.reason and fake.table == STARTUP

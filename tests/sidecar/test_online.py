@@ -1,0 +1,155 @@
+"""The sidecar's online pieces, pure: live step times, change test, guardrail, rebuild choice."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sidecar.change import RecentWindow, acceptance_change, step_time_changes
+from sidecar.estimator import EstimatorState
+from sidecar.guardrail import Guardrail, Sample
+from sidecar.rebuild import Inputs, choose, projected
+from sidecar.step_times import LiveStepTimes
+from tuner.table import Table
+
+# 16 batch sizes, k = 0..3: k=3 pays everywhere at high acceptance unless its step is slower
+T_PROF = np.tile(np.array([10.0, 12.0, 16.0, 18.0]), (16, 1))
+SIGMA = np.full(T_PROF.shape, 0.03)
+A = np.array([0.9, 0.8, 0.7])
+
+
+def live(cells: dict[tuple[int, int], tuple[float, float]]) -> LiveStepTimes:
+    t = LiveStepTimes()
+    t.observe({key: (ms * n / 1000, n) for key, (ms, n) in cells.items()})
+    return t
+
+
+def test_no_live_steps_is_the_profile() -> None:
+    blend = LiveStepTimes().blend(T_PROF, SIGMA, w_T=100, step_cv=0.2)
+    np.testing.assert_allclose(blend.T, T_PROF)
+    np.testing.assert_allclose(blend.sigma, SIGMA)
+    assert not blend.steps.any()
+
+
+def test_live_steps_outweigh_the_profile_as_they_accumulate() -> None:
+    few = live({(8, 3): (36.0, 10)}).blend(T_PROF, SIGMA, w_T=100, step_cv=0.2)
+    many = live({(8, 3): (36.0, 10_000)}).blend(T_PROF, SIGMA, w_T=100, step_cv=0.2)
+    # eq. T̂: rho = (100 + n*2) / (100 + n)
+    assert abs(few.T[7, 3] - 18.0 * (100 + 20) / 110) < 1e-9
+    assert abs(many.T[7, 3] / 36.0 - 1) < 0.01
+    assert many.sigma[7, 3] < few.sigma[7, 3] < SIGMA[7, 3]
+    # outside the buckets that were seen, the profile stands
+    assert many.T[0, 3] == 18.0 and many.T[8, 3] == 18.0
+
+
+def test_between_two_seen_buckets_the_correction_is_interpolated() -> None:
+    blend = live({(4, 2): (32.0, 10_000), (12, 2): (32.0, 10_000)}).blend(
+        T_PROF, SIGMA, w_T=100, step_cv=0.2)
+    assert np.all(np.abs(blend.T[3:12, 2] / 32.0 - 1) < 0.02)  # B = 4..12 all ~2x
+    assert blend.T[0, 2] == 16.0  # below the first seen bucket: the profile
+
+
+def test_live_step_times_stay_non_decreasing_in_k() -> None:
+    # live k=3 faster than the profile's k=2: T̂ keeps k=2 <= k=3 (pooled)
+    blend = live({(4, 3): (12.0, 10_000)}).blend(T_PROF, SIGMA, w_T=100, step_cv=0.2)
+    assert np.all(np.diff(blend.T, axis=1) >= -1e-9)
+
+
+def test_acceptance_change_needs_a_large_well_supported_jump() -> None:
+    a_hat = np.array([0.9, 0.8, 0.7])
+    drafted = np.full(3, 500.0)
+    assert acceptance_change(np.array([445.0, 395.0, 345.0]), drafted, a_hat) is None  # noise
+    found = acceptance_change(np.array([150.0, 60.0, 20.0]), drafted, a_hat)
+    assert found is not None and found.position in (1, 2, 3) and found.z < -6
+    # the same jump on 20 drafts is not evidence
+    assert acceptance_change(np.array([6.0, 2.0, 1.0]), np.full(3, 20.0), a_hat) is None
+
+
+def test_step_time_change_either_way() -> None:
+    recent = {(4, 3): (0.036 * 50, 50.0), (5, 3): (0.018 * 50, 50.0), (6, 3): (0.009 * 50, 50.0),
+              (7, 3): (0.036 * 5, 5.0)}
+    found = step_time_changes(recent, T_PROF)
+    assert [(c.batch_size, c.k) for c in found] == [(4, 3), (6, 3)]  # 2x and 0.5x; (7, 3) too few
+
+
+def test_recent_window_keeps_the_last_scrapes() -> None:
+    w = RecentWindow(2)
+    for n in (1.0, 2.0, 3.0):
+        w.push(np.full(3, n), np.full(3, 10 * n), {(4, 3): (n, 1.0)})
+    acc, dra = w.counts()
+    assert acc.tolist() == [5.0] * 3 and dra.tolist() == [50.0] * 3 and w.full
+    assert w.step_time() == {(4, 3): (5.0, 2.0)}
+
+
+def test_guardrail_rolls_back_a_drop_beyond_noise_and_holds_the_table_out() -> None:
+    rng = np.random.default_rng(0)
+    g = Guardrail(window=5, settle=1, drop=0.05, z=3.0, hold_s=600)
+    old, bad = Table.from_list([[1, 16, 3]]), Table.from_list([[1, 16, 0]])
+    for _ in range(5):
+        assert g.observe(Sample(8.0, 1000 * np.exp(0.02 * rng.standard_normal())), 0.0) is None
+    g.start(old, bad)
+    verdicts = [g.observe(Sample(8.0, 700 * np.exp(0.02 * rng.standard_normal())), 1.0)
+                for _ in range(6)]
+    assert verdicts[:-1] == [None] * 5
+    v = verdicts[-1]
+    assert v is not None and v.rolled_back and 0.65 < v.ratio < 0.75
+    assert g.is_held(bad, 100.0) == 601.0 and g.is_held(bad, 700.0) is None
+    assert g.is_held(old, 100.0) is None
+
+
+def test_guardrail_keeps_a_push_inside_the_noise_or_under_another_load() -> None:
+    rng = np.random.default_rng(1)
+    old, new = Table.from_list([[1, 16, 3]]), Table.from_list([[1, 16, 2]])
+    g = Guardrail(window=5, settle=1)
+    for _ in range(5):
+        g.observe(Sample(8.0, 1000 * np.exp(0.1 * rng.standard_normal())), 0.0)
+    g.start(old, new)
+    out = [g.observe(Sample(8.0, 980 * np.exp(0.1 * rng.standard_normal())), 1.0) for _ in range(6)]
+    assert out[-1] is not None and not out[-1].rolled_back
+    # the load halved after the push: no verdict on the table
+    for _ in range(5):
+        g.observe(Sample(8.0, 1000.0), 2.0)
+    g.start(old, new)
+    out = [g.observe(Sample(4.0, 500.0), 3.0) for _ in range(6)]
+    assert out[-1] is None and g.is_held(new, 3.0) is None
+
+
+def test_projection_makes_a_hat_non_increasing_where_the_evidence_is_thin() -> None:
+    # the demo's case after a switch: positions 1-2 well observed at 0.22, position 3 (never
+    # drafted by the k=2 ranges) still at the prior's 1.0: â_3 = 0.45 would beat â_2
+    state = EstimatorState(prior=np.array([1.0, 1.0, 1.0]), w=50.0,
+                           accepted=np.array([2200.0, 2200.0, 0.0]),
+                           drafted=np.array([10_000.0, 10_000.0, 0.0]))
+    used, raw = projected(state)
+    assert raw[2] > raw[1]
+    assert np.all(np.diff(used) <= 1e-12) and used[2] < 0.25
+
+
+INPUTS = Inputs(tie=0.005, confidence=0.9, allowed_k=None, cliffs=[], prior_steps=100)
+
+
+def test_a_wrong_profile_is_corrected_by_live_step_times() -> None:
+    state = EstimatorState(prior=A, w=2000.0)
+    # the profile says k=3 costs 18 ms at every B; live steps at B=8..16 say 40 ms
+    trusting = choose(LiveStepTimes().blend(T_PROF, SIGMA, 100, 0.2), T_PROF, state, None, 3, INPUTS)
+    assert trusting.table.to_list() == [[1, 16, 3]]
+    seen = live({(b, 3): (40.0, 5000) for b in range(8, 17)} |
+                {(b, 1): (12.0, 5000) for b in range(8, 17)})
+    old = Table.from_list([[1, 16, 3]])
+    corrected = choose(seen.blend(T_PROF, SIGMA, 100, 0.2), T_PROF, state, old, 3, INPUTS)
+    assert corrected.table.k_at(12) != 3 and corrected.table.k_at(2) == 3
+    (change,) = [c for c in corrected.changes if c.kept]
+    assert change.k_old == 3 and change.batch_size_end == 16 and change.gain_low > 0
+    used = {e.k: e for e in change.step_times}
+    assert used[3].profile_ms == 18.0 and used[3].used_ms > 35 and used[3].live_steps == 5000
+
+
+def test_a_rebuild_inside_the_noise_keeps_the_table_in_force() -> None:
+    # k=2 and k=3 equally good (within 0.3%), wide intervals: whatever runs stays
+    T = T_PROF.copy()
+    T[:, 2] = T[:, 3] * (1 + 0.9 + 0.8) / (1 + 0.9 + 0.8 + 0.7) * 1.003
+    state = EstimatorState(prior=A, w=2000.0)
+    for running in ([[1, 16, 2]], [[1, 16, 3]]):
+        old = Table.from_list(running)
+        choice = choose(LiveStepTimes().blend(T, np.full(T.shape, 0.05), 100, 0.2), T, state,
+                        old, 3, INPUTS)
+        assert choice.table == old, (running, choice.changes)

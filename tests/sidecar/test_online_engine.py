@@ -1,0 +1,126 @@
+"""The sidecar's online step times and guardrail on the real vLLM CPU engine (session engine:
+K=3, max_num_seqs=16, startup table [[1,4,3],[5,16,1]], so the allowed k are 1 and 3).
+
+(a) A profile whose k>=2 step times are twice too slow from B=8 calls for k=1 at B=8; live steps
+    (exploration runs visit k=3 there) correct T̂ and the sidecar pushes k=3 at B=8, the k the
+    measured step times call for at this acceptance.
+(b) A profile that claims k=0 costs almost nothing makes the sidecar push a table of k=0; with
+    the profile's step times trusted (w_T huge) only the guardrail can see the loss: it rolls
+    the push back and holds that table out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+
+from sidecar.app import main
+from tests.conftest import STARTUP_TABLE, Engine
+from tests.sidecar.fake_engine import make_profile, settings
+from tuner.load import Request, StationaryLoad
+from tuner.prompts import repetitive
+from tuner.table import Table
+
+pytestmark = pytest.mark.engine
+
+BUDGET_S = 60.0
+# the tiny model's step times on the 2-core CPU box (benchmarks/results/cpu-tiny/profile.json)
+MEASURED = {1: [7.7, 8.5, 9.1, 9.1], 4: [9.2, 11.2, 11.9, 13.2], 8: [11.0, 13.6, 15.4, 16.0],
+            12: [12.8, 16.2, 18.7, 20.9], 16: [14.6, 19.3, 23.2, 24.4]}
+
+
+@pytest_asyncio.fixture(autouse=True, loop_scope="session")
+async def engine_defaults(engine: Engine) -> AsyncIterator[None]:
+    yield
+    assert (await engine.admin("PUT", "/v1/table", {"table": STARTUP_TABLE}))[0] == 200
+    assert (await engine.admin("PUT", "/v1/policy", {"explore_every": 0, "hysteresis": 0}))[0] == 200
+
+
+async def sidecar_state(port: int) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{port}/v1/state") as r:
+        state: dict[str, Any] = await r.json()
+        return state
+
+
+async def run_until(engine: Engine, tmp_path: Path, step_ms: dict[int, list[float]], load: int,
+                    done: Any, **overrides: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The sidecar in-process under a stationary greedy load of ``load`` clients until
+    ``done(state, decisions)``; its last state and every decision it logged."""
+    path = tmp_path / "profile.json"
+    make_profile(model="tiny", step_ms=step_ms).save(path)
+    s = settings(path, engine.url, engine.admin_url, admin_token=engine.token, interval_s=0.5,
+                 timeout_s=2.0, hysteresis=0, checkpoint=None, **overrides)
+    decisions: list[dict[str, Any]] = []
+    requests = [Request(p, 48) for p in repetitive(32, engine.vocab_size, seed=3)]
+    stop, bound = asyncio.Event(), asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(main(s, stop, bound.set_result, handle_signals=False))
+    try:
+        port = await asyncio.wait_for(bound, 10)
+        deadline = time.monotonic() + BUDGET_S
+        async with StationaryLoad(engine.url, requests, load, seed=1) as traffic:
+            while True:
+                traffic.check()
+                state = await sidecar_state(port)
+                last = state["last_decision"]
+                if last is not None and (not decisions or decisions[-1]["time"] != last["time"]):
+                    decisions.append(last)
+                if done(state, decisions):
+                    return state, decisions
+                assert time.monotonic() < deadline, decisions[-3:]
+                await asyncio.sleep(0.25)
+    finally:
+        stop.set()
+        assert await asyncio.wait_for(task, 5) == 0
+
+
+async def test_live_step_times_correct_a_profile_that_is_wrong(engine: Engine, tmp_path: Path) -> None:
+    wrong = {B: ms[:2] + [2 * t for t in ms[2:]] if B >= 8 else ms for B, ms in MEASURED.items()}
+    start = make_profile(model="tiny", step_ms=wrong).build(allowed_k={1, 3}).table
+    assert start.k_at(8) == 1  # the wrong profile calls for k=1 at B=8
+    assert make_profile(model="tiny", step_ms=MEASURED).build(allowed_k={1, 3}).table.k_at(8) == 3
+    assert (await engine.admin("PUT", "/v1/table", {"table": start.to_list()}))[0] == 200
+
+    def k3_at_8(state: dict[str, Any], _: Any) -> bool:
+        table = state["engine_table"]
+        return table is not None and Table.from_list(table).k_at(8) == 3
+
+    state, decisions = await run_until(
+        engine, tmp_path, wrong, 8, k3_at_8, rebuild_every_steps=60, prior_weight=100.0,
+        explore_every=10, explore_run=3, step_prior_weight=20.0)
+    pushed = [d for d in decisions if d["outcome"] == "pushed"]
+    assert pushed, decisions
+    # the push that moved B=8 to k=3 says which step times it used and what stands behind
+    # them: live steps moved T̂ away from the profile (serving steps also prefill the requests
+    # that replace finished ones, so they are slower than the profile's pure decode steps)
+    change = next(c for d in pushed for c in d["changes"]
+                  if c["kept"] and c["k_new"] == 3 and c["batch_size_start"] <= 8 <= c["batch_size_end"])
+    assert change["k_old"] == 1 and change["gain_low"] > 0.005
+    assert any(e["live_steps"] > 0 and abs(e["used_ms"] / e["profile_ms"] - 1) > 0.2
+               for e in change["step_times"]), change
+    assert state["drift"]  # and /v1/state shows the live against the profile's step times
+
+
+async def test_a_push_that_loses_live_goodput_is_rolled_back(engine: Engine, tmp_path: Path) -> None:
+    cheap_k0 = {B: [1.0] + ms[1:] for B, ms in MEASURED.items()}
+    bad = make_profile(model="tiny", step_ms=cheap_k0).build().table
+    assert bad.to_list() == [[1, 16, 0]]
+
+    def rolled_back(_: dict[str, Any], decisions: list[dict[str, Any]]) -> bool:
+        return any(d["outcome"] == "rolled_back" for d in decisions)
+
+    state, decisions = await run_until(
+        engine, tmp_path, cheap_k0, 4, rolled_back, rebuild_every_steps=400, prior_weight=100.0,
+        explore_every=0, allowed_k="all", step_prior_weight=1e9, change_step_ratio=1000.0,
+        guard_window=4, guard_drop=0.05)
+    back = next(d for d in decisions if d["outcome"] == "rolled_back")
+    assert back["old_table"] == bad.to_list() and back["new_table"] == STARTUP_TABLE
+    assert "guardrail" in back["reason"]
+    _, table = await engine.admin("GET", "/v1/table")
+    assert table["table"] != bad.to_list()  # held out: not pushed again
