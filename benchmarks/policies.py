@@ -5,16 +5,19 @@ table each table policy pushes. Pure.
 Table policies: `fixed-k0..K`, `documented` (vLLM's documented table fitted to the engine),
 `quarter` (the documented table with every range shrunk to a quarter, then fitted: the paper's
 deliberately wrong table, which stops speculating above B=32), `tuned` (the profile's),
-`tuned@tie=X` (the profile rebuilt with another tie), `turbospec-style` (tuner/baselines), and
-`aa:P`: table P again under a second name, the run's A/A.
+`tuned@tie=X` (the profile rebuilt with another tie), `tuned-of:PATH` (the table another profile
+of the same engine stored: an older tune against this one), `turbospec-style` (tuner/baselines),
+and `aa:P`: table P again under a second name, the run's A/A.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from benchmarks.baselines import turbospec_table
-from tuner.profile import Profile
+from tuner.errors import InvalidInput
+from tuner.profile import Profile, load
 from tuner.table import DOCUMENTED_RANGES, Table, documented_table, shrink
 
 NOSPEC = "nospec"
@@ -23,6 +26,7 @@ SIDECAR_POLICIES = {"sidecar-from-quarter": "quarter", "sidecar-from-documented"
 PAIRED = (NOSPEC, NIGHTJAR, *SIDECAR_POLICIES)  # not tables: their own blocks, paired with a fixed k
 TIE = "tuned@tie="
 AA = "aa:"
+OTHER = "tuned-of:"   # tuned-of:PATH, the table another profile stored (e.g. an older tune)
 DEFAULT = (f"fixed-k*,documented,tuned,quarter,turbospec-style,{AA}fixed-kK,{NOSPEC},"
            f"{NIGHTJAR},sidecar-from-quarter")
 
@@ -70,9 +74,23 @@ def policy_tables(profile: Profile, policies: Sequence[str] = ()) -> dict[str, T
                 continue  # reported as unknown by unknown_policies
             tables[p] = profile.model_copy(update={"tie": tie}).build().table
     for p in policies:
+        if p.startswith(OTHER):
+            tables[p] = _other_table(p.removeprefix(OTHER), K, n)
+    for p in policies:
         if p.startswith(AA) and p.removeprefix(AA) in tables:
             tables[p] = tables[p.removeprefix(AA)]
     return tables
+
+
+def _other_table(path: str, K: int, max_num_seqs: int) -> Table:
+    other = load(Path(path))
+    if other.table is None:
+        raise InvalidInput(f"tuned-of:{path}: that profile has no table yet; finish its tune")
+    if (other.K, other.engine.max_num_seqs) != (K, max_num_seqs):
+        raise InvalidInput(f"tuned-of:{path}: K={other.K}, max_num_seqs="
+                           f"{other.engine.max_num_seqs}, but this profile has K={K}, "
+                           f"max_num_seqs={max_num_seqs}; compare tables of the same engine")
+    return Table.from_list(other.table)
 
 
 def unknown_policies(profile: Profile, policies: Sequence[str]) -> list[str]:

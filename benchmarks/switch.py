@@ -1,13 +1,18 @@
-"""Scenario experiments with the real sidecar: repair of a wrong table is in `bench`
-(sidecar-from-quarter); this is the workload switch.
+"""The workload switch with the real sidecar: how fast does the table follow the traffic?
 
-A stable workload A (the one the profile was tuned on), then a switch to workload B with very
-different acceptance. Measured on one engine, same prompts, 5 s windows:
-- stale:      B under A's table, no controller;
-- best:       B under the table built from the profile with B's own measured acceptance;
-- controller: the sidecar running through the switch (prior = A), windows after the switch.
-Recovery in the first minute = (mean controller - stale) / (best - stale); time to 90% / 96%
-is the end of the first window whose (controller - stale) / (best - stale) reaches it.
+Repair of a wrong table is in `bench` (sidecar-from-quarter); this is the switch. Workload A
+(the one the profile was tuned on) and workload B (the same prompts at another temperature, so
+very different acceptance), on one vLLM with the plugin, under a stationary load of `--load`
+closed-loop clients; throughput from the engine's counters (benchmarks/window.py).
+
+1. Acceptance under A and under B (plugin counters), and each one's own table from the profile.
+2. The gap, paired: `--blocks` blocks under B traffic, each running A's table (stale) and B's
+   table (best) in alternating order; their ratio per block, median with a 95% interval.
+3. The sidecar from A's table: `--cycles` times, A for `--adapt-s`, then the switch to B and
+   `--follow-s` of windows. Per cycle: `seconds_to_right_table` (from the switch until the
+   engine's table runs B's k at the load: the admin endpoint polled every 0.2 s), and
+   `recovery_30s` = (mean throughput of the windows in the first 30 s - stale) / (best - stale)
+   with stale and best the medians of step 2; over cycles, medians with 95% intervals.
 
     python -m benchmarks.switch --profile PROFILE --out DIR
 """
@@ -23,80 +28,140 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 from benchmarks.engines import TOKEN, admin_client
 from benchmarks.stateful import sidecar
-from tuner.acceptance import per_position
-from tuner.engine_defaults import resolve_model, plugin_env, vocab_size
-from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
-from tuner.load import closed_loop
-from tuner.profile import load
-from tuner.prompts import repetitive
+from benchmarks.window import measure, swap
+from tuner.acceptance import monotone, per_position
 from tuner.engine_client import EngineClient
+from tuner.engine_defaults import plugin_env, resolve_model, vocab_size
+from tuner.intervals import cluster_median
+from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
+from tuner.load import Request, StationaryLoad
+from tuner.profile import Profile, load
+from tuner.prompts import repetitive
 from tuner.table import Table
 
-WINDOW_S = 5.0
+MAX_TOKENS = 48
 
 
-async def windows(url: str, prompts: list[Any], load_n: int, temp: float, n: int) -> list[float]:
-    return [(await closed_loop(url, prompts, load_n, 48, 0.5, WINDOW_S, temp)).tokens_per_s
-            for _ in range(n)]
+def interval(values: list[float]) -> dict[str, float | int] | None:
+    """Median and 95% bootstrap interval of per-block or per-cycle values."""
+    if not values:
+        return None
+    e = cluster_median([[v] for v in values], replicates=2000)
+    return {"median": round(e.median, 4), "ci_low": round(e.low, 4), "ci_high": round(e.high, 4),
+            "n": e.n}
 
 
-async def measure_a(url: str, admin: EngineClient, prompts: list[Any], load_n: int,
-                    temp: float) -> list[float]:
-    s0 = await admin.get_stats()
-    await closed_loop(url, prompts, load_n, 48, 0.0, 10.0, temp)
-    s1 = await admin.get_stats()
-    acc = [b - a for a, b in zip(s0.accepted_per_pos, s1.accepted_per_pos)]
-    dr = [b - a for a, b in zip(s0.drafted_per_pos, s1.drafted_per_pos)]
-    return [float(x) for x in per_position(acc, dr)]
+async def acceptance(url: str, engine: EngineClient, admin: EngineClient, requests: list[Request],
+                     n: int, temperature: float, seconds: float = 10.0) -> list[float]:
+    async with StationaryLoad(url, requests, n, temperature) as traffic:
+        await asyncio.sleep(1.0)
+        s0 = await admin.get_stats()
+        await asyncio.sleep(seconds)
+        s1 = await admin.get_stats()
+        traffic.check()
+    acc = [b - a for a, b in zip(s0.accepted_per_pos, s1.accepted_per_pos, strict=True)]
+    dra = [b - a for a, b in zip(s0.drafted_per_pos, s1.drafted_per_pos, strict=True)]
+    return [max(0.0, float(x)) for x in monotone(per_position(acc, dra))]
 
 
-def reach(traj: list[float], stale: float, best: float, level: float) -> float | None:
-    for i, t in enumerate(traj):
-        if best > stale and (t - stale) / (best - stale) >= level:
-            return (i + 1) * (WINDOW_S + 0.5)
+async def gap(url: str, engine: EngineClient, admin: EngineClient, requests: list[Request],
+              n: int, temp_b: float, tables: tuple[Table, Table], blocks: int,
+              window_s: float) -> dict[str, Any]:
+    """Stale (A's table) and best (B's table) under B traffic, in paired alternating blocks."""
+    stale, best = [], []
+    async with StationaryLoad(url, requests, n, temp_b, seed=5) as traffic:
+        await asyncio.sleep(1.0)
+        for b in range(blocks):
+            order = (0, 1) if b % 2 == 0 else (1, 0)
+            got: dict[int, float] = {}
+            for i in order:
+                await swap(admin, tables[i], settle_steps=8)
+                got[i] = (await measure(engine, admin, traffic, window_s)).tokens_per_s
+            stale.append(got[0])
+            best.append(got[1])
+    return {"stale_tps": stale, "best_tps": best,
+            "best_over_stale": interval([b / s for b, s in zip(best, stale, strict=True)])}
+
+
+async def right_table_after(admin: EngineClient, table_b: Table, n: int, t0: float,
+                            until_s: float) -> float | None:
+    """Seconds from t0 until the engine's table runs B's k at load n (None: not by until_s)."""
+    want = table_b.k_at(n)
+    while time.monotonic() - t0 < until_s:
+        table = (await admin.get_table()).table
+        if table is not None and Table.from_list(table).k_at(n) == want:
+            return round(time.monotonic() - t0, 2)
+        await asyncio.sleep(0.2)
     return None
 
 
-async def run(profile_path: Path, out: Path, load_n: int, temp_a: float, temp_b: float) -> dict[str, Any]:
-    profile = load(profile_path)
+async def cycle(url: str, engine: EngineClient, admin: EngineClient, requests: list[Request],
+                n: int, temps: tuple[float, float], table_b: Table, adapt_s: float,
+                follow_s: float, window_s: float, seed: int) -> dict[str, Any]:
+    async with StationaryLoad(url, requests, n, temps[0], seed=seed) as traffic:
+        await asyncio.sleep(adapt_s)
+        traffic.check()
+        table_before = (await admin.get_table()).table
+    t0 = time.monotonic()
+    async with StationaryLoad(url, requests, n, temps[1], seed=seed + 1) as traffic:
+        poll = asyncio.create_task(right_table_after(admin, table_b, n, t0, follow_s))
+        windows = []
+        while time.monotonic() - t0 + window_s <= follow_s:
+            m = await measure(engine, None, traffic, window_s)
+            windows.append({"end_s": round(time.monotonic() - t0, 2), "tps": m.tokens_per_s})
+        seconds = await poll
+        table_after = (await admin.get_table()).table
+    return {"table_before_switch": table_before, "table_after": table_after,
+            "seconds_to_right_table": seconds, "windows": windows}
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    profile: Profile = load(Path(args.profile))
     model = resolve_model(profile.engine.model, None)
-    vocab = vocab_size(model)
-    prompts = repetitive(64, vocab, seed=11)
-    K, n = profile.K, profile.engine.max_num_seqs
+    requests = [Request(p, MAX_TOKENS) for p in repetitive(64, vocab_size(model), seed=11)]
+    K, n_max = profile.K, profile.engine.max_num_seqs
+    out, n = Path(args.out), args.load
     admin_port = free_port()
-    cfg = ServerConfig(model=model, max_num_seqs=n, env=plugin_env(admin_port, token=TOKEN),
+    cfg = ServerConfig(model=model, max_num_seqs=n_max, env=plugin_env(admin_port, token=TOKEN),
                        speculative=SpeculativeSpec(num_speculative_tokens=K,
-                                                   table=Table.from_list([[1, n, K]])))
-    async with launch(cfg, log_dir=out / "logs") as server, admin_client(admin_port) as admin:
-        # Each workload's own best table: the profile's step times with its measured a_i.
-        a_a = await measure_a(server.url, admin, prompts, load_n, temp_a)
-        a_b = await measure_a(server.url, admin, prompts, load_n, temp_b)
-        table_a = profile.build([max(0.0, x) for x in a_a]).table
-        table_b = profile.build([max(0.0, x) for x in a_b]).table
+                                                   table=Table.from_list([[1, n_max, K]])))
+    temps = (args.temp_a, args.temp_b)
+    async with (launch(cfg, log_dir=out / "logs") as server, admin_client(admin_port) as admin,
+                EngineClient(engine_url=server.url) as engine):
+        a_a = await acceptance(server.url, engine, admin, requests, n, temps[0])
+        a_b = await acceptance(server.url, engine, admin, requests, n, temps[1])
+        table_a, table_b = profile.build(a_a).table, profile.build(a_b).table
+        paired = await gap(server.url, engine, admin, requests, n, temps[1], (table_a, table_b),
+                           args.blocks, args.window_s)
         await admin.put_table(table_a)
-        stale = await windows(server.url, prompts, load_n, temp_b, 3)
-        await admin.put_table(table_b)
-        best = await windows(server.url, prompts, load_n, temp_b, 3)
-        await admin.put_table(table_a)
-        async with sidecar(profile_path, out / "logs", server.url, admin.admin_url,
-                           ("--prior-decay", "0.5")):
-            before = await windows(server.url, prompts, load_n, temp_a, 3)
-            t_switch = time.monotonic()
-            traj = await windows(server.url, prompts, load_n, temp_b, int(60 // (WINDOW_S + 0.5)))
-            after_table = (await admin.get_table()).table
-    st, bt = statistics.median(stale), statistics.median(best)
-    recovery = (statistics.mean(traj) - st) / (bt - st) if bt > st else None
-    return {"load": load_n, "workload_a": f"repetitive prompts, temperature {temp_a}",
-            "workload_b": f"repetitive prompts, temperature {temp_b}", "a_a": a_a, "a_b": a_b,
-            "table_a": table_a.to_list(), "table_b": table_b.to_list(), "table_after": after_table,
-            "stale_tps": stale, "best_tps": best, "before_switch_tps": before,
-            "controller_tps": traj, "stale_loss": 1 - st / bt if bt else None,
-            "recovery_first_minute": recovery,
-            "seconds_to_90": reach(traj, st, bt, 0.90), "seconds_to_96": reach(traj, st, bt, 0.96),
-            "window_s": WINDOW_S, "measured_for_s": time.monotonic() - t_switch}
+        cycles = []
+        async with sidecar(Path(args.profile), out / "logs", server.url, admin.admin_url,
+                           tuple(args.sidecar_arg or ())):
+            for i in range(args.cycles):
+                cycles.append(await cycle(server.url, engine, admin, requests, n, temps, table_b,
+                                          args.adapt_s, args.follow_s, args.window_s, seed=10 * i))
+                print(f"cycle {i + 1}/{args.cycles}: right table after "
+                      f"{cycles[-1]['seconds_to_right_table']} s", file=sys.stderr)
+    st, bt = statistics.median(paired["stale_tps"]), statistics.median(paired["best_tps"])
+    for c in cycles:
+        first = [w["tps"] for w in c["windows"] if w["end_s"] <= 30.0]
+        c["recovery_30s"] = (round((statistics.mean(first) - st) / (bt - st), 4)
+                             if first and bt > st else None)
+    seconds = [c["seconds_to_right_table"] for c in cycles]
+    recovered = [c["recovery_30s"] for c in cycles if c["recovery_30s"] is not None]
+    return {"load": n, "workload_a": f"repetitive prompts, temperature {temps[0]}",
+            "workload_b": f"repetitive prompts, temperature {temps[1]}", "a_a": a_a, "a_b": a_b,
+            "table_a": table_a.to_list(), "table_b": table_b.to_list(), **paired,
+            "stale_loss": round(1 - st / bt, 4) if bt else None,
+            "cycles": cycles, "seconds_to_right_table": seconds,
+            "seconds_to_right_table_max": max((s for s in seconds if s is not None), default=None),
+            "right_table_every_cycle": all(s is not None for s in seconds),
+            "recovery_30s": interval(recovered),
+            "window_s": args.window_s, "adapt_s": args.adapt_s, "follow_s": args.follow_s,
+            "sidecar_args": args.sidecar_arg or [],
+            "command": "python -m benchmarks.switch " + " ".join(sys.argv[1:])}
 
 
 def main() -> int:
@@ -106,12 +171,19 @@ def main() -> int:
     ap.add_argument("--load", type=int, default=8)
     ap.add_argument("--temp-a", type=float, default=0.0)
     ap.add_argument("--temp-b", type=float, default=1.5)
+    ap.add_argument("--blocks", type=int, default=8, help="paired stale/best blocks")
+    ap.add_argument("--cycles", type=int, default=4, help="switches A -> B with the sidecar")
+    ap.add_argument("--adapt-s", type=float, default=20.0, help="workload A before each switch")
+    ap.add_argument("--follow-s", type=float, default=30.0, help="windows after each switch")
+    ap.add_argument("--window-s", type=float, default=2.5)
+    ap.add_argument("--sidecar-arg", action="append", help="extra flag for the sidecar (repeat)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    result = asyncio.run(run(Path(args.profile), out, args.load, args.temp_a, args.temp_b))
+    result = asyncio.run(run(args))
     (out / "switch.json").write_text(json.dumps(result, indent=1))
-    print(json.dumps(result, indent=1))
+    print(json.dumps({k: result[k] for k in ("stale_loss", "best_over_stale",
+                                              "seconds_to_right_table", "recovery_30s")}, indent=1))
     return 0
 
 
