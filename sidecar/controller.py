@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 
 import numpy as np
@@ -57,6 +58,7 @@ __all__ = ["Controller", "Stats"]
 log = logging.getLogger("sidecar")
 # plugin values older than this many intervals are stale: not this interval's counts
 STALE_INTERVALS = 2.0
+RECENT_DECISIONS = 10  # kept for /v1/state and `tabletune status`
 
 
 def prior_of(profile: Profile) -> np.ndarray:
@@ -99,6 +101,7 @@ class Controller:
         self.steps_since_rebuild = 0.0
         self.recommended: Table | None = None
         self.last_decision: Decision | None = None
+        self.decisions: deque[Decision] = deque(maxlen=RECENT_DECISIONS)  # newest last
         self.last_scrape_ok_at: float | None = None  # the last complete scrape
         self.prev_scrape_ok_at: float | None = None  # the complete scrape before it
         self.consecutive_failures = 0
@@ -379,6 +382,7 @@ class Controller:
         log.log(level, "rebuild", extra={"decision": decision.model_dump(mode="json")})
         self.stats.rebuilds[decision.outcome] += 1
         self.last_decision, self.recommended = decision, table
+        self.decisions.append(decision)
         self.steps_since_rebuild = 0.0
         halve_live(self.state)
         self.live_T.cap(self.settings.step_memory)

@@ -92,6 +92,10 @@ def state_of(c: Controller) -> dict[str, Any]:
                                    for ranges, until in c.guard.held.items() if until > c.clock()],
                       "rollbacks": c.stats.rollbacks},
         "traffic_changes": c.stats.changes,
+        "recent_decisions": [{"time": d.time, "outcome": d.outcome, "trigger": d.trigger,
+                              "old_table": d.old_table, "new_table": d.new_table,
+                              "reason": d.reason} for d in c.decisions],
+        "prior_acceptance": c.prior.tolist(),
     }
 
 

@@ -44,6 +44,36 @@ def _sidecar(args: argparse.Namespace) -> int:
     return run(from_args(args))
 
 
+def _status(args: argparse.Namespace) -> int:
+    from sidecar.status import render
+    from tuner.errors import EngineUnavailable
+
+    url = args.sidecar.rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise InvalidInput(f"--sidecar={args.sidecar!r}: give the sidecar's base URL, e.g. "
+                           "http://127.0.0.1:9109")
+
+    async def fetch() -> dict[str, object]:
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(total=args.timeout_s)
+        try:
+            async with aiohttp.ClientSession(timeout=timeout) as s, s.get(url + "/v1/state") as r:
+                if r.status != 200:
+                    raise EngineUnavailable(f"{url}/v1/state answered {r.status}; is this a "
+                                            "TableTune sidecar (--listen-port)?")
+                state: dict[str, object] = await r.json(content_type=None)
+                return state
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            raise EngineUnavailable(f"no sidecar answered at {url} ({exc.__class__.__name__}: "
+                                    f"{exc}); is it running? pass --sidecar URL") from None
+
+    state = asyncio.run(fetch())
+    tty = sys.stdout.isatty() if args.format == "auto" else args.format == "table"
+    sys.stdout.write(render(state, url, tty))
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from tabletune.demo import run
 
@@ -101,6 +131,13 @@ def parser() -> argparse.ArgumentParser:
     _add_bench(sub)
 
     from sidecar.settings import DESCRIPTION, add_arguments
+
+    p = sub.add_parser("status", help="one screen of what a running sidecar sees and decided")
+    p.add_argument("--sidecar", default="http://127.0.0.1:9109", help="the sidecar's base URL")
+    p.add_argument("--format", choices=["auto", "table", "plain"], default="auto",
+                   help="auto: a table in a terminal, plain lines when piped")
+    p.add_argument("--timeout-s", type=float, default=5.0)
+    p.set_defaults(func=_status)
 
     p = sub.add_parser("sidecar", help="follow live acceptance and keep the engine's table optimal",
                        description=DESCRIPTION)

@@ -56,6 +56,8 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     (["sidecar", "--profile", "{profile}", "--interval-s", "abc"], "--interval-s"),
     (["sidecar", "--profile", "{missing}"], "No such file"),
     (["demo", "--load", "0"], "--load=0"),
+    (["status", "--sidecar", "nope"], "--sidecar='nope'"),
+    (["status", "--sidecar", "http://127.0.0.1:1", "--timeout-s", "2"], "no sidecar answered at"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv: list[str], says: str, tmp_path: Path,
                                           profile: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,6 +10,7 @@ recommends.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -71,7 +72,18 @@ async def drive(engine: Engine, tmp_path: Path, *, dry_run: bool) -> dict[str, A
             await burst(engine.url, repetitive(16, engine.vocab_size, seed=seed), max_tokens=48)
             seed += 1
             await asyncio.sleep(2 * s.interval_s)  # let the sidecar scrape the tail
-        return await sidecar_state(port)
+        state = await sidecar_state(port)
+        # what an operator types first: the real command against the running sidecar
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tabletune.cli", "status", "--sidecar",
+            f"http://127.0.0.1:{port}", "--format", "plain", stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err
+        text = out.decode()
+        assert f"engine table v{state['engine_table_version']}: " in text
+        assert "\tdry_run\t" in text if dry_run else "\tpushed\t" in text, text
+        return state
     finally:
         stop.set()
         assert await asyncio.wait_for(task, 5) == 0
