@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tuner.admin_api import NO_STEPS
+from tuner.admin_api import NO_STEPS, StatsReply
 from tuner.engine_client import EngineClient
 from tuner.engine_defaults import default_model, plugin_env, vocab_size
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
@@ -61,8 +61,11 @@ async def arm(url: str, engine: EngineClient, table: Table, every: int, run: int
     s0 = await engine.get_stats(since=NO_STEPS)
     await closed_loop(url, prompts, load, 64, 1.0, seconds)
     s1 = await engine.get_stats(since=NO_STEPS)
-    pick = ((lambda s: (s.resume_accepted_per_pos, s.resume_drafted_per_pos)) if resume
-            else (lambda s: (s.accepted_per_pos, s.drafted_per_pos)))
+    def pick(s: StatsReply) -> tuple[list[int], list[int]]:
+        if resume:
+            return list(s.resume_accepted_per_pos), list(s.resume_drafted_per_pos)
+        return list(s.accepted_per_pos), list(s.drafted_per_pos)
+
     (a0, d0), (a1, d1) = pick(s0), pick(s1)
     return [y - x for x, y in zip(a0, a1)], [y - x for x, y in zip(d0, d1)]
 
