@@ -31,7 +31,7 @@ bench: setup
 	bash benchmarks/cpu_suite.sh
 
 lint: setup
-	$(PY) -m mypy tuner sidecar vllm_patch
+	$(PY) -m mypy tuner sidecar vllm_patch tabletune benchmarks
 
 clean:
 	rm -rf $(VENV) runs

@@ -43,6 +43,7 @@ from sidecar.estimator import decay_prior, halve_live, observe
 from sidecar.guardrail import Guardrail, Sample, Verdict
 from sidecar.logs import Conditions
 from sidecar.rebuild import Choice, Inputs, choose, projected
+from sidecar.resume import ResumeTracker
 from sidecar.settings import SidecarSettings
 from sidecar.stats import Stats
 from sidecar.step_times import Blend, LiveStepTimes, drifting
@@ -77,6 +78,9 @@ class Controller:
         self.settings, self.profile, self.client, self.clock = settings, profile, client, clock
         self.K = profile.K
         compat.check(profile, None, None, settings.model_name)
+        if settings.min_k > profile.K:
+            raise InvalidInput(f"--min-k={settings.min_k} exceeds the profile's "
+                               f"num_speculative_tokens={profile.K}; use 0..{profile.K}")
         self.prior = prior_of(profile)
         # the profile's step times, interpolated once (ms, row b-1 is B=b), and their spread
         n = profile.engine.max_num_seqs
@@ -90,6 +94,7 @@ class Controller:
         self.guard = Guardrail(window=settings.guard_window, drop=settings.guard_drop,
                                hold_s=settings.guard_hold_s)
         self.pending_rollback: Verdict | None = None
+        self.resume = ResumeTracker()
         self.last_batch: float | None = None  # mean requests per step of the last interval
         self.drift_cells: list[DriftCell] = []
         self.conditions = Conditions(log, clock)
@@ -116,7 +121,10 @@ class Controller:
         if not await self.engine.connect():
             return False
         info = self.engine.info
-        self.allowed_k = compat.resolve_allowed_k(self.settings.allowed_k, info, self.K)
+        allowed = compat.resolve_allowed_k(self.settings.allowed_k, info, self.K)
+        if self.settings.min_k:  # a floor: never fewer drafts than min_k
+            allowed = {k for k in (allowed or range(self.K + 1)) if k >= self.settings.min_k}
+        self.allowed_k = allowed
         self.recommended = self.choose(None).table
         log.info("connected", extra={"engine_table": info.table if info else None,
                                      "allowed_k": sorted(self.allowed_k or range(self.K + 1)),
@@ -238,6 +246,7 @@ class Controller:
         self.stats.transition_steps += d.transition_steps
         self.live_T.observe(d.step_time)
         self.recent.push(accepted, drafted, d.step_time)
+        self._check_resume(d, float(accepted[0]), float(drafted[0]))
         self._guard_sample(d, engine_steps)
         self._check_drift()
 
@@ -259,6 +268,21 @@ class Controller:
                     "table": verdict.new_table}})
                 if verdict.rolled_back:
                     self.pending_rollback = verdict
+
+    def _check_resume(self, d: interval.SnapshotDelta, accepted: float, drafted: float) -> None:
+        if d.resume_accepted_per_pos is None or d.resume_drafted_per_pos is None:
+            return
+        self.resume.observe(d.resume_accepted_per_pos[0], d.resume_drafted_per_pos[0],
+                            accepted, drafted)
+        found = self.resume.drop()
+        if found is not None:
+            self.conditions.set("resume", "low", "acceptance right after a K=0 stretch is below "
+                                "steady state: the drafter loses its state while nothing is "
+                                "drafted; keep drafting alive with --min-k 1",
+                                resume_rate=found.resume_rate, steady_rate=found.steady_rate,
+                                resume_drafts=found.resume_drafts, z=found.z)
+        elif self.resume.resume[1] >= 50:
+            self.conditions.ok("resume", "acceptance after K=0 stretches is back at steady state")
 
     def _check_drift(self) -> None:
         self.drift_cells = self.live_T.cells(self.T_dense)
@@ -385,6 +409,7 @@ class Controller:
         self.decisions.append(decision)
         self.steps_since_rebuild = 0.0
         halve_live(self.state)
+        self.resume.halve()
         self.live_T.cap(self.settings.step_memory)
         if self.settings.prior_decay < 1:
             decay_prior(self.state, self.settings.prior_decay)

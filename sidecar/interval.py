@@ -38,6 +38,8 @@ class SnapshotDelta:
     step_time: dict[tuple[int, int], tuple[float, float]]
     explore_steps: float = 0.0
     transition_steps: float = 0.0
+    resume_accepted_per_pos: tuple[float, ...] | None = None  # right after a K=0 stretch
+    resume_drafted_per_pos: tuple[float, ...] | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -67,6 +69,10 @@ def _monotone_pairs(snapshot: Snapshot) -> dict[str, float]:
         pairs.update({f"stock_accepted[{i}]": v
                       for i, v in enumerate(snapshot.stock_accepted_per_pos)})
     pairs.update({f"drafted[{i}]": v for i, v in enumerate(snapshot.drafted_per_pos or ())})
+    pairs.update({f"resume_drafted[{i}]": v
+                  for i, v in enumerate(snapshot.resume_drafted_per_pos or ())})
+    pairs.update({f"resume_accepted[{i}]": v
+                  for i, v in enumerate(snapshot.resume_accepted_per_pos or ())})
     pairs.update({f"engine_steps[{k}]": v for k, v in snapshot.engine_steps.items()})
     pairs.update({f"request_steps[{k}]": v for k, v in snapshot.request_steps.items()})
     if snapshot.explore_steps is not None:
@@ -155,7 +161,16 @@ def delta(prev: Snapshot, cur: Snapshot) -> SnapshotDelta:
                    for key, (s, c) in cur.step_time.items()},
         explore_steps=_optional_diff(cur.explore_steps, prev.explore_steps),
         transition_steps=_optional_diff(cur.transition_steps, prev.transition_steps),
+        resume_accepted_per_pos=_optional_diffs(cur.resume_accepted_per_pos,
+                                                prev.resume_accepted_per_pos),
+        resume_drafted_per_pos=_optional_diffs(cur.resume_drafted_per_pos,
+                                               prev.resume_drafted_per_pos),
     )
+
+
+def _optional_diffs(cur: tuple[float, ...] | None,
+                    prev: tuple[float, ...] | None) -> tuple[float, ...] | None:
+    return None if cur is None or prev is None else _diff(cur, prev)
 
 
 def _optional_diff(cur: float | None, prev: float | None) -> float:

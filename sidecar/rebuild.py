@@ -9,11 +9,13 @@
    forces them.
 4. Against the table in force: each run of B where the choice differs is kept only if its gain
    over the engine's k beats the tie at the confidence level (confident_changes); elsewhere the
-   engine's k stays. A rebuild therefore pushes nothing that only reshuffles near-ties.
+   engine's k stays, unless that k is no longer allowed (``--allowed-k``, ``--min-k``). A
+   rebuild therefore pushes nothing that only reshuffles near-ties.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,6 +85,11 @@ def choose(blend: Blend, T_prof: FloatArray, state: EstimatorState, old: Table |
     old_ks = old.dense(max_b, num_speculative_tokens)[1:]
     G_reps = replicates(blend.T, blend.sigma, a_used, drafts, inputs.replicates)
     ks, found = confident_changes(G_reps, old_ks, confident.ks, inputs.tie, inputs.confidence)
+    if inputs.allowed_k is not None:  # a k no longer allowed (e.g. below --min-k) always goes
+        banned = np.isin(np.asarray(old_ks), sorted(inputs.allowed_k), invert=True)
+        ks[banned] = confident.ks[banned]
+        found = [dataclasses.replace(c, kept=True) if c.k_old not in inputs.allowed_k else c
+                 for c in found]
     changes = [RangeChange(batch_size_start=c.start, batch_size_end=c.end, k_old=c.k_old,
                            k_new=c.k_new, gain=round(c.gain, 6), gain_low=round(c.gain_low, 6),
                            kept=c.kept,

@@ -39,6 +39,7 @@ class SidecarSettings(BaseSettings):
     explore_run: int = Field(3, ge=1, description="steps in one exploration run (its middle steps are steady and timed)")
     hysteresis: int = Field(2, ge=0, description="plugin edge hysteresis band h, in requests (0: off)")
     allowed_k: str = Field("startup", description="'startup' (K values of the engine's startup table), 'all', or e.g. '0,1,3'")
+    min_k: int = Field(0, ge=0, description="never choose fewer drafts than this: an EAGLE-style drafter whose state goes stale at K=0 can lose acceptance when drafting resumes (the 'resume' condition says so)")
     tie: float = Field(0.005, ge=0, description="keep the previous B's k unless another is this much better")
     confidence: float = Field(0.9, ge=0.5, lt=1, description="a rebuild changes a range's k only when its gain beats the tie at this confidence (lower bound)")
     step_prior_weight: float = Field(100.0, ge=0, description="w_T: the profile's step time counts as this many live steps of a (B bucket, k) cell")
@@ -76,6 +77,9 @@ class SidecarSettings(BaseSettings):
                                  "comma-separated integers like '0,1,3'") from None
             if not ks or min(ks) < 0:
                 raise ValueError(f"allowed_k={self.allowed_k!r}: K values must be >= 0")
+        if self.min_k and self.allowed_k not in ("startup", "all") and all(
+                int(x) < self.min_k for x in self.allowed_k.split(",")):
+            raise ValueError(f"min_k={self.min_k} excludes every k of allowed_k={self.allowed_k!r}")
         return self
 
     def token(self) -> str | None:

@@ -18,6 +18,9 @@ TableTune plugin series (optional; absent means the plugin is not loaded):
     tabletune_engine_steps_total{k}, tabletune_request_steps_total{k},
     tabletune_step_seconds_total{batch_size,k}, tabletune_steps_timed_total{batch_size,k}
         (steady steps only: verified k == drafted k)
+    tabletune_resume_draft_tokens_per_pos_total{position},
+    tabletune_resume_accepted_tokens_per_pos_total{position}
+        (the per-position pair for request-steps verified right after a K=0 stretch)
     tabletune_table_version, tabletune_stats_age_seconds, tabletune_engine_started_at_seconds
         (gauges: the age of the plugin values served, 0 when fresh; the engine's start time)
 
@@ -62,10 +65,13 @@ EXPLORE_STEPS = "tabletune_explore_steps_total"
 TRANSITION_STEPS = "tabletune_transition_steps_total"
 STATS_AGE = "tabletune_stats_age_seconds"
 ENGINE_STARTED_AT = "tabletune_engine_started_at_seconds"
+RESUME_DRAFTED = "tabletune_resume_draft_tokens_per_pos_total"
+RESUME_ACCEPTED = "tabletune_resume_accepted_tokens_per_pos_total"
 WANTED = frozenset({ACCEPTED_PER_POS, PLUGIN_ACCEPTED_PER_POS, DRAFTED_PER_POS, NUM_DRAFTS,
                     NUM_DRAFT_TOKENS, NUM_ACCEPTED_TOKENS, NUM_REQUESTS_RUNNING, ENGINE_STEPS,
                     REQUEST_STEPS, STEP_SECONDS, STEPS_TIMED, TABLE_VERSION, EXPLORE_STEPS,
-                    TRANSITION_STEPS, STATS_AGE, ENGINE_STARTED_AT})
+                    TRANSITION_STEPS, STATS_AGE, ENGINE_STARTED_AT, RESUME_DRAFTED,
+                    RESUME_ACCEPTED})
 
 # A line of a wanted sample. vLLM's body is ~50 KB, mostly histograms; prometheus_client's parser
 # took 7.0 ms for all of it, 0.43 ms for these lines alone (benchmarks/overhead.py, scrape_parse).
@@ -110,6 +116,9 @@ class Snapshot:
     transition_steps: float | None = None
     stats_age_s: float | None = None
     engine_started_at: float | None = None
+    # the plugin's per-position pair right after a K=0 stretch (None: a plugin without them)
+    resume_drafted_per_pos: tuple[float, ...] | None = None
+    resume_accepted_per_pos: tuple[float, ...] | None = None
 
     @property
     def has_plugin(self) -> bool:
@@ -260,7 +269,7 @@ def parse(text: str, model_name: str | None = None) -> Snapshot:
     stock = _per_position(ACCEPTED_PER_POS, samples)
     if stock is None:
         raise ScrapeError(_missing(ACCEPTED_PER_POS, model_name, others))
-    for name in (DRAFTED_PER_POS, PLUGIN_ACCEPTED_PER_POS):
+    for name in (DRAFTED_PER_POS, PLUGIN_ACCEPTED_PER_POS, RESUME_DRAFTED, RESUME_ACCEPTED):
         series = _per_position(name, samples)
         if series is not None and len(series) != len(stock):
             raise ScrapeError(f"{name}: {len(series)} positions but "
@@ -283,4 +292,6 @@ def parse(text: str, model_name: str | None = None) -> Snapshot:
         transition_steps=_total(TRANSITION_STEPS, samples),
         stats_age_s=_newest(STATS_AGE, samples),
         engine_started_at=_newest(ENGINE_STARTED_AT, samples),
+        resume_drafted_per_pos=_per_position(RESUME_DRAFTED, samples),
+        resume_accepted_per_pos=_per_position(RESUME_ACCEPTED, samples),
     )

@@ -99,6 +99,8 @@ class FakeEngine:
         self.num_drafts = 0.0
         self.engine_steps: dict[int, float] = {}
         self.request_steps: dict[int, float] = {}
+        self.resume_accepted = [0.0] * self.K
+        self.resume_drafted = [0.0] * self.K
         self.step_time: dict[tuple[int, int], list[float]] = {}
         self.table, self.version = [list(r) for r in STARTUP], 1
         if self.started_at is not None:  # a new start time (the plugin's gauge)
@@ -117,9 +119,9 @@ class FakeEngine:
         self.stalled, self.stats_age_s = None, 0.0
 
     def run(self, steps: int, a: tuple[float, ...] = (0.9, 0.8, 0.7), B: int = 4,
-            step_ms: float | None = None, k: int | None = None) -> None:
+            step_ms: float | None = None, k: int | None = None, resume: bool = False) -> None:
         """``steps`` engine steps at batch size B and k (default K), accepting prefix i with
-        rate a_i."""
+        rate a_i; ``resume``: request-steps right after a K=0 stretch (counted apart too)."""
         k = self.K if k is None else k
         n = steps * B
         if k:
@@ -128,6 +130,9 @@ class FakeEngine:
             self.drafted[i] += n
             self.accepted[i] += round(n * a[i])
             self.stock_accepted[i] += round(n * a[i] * 0.95)  # vLLM's lags slightly
+            if resume:
+                self.resume_drafted[i] += n
+                self.resume_accepted[i] += round(n * a[i])
         self.engine_steps[k] = self.engine_steps.get(k, 0.0) + steps
         self.request_steps[k] = self.request_steps.get(k, 0.0) + n
         if step_ms is not None:
@@ -167,6 +172,10 @@ class FakeEngine:
                          f"{seconds}")
             lines.append(f'tabletune_steps_timed_total{{{base},batch_size="{B}",k="{k}"}} '
                          f"{count}")
+        lines += [f'tabletune_resume_draft_tokens_per_pos_total{{{base},position="{i}"}} {v}'
+                  for i, v in enumerate(self.resume_drafted)]
+        lines += [f'tabletune_resume_accepted_tokens_per_pos_total{{{base},position="{i}"}} {v}'
+                  for i, v in enumerate(self.resume_accepted)]
         lines.append(f"tabletune_explore_steps_total{{{base}}} 0")
         lines.append(f"tabletune_table_version{{{base}}} {self.version}")
         if self.started_at is not None:

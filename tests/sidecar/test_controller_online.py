@@ -59,3 +59,27 @@ async def test_a_push_that_drops_live_goodput_is_rolled_back_and_held_out(tmp_pa
         # the next rebuild would choose the same table: held out, the engine keeps STARTUP
         again = await c.rebuild()
         assert again.outcome == "unchanged" and "held out" in again.reason and fake.table == STARTUP
+
+
+async def test_acceptance_that_drops_after_k0_stretches_is_a_condition(tmp_path: Path) -> None:
+    clock = Clock()
+    async with controller_for(FakeEngine(), tmp_path, clock=clock, rebuild_every_steps=100_000,
+                              guard_window=0) as (c, fake):
+        assert await c.tick() is None
+        for _ in range(3):  # steady drafting at 0.9, and right after K=0 stretches at 0.5
+            fake.run(100, a=(0.9, 0.8, 0.7))
+            fake.run(20, a=(0.5, 0.3, 0.1), resume=True)
+            clock.now += 1
+            await c.tick()
+        assert c.conditions.states["resume"] == "low"
+        details = c.conditions.details["resume"]
+        assert "--min-k 1" in details["message"]
+
+
+async def test_min_k_is_a_floor_on_every_table(tmp_path: Path) -> None:
+    async with controller_for(FakeEngine(), tmp_path, min_k=2, allowed_k="all") as (c, fake):
+        assert await c.tick() is None
+        fake.run(150, a=(0.1, 0.01, 0.0))  # low acceptance: without the floor, k=0 or 1
+        clock_free = await c.rebuild()
+        assert all(k >= 2 for _, _, k in clock_free.new_table), clock_free.new_table
+        assert c.allowed_k == {2, 3}
