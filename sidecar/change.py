@@ -8,8 +8,8 @@ the *recent* window (the last few scrapes' counts) with the estimate in force:
   z_i = (p_i - â_i) / sqrt(â_i (1 - â_i) / n_i) with p_i = accepted_i / drafted_i recent;
   a change is |z_i| > ``z`` and |p_i - â_i| > ``min_delta`` (a large, well-supported jump; drafts
   in one step are correlated, so z is set far above the usual 2);
-- step time: per (B bucket, k) with at least ``min_steps`` recent steps, the recent mean step
-  against T̂ more than a factor ``ratio`` apart either way.
+- step time: per (B bucket, k) with at least ``min_steps`` recent and older live steps, the
+  recent mean step against the older live mean more than a factor ``ratio`` apart either way.
 
 On a change the caller drops the stale counts, lowers the prior's weight, and rebuilds at once
 (sidecar/controller.py). The change lies somewhere inside the window, so the counts kept are
@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
-
-from sidecar.step_times import rows_of
 
 __all__ = ["MIN_CHANGE_DRAFTS", "AcceptanceChange", "RecentWindow", "StepTimeChange", "acceptance_change",
            "step_time_changes"]
@@ -96,7 +94,7 @@ class StepTimeChange:
     batch_size: int      # the B bucket
     k: int
     recent_ms: float
-    estimate_ms: float
+    estimate_ms: float   # the cell's older live mean
     steps: float
 
 
@@ -119,19 +117,19 @@ def acceptance_change(accepted: FloatArray, drafted: FloatArray, a_hat: FloatArr
     return best
 
 
-def step_time_changes(recent: Mapping[Cell, tuple[float, float]], T_hat: FloatArray,
-                      min_steps: float = 30.0, ratio: float = 1.3) -> list[StepTimeChange]:
-    """Cells whose recent mean step is more than ``ratio`` away from T̂ (either way)."""
-    max_b, num_k = T_hat.shape
+def step_time_changes(recent: Mapping[Cell, tuple[float, float]],
+                      older: Mapping[Cell, tuple[float, float]], min_steps: float = 30.0,
+                      ratio: float = 1.3) -> list[StepTimeChange]:
+    """Cells whose recent mean step is more than ``ratio`` away (either way) from the same
+    cell's older live steps. Not from T̂: a profile that was wrong from the start is drift, which
+    the blend corrects as live steps accumulate; dropping them on every window would keep it
+    from ever doing so."""
     out = []
-    for (bucket, k), (seconds, n) in sorted(recent.items()):
-        if n < min_steps or not 0 <= k < num_k or not 1 <= bucket:
+    for cell, (seconds, n) in sorted(recent.items()):
+        old_seconds, old_n = older.get(cell, (0.0, 0.0))
+        if n < min_steps or old_n < min_steps or old_seconds <= 0:
             continue
-        rows = rows_of(bucket, max_b)
-        if not rows.size:
-            continue
-        estimate = float(np.mean(T_hat[rows - 1, k]))
-        recent_ms = 1000.0 * seconds / n
-        if not 1 / ratio <= recent_ms / estimate <= ratio:
-            out.append(StepTimeChange(bucket, k, round(recent_ms, 4), round(estimate, 4), n))
+        recent_ms, before_ms = 1000.0 * seconds / n, 1000.0 * old_seconds / old_n
+        if not 1 / ratio <= recent_ms / before_ms <= ratio:
+            out.append(StepTimeChange(cell[0], cell[1], round(recent_ms, 4), round(before_ms, 4), n))
     return out

@@ -304,7 +304,10 @@ class Controller:
         acc, dra = self.recent.counts()
         found = acceptance_change(acc, dra, projected(self.state)[0], z=s.change_z,
                                   min_delta=s.change_min_delta)
-        slow = step_time_changes(self.recent.step_time(), self.blend().T, ratio=s.change_step_ratio)
+        recent_T = self.recent.step_time()
+        older = {cell: (self.live_T.seconds.get(cell, 0.0) - sec, self.live_T.steps.get(cell, 0.0) - n)
+                 for cell, (sec, n) in recent_T.items()}
+        slow = step_time_changes(recent_T, older, ratio=s.change_step_ratio)
         if found is None and not slow:
             return None
         if found is not None:  # keep only the newest counts; the prior's weight at most this
@@ -314,8 +317,7 @@ class Controller:
             self.state.accepted, self.state.drafted = acc.copy(), dra.copy()
             self.state.w = min(self.state.w, s.change_prior_weight)
         if slow:
-            self.live_T.replace({(c.batch_size, c.k): self.recent.step_time()[(c.batch_size, c.k)]
-                                 for c in slow})
+            self.live_T.replace({(c.batch_size, c.k): recent_T[(c.batch_size, c.k)] for c in slow})
         self.recent.clear()
         self.stats.changes += 1
         log.info("traffic change", extra={
