@@ -93,7 +93,9 @@ def describe(d: dict[str, Any]) -> str:
     a_hat = ", ".join(f"{a:.2f}" for a in d.get("a_hat", []))
     change = (f"{d.get('old_table')} -> {d.get('new_table')}" if d["outcome"] == "pushed"
               else f"{d.get('new_table')}")
-    return f"    sidecar: {d['outcome']:<9} â=[{a_hat}] table {change}"
+    trigger = d.get("trigger", "scheduled")
+    why = "" if trigger == "scheduled" else f" ({trigger})"
+    return f"    sidecar: {d['outcome']:<9}{why} â=[{a_hat}] table {change}"
 
 
 class Narrator:
@@ -107,6 +109,9 @@ class Narrator:
         for rec in records:
             if rec.get("event") == "rebuild":
                 self._decision(rec["decision"])
+            elif rec.get("event") in ("traffic change", "guardrail verdict"):
+                extra = {k: v for k, v in rec.items() if k in ("acceptance", "step_times", "verdict")}
+                say(f"    sidecar: {rec['event']} {json.dumps(extra)[:300]}")
             elif rec.get("level") in ("WARNING", "ERROR"):
                 extra = {k: v for k, v in rec.items()
                          if k not in ("ts", "level", "logger", "event", "exception")}
