@@ -311,6 +311,10 @@ class Controller:
         if found is None and not slow:
             return None
         if found is not None:  # keep only the newest counts; the prior's weight at most this
+            # goodput before and after a push under other traffic says nothing of the table:
+            # no verdict across the change, and what was held out was judged on the old traffic
+            self.guard.cancel()
+            self.guard.held.clear()
             new_acc, new_dra = self.recent.newest()
             if new_dra.size and new_dra[0] >= MIN_CHANGE_DRAFTS:
                 acc, dra = new_acc, new_dra
@@ -339,6 +343,8 @@ class Controller:
             return None
         B = min(max(int(round(self.last_batch)), 1), self.profile.engine.max_num_seqs)
         choice = self.choose(info.parsed_table())
+        if self.guard.is_held(choice.table, self.clock()) is not None:
+            return None  # rolled back already: a rebuild would only say so again
         if any(c.kept and c.batch_size_start <= B <= c.batch_size_end for c in choice.changes):
             return "guardrail"
         return None

@@ -10,7 +10,9 @@ change is not a regression. The trial fails when
     mean log G_after - mean log G_before < log(1 - drop)   and   Welch t < -z
 
 both a practical and a statistical bound (MEASUREMENT.md, rule 5). A failed trial rolls the
-engine back to the table before the push and holds the pushed table out for ``hold_s``.
+engine back to the table before the push and holds the pushed table out for ``hold_s``. A
+detected change of traffic (sidecar/change.py) cancels the trial and the holds: goodput
+before and after a push under different traffic says nothing about the table.
 
 Bounded regret: a bad table runs at most (settle + window) scrape intervals before it is
 rolled back, then is held out for hold_s; the same table can come back at most once per hold,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tests.sidecar.fake_engine import STARTUP, TUNED, FakeEngine
 from tests.sidecar.test_controller import controller_for
+from tuner.table import Table
 
 
 class Clock:
@@ -83,3 +84,27 @@ async def test_min_k_is_a_floor_on_every_table(tmp_path: Path) -> None:
         clock_free = await c.rebuild()
         assert all(k >= 2 for _, _, k in clock_free.new_table), clock_free.new_table
         assert c.allowed_k == {2, 3}
+
+
+async def test_a_change_of_traffic_is_never_judged_as_the_tables_fault(tmp_path: Path) -> None:
+    """Goodput falls when acceptance falls, whatever the table: a push made right after a
+    switch of traffic is not rolled back for it, and no hold outlives the switch."""
+    clock = Clock()
+    async with controller_for(FakeEngine(), tmp_path, clock=clock, rebuild_every_steps=100_000,
+                              guard_window=3, change_window=2) as (c, fake):
+        assert await c.tick() is None
+        for steps in (100, 102, 98, 101, 99):  # high acceptance: the baseline
+            fake.run(steps, a=(0.9, 0.8, 0.7))
+            clock.now += 1
+            await c.tick()
+        assert len(c.guard.baseline) == 3
+        c.guard.held[tuple(Table.from_list([[1, 16, 0]]).ranges)] = clock.now + 600
+        decisions = []
+        for steps in (100, 99, 101, 100, 100, 98, 100):  # low acceptance: fewer tokens a step
+            fake.run(steps, a=(0.1, 0.05, 0.0))
+            clock.now += 1
+            if (d := await c.tick()) is not None:
+                decisions.append(d)
+        assert any(d.trigger == "change" for d in decisions), decisions
+        assert not any(d.outcome == "rolled_back" for d in decisions), decisions
+        assert c.stats.rollbacks == 0 and not c.guard.held
