@@ -73,6 +73,30 @@ def rebuild_us(max_num_seqs: int = 1024, K: int = 8) -> float:
     return statistics.median(runs) / 200 * 1e6
 
 
+def sidecar_choose_ms(max_num_seqs: int = 1024, K: int = 8) -> float:
+    """Median ms of what the sidecar computes at a rebuild (and, for its guardrail, at a tick):
+    T̂ from the profile and live cells, â projected, the confident table and its changes
+    against the table in force (sidecar/rebuild.py), on a max_num_seqs × (K+1) matrix."""
+    from sidecar.estimator import EstimatorState
+    from sidecar.rebuild import Inputs, choose
+    from sidecar.step_times import LiveStepTimes
+
+    rng = np.random.default_rng(0)
+    T = np.sort(rng.uniform(5, 50, size=(max_num_seqs, K + 1)), axis=0) + np.arange(K + 1) * 0.5
+    a = np.sort(rng.uniform(0.2, 0.9, size=K))[::-1]
+    live = LiveStepTimes()
+    live.observe({(b, k): (0.02 * 500, 500.0) for b in (1, 8, 16, 64, 256) for k in range(K + 1)})
+    state = EstimatorState(prior=a, w=2000.0, accepted=a * 1000, drafted=np.full(K, 1000.0))
+    old = Table.from_list([[1, max_num_seqs, K]])
+    inputs = Inputs(tie=0.005, confidence=0.9, allowed_k=None, cliffs=[], prior_steps=100.0)
+
+    def once() -> None:
+        choose(live.blend(T, np.full(T.shape, 0.03), 100.0, 0.2), T, state, old, K, inputs)
+
+    runs = timeit.repeat(once, number=3, repeat=5)
+    return statistics.median(runs) / 3 * 1e3
+
+
 METRICS_BODY = Path(__file__).parent.parent / "tests" / "data" / "vllm-0.32-cpu-metrics.txt"
 
 
@@ -196,7 +220,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     loads = [int(x) for x in args.loads.split(",")]
     report: dict[str, Any] = {
         "hook_us_per_step": {B: round(hook_us_per_step(B), 1) for B in (1, 16, 64, 256)},
-        "rebuild_us_1024x9": round(rebuild_us(), 1), "scrape_parse": scrape_parse_ms()}
+        "rebuild_us_1024x9": round(rebuild_us(), 1),
+        "sidecar_choose_ms_1024x9": round(sidecar_choose_ms(), 1), "scrape_parse": scrape_parse_ms()}
     if args.hooks_only:  # e.g. on a GPU box, where the per-step figure is set against T(B, k)
         return report
     engine = Engine(Path(args.model) if args.model else None, args.max_num_seqs,

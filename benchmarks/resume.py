@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tuner.admin_api import NO_STEPS, StatsReply
+from tuner.admin_api import StatsReply
 from tuner.engine_client import EngineClient
 from tuner.engine_defaults import default_model, plugin_env, vocab_size
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
@@ -58,9 +58,9 @@ async def arm(url: str, engine: EngineClient, table: Table, every: int, run: int
     """(accepted, drafted) per position over one block of this arm."""
     await engine.put_table(table)
     await engine.put_policy(explore_every=every if resume else 0, explore_run=run)
-    s0 = await engine.get_stats(since=NO_STEPS)
+    s0 = await engine.get_stats()
     await closed_loop(url, prompts, load, 64, 1.0, seconds)
-    s1 = await engine.get_stats(since=NO_STEPS)
+    s1 = await engine.get_stats()
     def pick(s: StatsReply) -> tuple[list[int], list[int]]:
         if resume:
             return list(s.resume_accepted_per_pos), list(s.resume_drafted_per_pos)

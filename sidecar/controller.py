@@ -50,6 +50,7 @@ from sidecar.step_times import Blend, LiveStepTimes, drifting
 from tuner import scrape
 from tuner.engine_client import EngineClient
 from tuner.errors import EngineUnavailable, InvalidInput, ScrapeError
+from tuner.confidence import better_at
 from tuner.goodput import cliffs, interpolate_step_times
 from tuner.profile import Profile
 from tuner.table import Table
@@ -341,13 +342,23 @@ class Controller:
                 or len(self.guard.baseline) < self.settings.guard_window  # to judge the push
                 or self.steps_since_rebuild < self.settings.rebuild_every_steps / 4):
             return None
+        table = info.parsed_table()
+        if table is None:
+            return None
         B = min(max(int(round(self.last_batch)), 1), self.profile.engine.max_num_seqs)
-        choice = self.choose(info.parsed_table())
+        current = table.k_at(B, self.K)
+        blend = self.blend()
+        a_used = projected(self.state)[0]
+        s = self.settings
+        found = better_at(B, blend.T[B - 1], blend.sigma[B - 1], a_used,
+                          self.state.w + self.state.drafted, current, self.allowed_k, s.tie,
+                          s.confidence)
+        if found is None:
+            return None
+        choice = self.choose(table)
         if self.guard.is_held(choice.table, self.clock()) is not None:
             return None  # rolled back already: a rebuild would only say so again
-        if any(c.kept and c.batch_size_start <= B <= c.batch_size_end for c in choice.changes):
-            return "guardrail"
-        return None
+        return "guardrail" if choice.table != table else None
 
     # -- rebuild ---------------------------------------------------------------------------
     def blend(self) -> Blend:

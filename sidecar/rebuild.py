@@ -24,7 +24,7 @@ import numpy.typing as npt
 from sidecar.decision import RangeChange, StepEvidence
 from sidecar.estimator import EstimatorState, estimate
 from sidecar.step_times import Blend
-from tuner.confidence import choose_confident, confident_changes, replicates
+from tuner.confidence import choose_confident, confident_changes
 from tuner.goodput import Cliff
 from tuner.monotone import nonincreasing
 from tuner.table import Table
@@ -83,8 +83,8 @@ def choose(blend: Blend, T_prof: FloatArray, state: EstimatorState, old: Table |
         return Choice(confident.table, confident.table, confident.G, a_used, a_raw, [])
     max_b = blend.T.shape[0]
     old_ks = old.dense(max_b, num_speculative_tokens)[1:]
-    G_reps = replicates(blend.T, blend.sigma, a_used, drafts, inputs.replicates)
-    ks, found = confident_changes(G_reps, old_ks, confident.ks, inputs.tie, inputs.confidence)
+    ks, found = confident_changes(confident.G_reps, old_ks, confident.ks, inputs.tie,
+                                  inputs.confidence)
     if inputs.allowed_k is not None:  # a k no longer allowed (e.g. below --min-k) always goes
         banned = np.isin(np.asarray(old_ks), sorted(inputs.allowed_k), invert=True)
         ks[banned] = confident.ks[banned]

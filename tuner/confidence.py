@@ -32,8 +32,8 @@ from tuner.errors import InvalidInput
 from tuner.goodput import Cliff, _allowed_mask, goodput, tau
 from tuner.table import Table
 
-__all__ = ["Change", "Confident", "Edge", "RangeGain", "choose_confident", "confident_changes",
-           "draw_acceptance", "draw_step_times", "min_width", "replicates"]
+__all__ = ["Change", "Confident", "Edge", "RangeGain", "better_at", "choose_confident",
+           "confident_changes", "draw_acceptance", "draw_step_times", "min_width", "replicates"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -69,6 +69,7 @@ class Confident:
     G: FloatArray         # median goodput over replicates, [B, K+1]
     edges: list[Edge]
     ranges: list[RangeGain]
+    G_reps: FloatArray    # the replicates behind it, [R, B, K+1] (confident_changes reuses them)
 
 
 def min_width(start: int, width: int = 4, share: float = 0.125) -> int:
@@ -191,7 +192,7 @@ def choose_confident(T: Any, sigma: Any, a: Any, drafted: Any | None = None, tie
     G_med = np.median(G_reps, axis=0)
     ks = _merge_narrow(ks, np.where(mask[None], G_med, -np.inf), cliffs or [], width, share)
     return Confident(Table.from_dense(ks.tolist()), ks, G_med, _edges(ks, G_reps),
-                     _range_gains(ks, G_reps, mask))
+                     _range_gains(ks, G_reps, mask), G_reps)
 
 
 def replicates(T: Any, sigma: Any, a: Any, drafted: Any | None = None, replicates: int = 200,
@@ -238,3 +239,20 @@ def confident_changes(G_reps: FloatArray, old_ks: Any, new_ks: Any, tie: float =
         changes.append(Change(b + 1, e + 1, int(old[b]), int(new[b]), mid, low, kept))
         b = e + 1
     return out, changes
+
+
+def better_at(batch_size: int, T_row: Any, sigma_row: Any, a: Any, drafted: Any | None,
+              current_k: int, allowed_k: set[int] | None = None, tie: float = 0.005,
+              confidence: float = 0.9, replicates: int = 400, seed: int = 0) -> tuple[int, float] | None:
+    """At one batch size: (k, lower bound of its gain) when a k beats ``current_k`` beyond the
+    tie with confidence, else None. One row of eq. G, cheap enough for every scrape."""
+    T1, s1 = np.asarray(T_row, dtype=np.float64)[None], np.asarray(sigma_row, dtype=np.float64)[None]
+    rng = np.random.default_rng(seed)
+    taus = np.stack([tau(x) for x in draw_acceptance(a, drafted, replicates, rng)])  # [R, K+1]
+    G = batch_size * taus / draw_step_times(T1, s1, replicates, rng)[:, 0]          # [R, K+1]
+    mask = _allowed_mask(G.shape[1], allowed_k)
+    best = int(np.argmax(np.where(mask, np.median(G, axis=0), -np.inf)))
+    if best == current_k:
+        return None
+    low = float(np.quantile(G[:, best] / G[:, current_k], 1 - confidence)) - 1
+    return (best, low) if low > tie else None

@@ -24,7 +24,7 @@ import aiohttp
 from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
-from tuner.admin_api import EmulationReply, ErrorReply, PolicyReply, StatsReply, TableReply
+from tuner.admin_api import NO_STEPS, EmulationReply, ErrorReply, PolicyReply, StatsReply, TableReply
 from tuner.errors import EngineUnavailable, InvalidTable, ScrapeError
 from tuner.table import Table
 
@@ -174,8 +174,9 @@ class EngineClient:
         """Set any of the policy's fields (explore_every, hysteresis, baseline)."""
         return await self._admin(PolicyReply, "PUT", "/v1/policy", fields)
 
-    async def get_stats(self, since: int | None = None) -> StatsReply:
-        """The plugin's counters; with ``since``, per-step samples only after that seq."""
+    async def get_stats(self, since: int | None = NO_STEPS) -> StatsReply:
+        """The plugin's counters; per-step samples only after seq ``since`` (the default: none,
+        for polls that only count; None: the whole ring, ~300 kB)."""
         route = "/v1/stats" if since is None else f"/v1/stats?since={int(since)}"
         return await self._admin(StatsReply, "GET", route)
 
