@@ -51,6 +51,15 @@ class RecentWindow:
     def clear(self) -> None:
         self._items.clear()
 
+    def scale_step_time(self, factors: Mapping[Cell, float]) -> None:
+        """Scale the window's step-time cells as the live totals were (LiveStepTimes.cap), so
+        that live minus window stays the older steps alone."""
+        for _, _, cells in self._items:
+            for key, f in factors.items():
+                if key in cells:
+                    s, n = cells[key]
+                    cells[key] = (s * f, n * f)
+
     @property
     def full(self) -> bool:
         return len(self._items) >= self.size

@@ -49,7 +49,7 @@ from sidecar.stats import Stats
 from sidecar.step_times import Blend, LiveStepTimes, drifting
 from tuner import scrape
 from tuner.engine_client import EngineClient
-from tuner.errors import EngineUnavailable, InvalidInput, ScrapeError
+from tuner.errors import EngineUnavailable, InvalidInput, ProfileMismatch, ScrapeError
 from tuner.confidence import better_at
 from tuner.goodput import cliffs, interpolate_step_times
 from tuner.profile import Profile
@@ -96,6 +96,7 @@ class Controller:
                                hold_s=settings.guard_hold_s)
         self.pending_rollback: Verdict | None = None
         self.resume = ResumeTracker()
+        self.foreign_seen = 0  # foreign table writes the guardrail has already heard of
         self.last_batch: float | None = None  # mean requests per step of the last interval
         self.drift_cells: list[DriftCell] = []
         self.conditions = Conditions(log, clock)
@@ -125,6 +126,12 @@ class Controller:
         allowed = compat.resolve_allowed_k(self.settings.allowed_k, info, self.K)
         if self.settings.min_k:  # a floor: never fewer drafts than min_k
             allowed = {k for k in (allowed or range(self.K + 1)) if k >= self.settings.min_k}
+            if not allowed:
+                raise ProfileMismatch(
+                    f"--min-k={self.settings.min_k} leaves no k of --allowed-k="
+                    f"{self.settings.allowed_k!r} (the engine's: "
+                    f"{sorted(info.startup_k) if info and info.startup_k else 'unknown'}); "
+                    "lower --min-k or pass --allowed-k all")
         self.allowed_k = allowed
         self.recommended = self.choose(None).table
         log.info("connected", extra={"engine_table": info.table if info else None,
@@ -146,15 +153,17 @@ class Controller:
             kind = self._advance(snap)
             if kind in ("ok", "rebaseline"):  # the same engine run: a version we did not write?
                 await self.engine.watch(snap.table_version)
+            self._check_foreign()
             if self.engine.needs_sync and not self.settings.dry_run:
                 await self.engine.sync()
             if kind != "ok":
                 return None
             if self.pending_rollback is not None:
                 return await self.rollback(self.pending_rollback)
-            if self.steps_since_rebuild >= self.settings.rebuild_every_steps:
-                return await self.rebuild()
-            trigger = self._detect_change() or self._guard_disagrees()
+            trigger = self._detect_change()  # first: a due rebuild must not use stale counts
+            if trigger is None and self.steps_since_rebuild >= self.settings.rebuild_every_steps:
+                trigger = "scheduled"
+            trigger = trigger or self._guard_disagrees()
             return await self.rebuild(trigger) if trigger else None
         finally:
             self.tick_ended = self.clock()
@@ -270,6 +279,12 @@ class Controller:
                 if verdict.rolled_back:
                     self.pending_rollback = verdict
 
+    def _check_foreign(self) -> None:
+        """Someone else wrote the engine's table: a guardrail trial would judge their table."""
+        if self.stats.foreign_tables != self.foreign_seen:
+            self.foreign_seen = self.stats.foreign_tables
+            self.guard.cancel()
+
     def _check_resume(self, d: interval.SnapshotDelta, accepted: float, drafted: float) -> None:
         if d.resume_accepted_per_pos is None or d.resume_drafted_per_pos is None:
             return
@@ -358,7 +373,7 @@ class Controller:
         choice = self.choose(table)
         if self.guard.is_held(choice.table, self.clock()) is not None:
             return None  # rolled back already: a rebuild would only say so again
-        return "guardrail" if choice.table != table else None
+        return "guardrail" if choice.table.k_at(B, self.K) != current else None
 
     # -- rebuild ---------------------------------------------------------------------------
     def blend(self) -> Blend:
@@ -374,6 +389,7 @@ class Controller:
     async def rebuild(self, trigger: str = "scheduled") -> Decision:
         """Choose the table for â and T̂ (eq. G), push it if it differs, log and checkpoint."""
         fresh = await self.engine.read()
+        self._check_foreign()
         known = fresh or self.engine.info
         old = known.parsed_table() if known is not None else None
         choice = self.choose(old)
@@ -384,7 +400,7 @@ class Controller:
                       f"{until - self.clock():.0f} s more")
         else:
             outcome, reason = await self.engine.push(choice.table, fresh)
-        if outcome == "pushed" and old is not None:
+        if outcome == "pushed" and old is not None and self.settings.guard_window:
             self.guard.start(old, choice.table)
         return self._decide(choice, old, outcome, reason, trigger)
 
@@ -429,7 +445,7 @@ class Controller:
         self.steps_since_rebuild = 0.0
         halve_live(self.state)
         self.resume.halve()
-        self.live_T.cap(self.settings.step_memory)
+        self.recent.scale_step_time(self.live_T.cap(self.settings.step_memory))
         if self.settings.prior_decay < 1:
             decay_prior(self.state, self.settings.prior_decay)
         self.w_T *= self.settings.step_prior_decay

@@ -76,7 +76,11 @@ class Guardrail:
     held: dict[tuple[tuple[int, int, int], ...], float] = field(default_factory=dict)
 
     def start(self, old: Table, new: Table) -> None:
-        """A table was pushed: judge it against the samples before it."""
+        """A table was pushed: judge it against the samples before it. A push during a trial
+        extends it: the last judged table and its baseline stay, the new table is judged."""
+        if self.trial is not None:
+            self.trial = _Trial(self.trial.old, new, self.trial.before)
+            return
         self.trial = _Trial(old, new, list(self.baseline))
 
     def cancel(self) -> None:
@@ -104,10 +108,12 @@ class Guardrail:
         if len(trial.after) < self.window:
             return None
         self.trial = None
-        self.baseline = deque(trial.after, maxlen=None)
         verdict = self._judge(trial)
         if verdict is not None and verdict.rolled_back:
             self.held[tuple(trial.new.ranges)] = now + self.hold_s
+            self.baseline = deque()  # those samples were the bad table's: no bar for the next
+        else:
+            self.baseline = deque(trial.after)
         return verdict
 
     def _judge(self, trial: _Trial) -> Verdict | None:

@@ -80,15 +80,19 @@ class LiveStepTimes:
                 self.seconds[key] = self.seconds.get(key, 0.0) + seconds
                 self.steps[key] = self.steps.get(key, 0.0) + count
 
-    def cap(self, max_steps: float) -> None:
+    def cap(self, max_steps: float) -> dict[Cell, float]:
         """Scale every cell holding more than ``max_steps`` steps down to that many: old steps
         fade where evidence is plentiful, while a k that only exploration visits (a few steps
         a rebuild) keeps what it has. Halving at every rebuild, as for acceptance, would hold
-        such a cell near the steps of one rebuild, forever outweighed by the profile."""
+        such a cell near the steps of one rebuild, forever outweighed by the profile. Returns
+        the factor applied per scaled cell (the change test's window scales by it too)."""
+        factors = {}
         for key, count in self.steps.items():
             if count > max_steps:
-                self.seconds[key] *= max_steps / count
+                factors[key] = max_steps / count
+                self.seconds[key] *= factors[key]
                 self.steps[key] = max_steps
+        return factors
 
     def replace(self, recent: Mapping[Cell, tuple[float, float]]) -> None:
         """Forget the live counts of the cells in ``recent`` and keep only those (a detected
@@ -102,7 +106,7 @@ class LiveStepTimes:
 
     def blend(self, T_prof: FloatArray, sigma_prof: FloatArray, w_T: float,
               step_cv: float) -> Blend:
-        """eq. T̂ and σ̂ over every B = 1..max_num_seqs, monotone in k and B."""
+        """eq. T̂ and σ̂ over every B = 1..max_num_seqs, each row non-decreasing in k."""
         max_b, num_k = T_prof.shape
         log_rho = np.zeros_like(T_prof)
         steps = np.zeros_like(T_prof)
@@ -128,7 +132,9 @@ class LiveStepTimes:
             right = np.searchsorted(centres, B[gaps])
             steps[gaps, k] = np.minimum(np.asarray(counts)[right - 1], np.asarray(counts)[right])
         T = T_prof * np.exp(log_rho)
-        sigma = np.sqrt((w_T ** 2 * sigma_prof ** 2 + steps * step_cv ** 2)) / (w_T + steps)
+        with np.errstate(invalid="ignore", divide="ignore"):  # w_T = 0 and no live steps
+            sigma = np.sqrt(w_T ** 2 * sigma_prof ** 2 + steps * step_cv ** 2) / (w_T + steps)
+        sigma = np.where(steps > 0, sigma, sigma_prof)  # no live steps: the profile's own spread
         weights = 1.0 / np.maximum(sigma, 1e-6) ** 2
         for b in range(max_b):  # more drafted tokens never make a step cheaper
             T[b] = nondecreasing(T[b], weights[b])

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.sidecar.fake_engine import STARTUP, TUNED, FakeEngine
 from tests.sidecar.test_controller import controller_for
 from tuner.table import Table
@@ -108,3 +110,35 @@ async def test_a_change_of_traffic_is_never_judged_as_the_tables_fault(tmp_path:
         assert any(d.trigger == "change" for d in decisions), decisions
         assert not any(d.outcome == "rolled_back" for d in decisions), decisions
         assert c.stats.rollbacks == 0 and not c.guard.held
+
+
+async def test_min_k_above_every_allowed_k_is_refused_at_connect(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.sidecar import fake_engine
+    from tuner.errors import ProfileMismatch
+
+    async with controller_for(FakeEngine(), tmp_path, min_k=2) as (c, _):
+        await c.tick()
+        assert c.allowed_k == {3}  # the startup table's k are 1 and 3
+    # a startup table of k = 0 and 1 leaves nothing at --min-k 2: refused, not a tick error
+    monkeypatch.setattr(fake_engine, "STARTUP", [[1, 8, 1], [9, 16, 0]])
+    async with controller_for(FakeEngine(), tmp_path, min_k=2) as (c, _):
+        with pytest.raises(ProfileMismatch, match="--min-k=2 leaves no k"):
+            await c.tick()
+
+
+async def test_someone_elses_table_ends_the_guardrails_trial(tmp_path: Path) -> None:
+    clock = Clock()
+    async with controller_for(FakeEngine(), tmp_path, clock=clock, rebuild_every_steps=100_000,
+                              guard_window=3, foreign_hold_s=60) as (c, fake):
+        assert await c.tick() is None
+        for steps in (100, 102, 98, 101):
+            fake.run(steps)
+            clock.now += 1
+            await c.tick()
+        assert (await c.rebuild()).outcome == "pushed" and c.guard.trial is not None
+        fake.operator_put([[1, 16, 0]])  # an operator's PUT /v1/table
+        fake.run(50)
+        clock.now += 1
+        await c.tick()
+        assert c.guard.trial is None and c.stats.foreign_tables == 1

@@ -158,3 +158,35 @@ def test_a_rebuild_inside_the_noise_keeps_the_table_in_force() -> None:
         choice = choose(LiveStepTimes().blend(T, np.full(T.shape, 0.05), 100, 0.2), T, state,
                         old, 3, INPUTS)
         assert choice.table == old, (running, choice.changes)
+
+
+def test_no_profile_weight_and_no_live_steps_keeps_the_profiles_spread() -> None:
+    blend = live({(4, 3): (20.0, 50)}).blend(T_PROF, SIGMA, w_T=0.0, step_cv=0.2)
+    assert np.isfinite(blend.sigma).all() and blend.sigma[0, 0] == SIGMA[0, 0]
+    assert abs(blend.T[3, 3] - 20.0) < 1e-9  # with w_T = 0 the live mean alone
+
+
+def test_the_cap_scales_the_change_windows_cells_too() -> None:
+    t = live({(4, 3): (10.0, 10_000)})
+    w = RecentWindow(3)
+    w.push(np.zeros(3), np.zeros(3), {(4, 3): (0.012 * 900, 900.0)})
+    t.observe({(4, 3): (0.012 * 900, 900.0)})
+    w.scale_step_time(t.cap(2000))
+    (s, n), = w.step_time().values()
+    older_ms = 1000 * (t.seconds[(4, 3)] - s) / (t.steps[(4, 3)] - n)
+    assert abs(older_ms - 10.0) < 1e-6  # the older steps' mean survives the cap
+
+
+def test_a_push_during_a_trial_is_judged_against_the_last_judged_table() -> None:
+    g = Guardrail(window=3, settle=0)
+    first, middle, last = (Table.from_list([[1, 16, k]]) for k in (3, 2, 0))
+    for _ in range(3):
+        g.observe(Sample(8.0, 1000.0), 0.0)
+    g.start(first, middle)
+    g.observe(Sample(8.0, 990.0), 1.0)
+    g.start(middle, last)  # a second push before the verdict
+    assert g.trial is not None and g.trial.old == first and len(g.trial.before) == 3
+    out = [g.observe(Sample(8.0, 500.0 + i), 2.0) for i in range(3)]
+    v = out[-1]
+    assert v is not None and v.rolled_back and v.old_table == first.to_list()
+    assert not g.baseline  # the bad table's samples are no bar for the next push
