@@ -98,7 +98,7 @@ class ServerConfig(BaseModel):
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
     log_path: Path | None = None
-    startup_timeout_s: float = 300.0
+    startup_timeout_s: float = 600.0  # a large model, or a loaded 2-core box, can take minutes
     stop_timeout_s: float = 15.0
 
     @model_validator(mode="after")
