@@ -58,11 +58,15 @@ async def test_clients_stay_in_flight_with_staggered_first_requests() -> None:
     pool = [Request([1, 2, 3], 40), Request([4, 5], 60)]
     async with fake_vllm(fake) as url:
         async with StationaryLoad(url, pool, 6, seed=1) as load:
-            await asyncio.sleep(0.5)
+            deadline = asyncio.get_running_loop().time() + 30.0  # catches a hang, times nothing
+            while len(load.completions) < 20:
+                assert asyncio.get_running_loop().time() < deadline, load.completions
+                await asyncio.sleep(0.05)
             load.check()
-            assert fake.in_flight == 6
             done, tokens = load.completed_between(0.0, float("inf"))
         assert fake.in_flight == 0  # stopped: every client cancelled
+    # six clients, all in flight together, never more (a replaced request is sent at once)
+    assert fake.peak == 6
     first, later = fake.asked[:6], fake.asked[6:]
     assert len(set(first)) > 1 and all(1 <= n <= 60 for n in first)  # residual lives, spread
     assert set(later) <= {40, 60} and done >= 20 and tokens >= 20 * 40
