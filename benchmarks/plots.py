@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 STYLE = {"nospec": "#888888", "documented": "#d62728", "tuned": "#2ca02c", "quarter": "#ff7f0e",
          "turbospec-style": "#9467bd", "nightjar-style": "#e377c2",
-         "sidecar-from-quarter": "#17becf", "sidecar-from-documented": "#8c564b"}
+         "sidecar-from-quarter": "#17becf", "sidecar-from-documented": "#8c564b",
+         "sidecar-from-tuned": "#bcbd22"}
 
 
 def plot(a: Analysis, path: Path, title: str) -> Path:

@@ -22,7 +22,11 @@ from tuner.table import DOCUMENTED_RANGES, Table, documented_table, shrink
 
 NOSPEC = "nospec"
 NIGHTJAR = "nightjar-style"
-SIDECAR_POLICIES = {"sidecar-from-quarter": "quarter", "sidecar-from-documented": "documented"}
+# a sidecar's start table; `sidecar-from-tuned` starts from the bench profile's own table, so with
+# a pure-decode profile it is the case the live step times are for (does it leave a k the serving
+# steps make slow?)
+SIDECAR_POLICIES = {"sidecar-from-quarter": "quarter", "sidecar-from-documented": "documented",
+                    "sidecar-from-tuned": "tuned"}
 PAIRED = (NOSPEC, NIGHTJAR, *SIDECAR_POLICIES)  # not tables: their own blocks, paired with a fixed k
 TIE = "tuned@tie="
 AA = "aa:"
@@ -94,7 +98,8 @@ def _other_table(path: str, K: int, max_num_seqs: int) -> Table:
 
 
 def unknown_policies(profile: Profile, policies: Sequence[str]) -> list[str]:
-    known = set(policy_tables(profile, policies)) | set(PAIRED)
+    tables = policy_tables(profile, policies)
+    known = set(tables) | {p for p in PAIRED if SIDECAR_POLICIES.get(p, "documented") in tables}
     return [p for p in policies if p not in known]
 
 

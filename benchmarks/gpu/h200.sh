@@ -9,7 +9,7 @@
 #                killed by its time budget continues on the next call)
 #   bench        the paired, interval-based bench (python -m benchmarks) against the setting's
 #                profile: this session's tune if there is one, else the committed one under
-#                benchmarks/results/; it stops itself inside BENCH_S (default 560 s, server start
+#                benchmarks/results/ with its table rebuilt by this tuner; it stops itself inside BENCH_S (default 560 s, server start
 #                included) and goes on from an earlier call's blocks in the same runs/ folder
 #   hooks        the plugin's per-step Python cost on this machine's CPU (no server)
 #   ab           throughput with vs without the plugin on the setting's target (ngram, K=3): two
@@ -84,7 +84,16 @@ for stage in "$@"; do case $stage in
   python3 -c "import json,sys; sys.exit(0 if json.load(open(sys.argv[1])).get('table') else 1)" \
     $R/profile.json 2>/dev/null || { echo "stage tune left no tuned profile"; STATUS=1; } ;;
  bench)
-  P=$R/profile.json; [ -s "$P" ] || P=$DONE/profile.json
+  P=$R/profile.json
+  if [ ! -s "$P" ]; then
+    # no tune this session: the committed measurements, with the table this tuner's confidence
+    # rule builds from them (an older tune stored the table of an older rule)
+    P=$R/profile-committed.json
+    python3 -c "import sys; from pathlib import Path; from tuner.profile import load
+p = load(Path(sys.argv[1])); old = p.table; p.table = p.build().table.to_list(); p.save(Path(sys.argv[2]))
+print('committed table', old, '-> this tuner', p.table)" "$DONE/profile.json" "$P" || STATUS=1
+    keep "$P"
+  fi
   echo "bench against $P"
   # --budget-s: the bench ends itself (files written) before the outer timeout; --resume: a
   # second call in the same warm machine adds blocks to the first call's
