@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from tuner.files import write_atomic
+from tuner.step_clock import StepLoad, implausible
 
 TABLES = "tables"
 
@@ -46,6 +47,15 @@ class Window:
 _INT = {"block", "round", "load", "position", "client_completed", "table_changes",
         "settle_steps", "table_version", "steps"}
 _STR = {"group", "policy", "table"}
+
+
+def counted(w: Window) -> bool:
+    """Whether a window's engine count can be right (tuner/step_clock.implausible): windows
+    an older bench recorded before it measured such windows again are left out of the analysis,
+    never averaged into an interval."""
+    steps = (StepLoad(w.steps, w.step_ms, w.requests_per_step or 0.0, w.tokens_per_step)
+             if w.steps is not None and w.tokens_per_step is not None else None)
+    return w.tokens_per_s > 0 and implausible(w.tokens_per_s * w.window_s, steps) is None
 
 
 def write_windows(windows: list[Window], path: Path) -> None:

@@ -23,6 +23,12 @@ resampled from its own blocks in the same replicate.
 
 A/A: `aa:X` is table X measured under a second name; its ratio to X is the run's noise floor.
 
+Few blocks: for n <= 5 a percentile bootstrap of a median returns [min, max] of the n ratios,
+which covers the true median with probability 1 - 2·0.5^n only: 75% at n = 3 (on the H200 an
+A/A over 3 blocks came out at 0.953 [0.951, 0.961], "excluding 1"), 97% from n = 6. So below
+``blocks_for(confidence)`` blocks (6 at 95%) no verdict is given and nothing is resolved: the
+interval is shown, the comparison stays open.
+
 Verdict (criterion.rs's rule): "better" when the whole interval lies above 1 + threshold,
 "worse" when it lies below 1 - threshold, else "indistinguishable" at this noise. A comparison
 is *resolved* when its verdict is better or worse, or when its interval is narrower than
@@ -37,7 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from benchmarks.cells import TABLES, Window
+from benchmarks.cells import TABLES, Window, counted
 
 AA = "aa:"
 FIXED = "fixed-k"
@@ -96,6 +102,7 @@ class Analysis:
     # hold up better at its worst load than the one fixed k an operator would have picked?
     worst_vs_best: dict[str, Comparison] = field(default_factory=dict)
     settings: Settings = field(default_factory=Settings)
+    dropped: int = 0     # windows whose engine count could not be right (cells.counted)
 
     @property
     def aa_halfwidth(self) -> float | None:
@@ -121,6 +128,11 @@ def policy_key(policy: str) -> tuple[int, int, str]:
 def twin(policy: str) -> str | None:
     """The policy an A/A name repeats (`aa:fixed-k3` -> `fixed-k3`), else None."""
     return policy.removeprefix(AA) if policy.startswith(AA) else None
+
+
+def blocks_for(confidence: float) -> int:
+    """Fewest blocks whose [min, max] covers a median at ``confidence``: 1 - 2·0.5^n >= c."""
+    return int(np.ceil(np.log2(2 / (1 - confidence))))
 
 
 def verdict(ratio: Interval, threshold: float) -> str:
@@ -182,7 +194,7 @@ def _groups(windows: Sequence[Window], s: Settings) -> dict[tuple[int, str], _Gr
     keys = sorted({(w.load, w.group) for w in windows})
     out: dict[tuple[int, str], _Group] = {}
     for key in keys:
-        mine = [w for w in windows if (w.load, w.group) == key and w.tokens_per_s > 0]
+        mine = [w for w in windows if (w.load, w.group) == key and counted(w)]
         blocks = sorted({w.block for w in mine})
         policies = list(dict.fromkeys(w.policy for w in mine))
         tps = np.full((len(blocks), len(policies)), np.nan)
@@ -204,8 +216,9 @@ def _interval(sample: _Sample, s: Settings) -> Interval:
 def _compare(load: int, policy: str, versus: str, sample: _Sample, s: Settings,
              is_aa: bool = False) -> Comparison:
     iv = _interval(sample, s)
-    v = verdict(iv, s.threshold)
-    narrow = iv.halfwidth <= s.ci_target
+    enough = sample.n_blocks >= blocks_for(s.confidence)  # see "Few blocks" above
+    v = verdict(iv, s.threshold) if enough else "indistinguishable"
+    narrow = enough and iv.halfwidth <= s.ci_target
     # an A/A that looks "better" is noise or a broken method, never a decided result
     return Comparison(load, policy, versus, iv, sample.n_blocks, v,
                       narrow if is_aa else (narrow or v != "indistinguishable"))
@@ -254,7 +267,7 @@ def analyze(windows: Sequence[Window], s: Settings = Settings(),
     # a paired block's fixed-k window is not that k's median: the table blocks give that
     medians = {(p, n): g.median(p) for (n, grp), g in groups.items() for p in g.policies
                if grp in (TABLES, p)}
-    loss_reps: dict[str, list[tuple[int, float, np.ndarray]]] = {}
+    loss_reps: dict[str, list[tuple[int, float, np.ndarray, int]]] = {}
     for n in loads:
         tables = groups[(n, TABLES)]
         ref = _reference(tables)
@@ -267,7 +280,8 @@ def analyze(windows: Sequence[Window], s: Settings = Settings(),
             c = _compare(n, p, den, sample, s)
             comparisons[(p, n)] = c if p != ref else Comparison(
                 n, p, ref, c.ratio, c.n_blocks, "reference", True)
-            loss_reps.setdefault(p, []).append((n, 1 - sample.point, 1 - sample.reps))
+            loss_reps.setdefault(p, []).append((n, 1 - sample.point, 1 - sample.reps,
+                                                sample.n_blocks))
         for p in tables.policies:
             base = twin(p)
             if base is not None and tables.has(base):
@@ -282,17 +296,19 @@ def analyze(windows: Sequence[Window], s: Settings = Settings(),
     blocks = {n: groups[(n, TABLES)].tps.shape[0] for n in loads}
     vs_best = {} if best is None else _versus_best(worst_samples, best, s)
     return Analysis(loads, refs, medians, comparisons, aa, versus, worst, best, blocks,
-                    worst_vs_best=vs_best, settings=s)
+                    worst_vs_best=vs_best, settings=s,
+                    dropped=sum(not counted(w) for w in windows))
 
 
-def _worst(per_load: list[tuple[int, float, np.ndarray]]) -> tuple[_Sample, int]:
-    """Worst case over loads, point and replicates (the max inside each replicate), and where."""
-    points = [pt for _, pt, _ in per_load]
+def _worst(per_load: list[tuple[int, float, np.ndarray, int]]) -> tuple[_Sample, int]:
+    """Worst case over loads, point and replicates (the max inside each replicate), and where;
+    it rests on the fewest blocks any load had."""
+    points = [pt for _, pt, _, _ in per_load]
     at = per_load[int(np.argmax(points))][0]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        reps = np.nanmax(np.vstack([r for _, _, r in per_load]), axis=0)
-    return _Sample(max(points), reps, 0), at
+        reps = np.nanmax(np.vstack([r for _, _, r, _ in per_load]), axis=0)
+    return _Sample(max(points), reps, min(b for *_, b in per_load)), at
 
 
 def _versus_best(worst: dict[str, tuple[_Sample, int]], best: str, s: Settings) -> dict[str, Comparison]:
@@ -304,6 +320,7 @@ def _versus_best(worst: dict[str, tuple[_Sample, int]], best: str, s: Settings) 
     for p, (w, at) in worst.items():
         if p == best:
             continue
-        kept = _Sample((1 - w.point) / (1 - b.point), (1 - w.reps) / (1 - b.reps), 0)
+        kept = _Sample((1 - w.point) / (1 - b.point), (1 - w.reps) / (1 - b.reps),
+                       min(w.n_blocks, b.n_blocks))
         out[p] = _compare(at, p, best, kept, s)
     return out

@@ -37,6 +37,7 @@ def to_json(a: Analysis, meta: dict[str, Any]) -> dict[str, Any]:
                                            "tokens_per_s_median": round(a.medians.get((p, n), 0.0), 2)}
     return {
         "aa_ci_halfwidth": None if a.aa_halfwidth is None else _r(a.aa_halfwidth),
+        "windows_dropped": a.dropped,
         "aa": {str(n): comparison_json(c) for n, c in a.aa.items()},
         "threshold": s.threshold, "ci_target": s.ci_target, "confidence": s.confidence,
         "n_boot": s.n_boot, "references": {str(n): p for n, p in a.references.items()},
@@ -148,7 +149,10 @@ def markdown(windows: list[Window], a: Analysis, title: str, facts: list[str]) -
     policies = list(dict.fromkeys(p for p, _ in a.comparisons))
     refs = ", ".join(f"N={n}: {p} ({a.medians[(p, n)]:.0f} tok/s)" for n, p in a.references.items())
     t = a.settings
-    out = [f"# {title}", "", *facts, "", *_aa_lines(a), "",
+    dropped = ([f"**{a.dropped} window(s) left out**: their engine count could not be right (a "
+                "generated-token count that fell, or exceeded what the window's steps carried; "
+                "`implausible` in tuner/step_clock.py).", ""] if a.dropped else [])
+    out = [f"# {title}", "", *facts, "", *dropped, *_aa_lines(a), "",
            "## Against the best fixed k at each load", "",
            "Reference: the fixed k with the highest median ratio, paired in the same blocks, to "
            "the fixed k held by every block (the A/A twin), chosen once from all blocks at that "

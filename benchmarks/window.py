@@ -10,12 +10,20 @@ Window (rule 2): throughput is vLLM's own `vllm:generation_tokens_total` at both
 window, each read stamped at the midpoint of its request, so only tokens generated inside it
 count; the plugin's exact totals at both ends give what the steps carried (tuner/step_clock).
 The clients' completions in the window are kept as a cross-check.
+
+A window whose engine count cannot be right is measured again (``implausible``): on the H200
+one bench call read `vllm:generation_tokens_total` as if it had jumped by the run's whole
+total or fallen back to zero in 38 of the 257 windows of a resumed call (none of the first
+call's 72; ratios of 0, 211 and -1.4e6 in its
+summary); the plugin's step totals over the same stretch bound what a window can have
+generated, so such a read is caught where it happens instead of poisoning the intervals.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from dataclasses import dataclass
 
@@ -23,12 +31,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tuner.admin_api import StatsReply
 from tuner.engine_client import EngineClient
-from tuner.errors import EngineUnavailable
+from tuner.errors import EngineUnavailable, ScrapeError
 from tuner.load import GEN_TOKENS, StationaryLoad
-from tuner.step_clock import StepLoad, step_load
+from tuner.step_clock import StepLoad, implausible, step_load
 from tuner.table import Table
 
 POLL_S = 0.05
+ATTEMPTS = 3   # windows measured before an implausible count is an error
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +65,11 @@ async def generated(engine: EngineClient) -> tuple[float, float]:
     text = await engine.get_metrics()
     t1 = time.monotonic()
     wanted = "\n".join(line for line in text.splitlines() if line.startswith(GEN_TOKENS))
-    total = sum(s.value for fam in text_string_to_metric_families(wanted + "\n")
-                for s in fam.samples if s.name == GEN_TOKENS)
-    return (t0 + t1) / 2, total
+    values = [s.value for fam in text_string_to_metric_families(wanted + "\n")
+              for s in fam.samples if s.name == GEN_TOKENS]
+    if not values:  # a body without the counter is not a count of zero
+        raise ScrapeError(f"{engine.engine_url}/metrics has no {GEN_TOKENS}: is it vLLM's?")
+    return (t0 + t1) / 2, sum(values)
 
 
 async def swap(admin: EngineClient, table: Table, settle_steps: int,
@@ -92,7 +103,26 @@ async def settle(admin: EngineClient, version: int, settle_steps: int, t0: float
 
 async def measure(engine: EngineClient, admin: EngineClient | None, load: StationaryLoad,
                   window_s: float) -> Measured:
-    """One window of `window_s` on the running `load`."""
+    """One window of `window_s` on the running `load`; measured again (up to ATTEMPTS) when
+    a read lacks the counter or the count is implausible."""
+    why = ""
+    for _ in range(ATTEMPTS):
+        try:
+            m = await _measure_once(engine, admin, load, window_s)
+        except ScrapeError as exc:
+            why = str(exc)
+            continue
+        reason = implausible(m.tokens_per_s * m.window_s, m.steps)
+        if reason is None:
+            return m
+        why = reason
+        print(f"bench: window discarded and measured again: {reason}", file=sys.stderr, flush=True)
+    raise ScrapeError(f"{ATTEMPTS} windows in a row could not be counted ({why}); the engine's "
+                      f"{GEN_TOKENS} is not trustworthy here")
+
+
+async def _measure_once(engine: EngineClient, admin: EngineClient | None, load: StationaryLoad,
+                        window_s: float) -> Measured:
     p0 = await admin.get_stats() if admin else None
     t0, g0 = await generated(engine)
     await asyncio.sleep(window_s)

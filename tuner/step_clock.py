@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from tuner.admin_api import StatsReply
 
-__all__ = ["EngineClock", "StepLoad", "engine_clock", "last_seq", "steady_steps", "step_load"]
+__all__ = ["EngineClock", "StepLoad", "engine_clock", "implausible", "last_seq", "steady_steps", "step_load"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,3 +86,23 @@ def steady_steps(stats: StatsReply | None, after: int, k: int, batch: int | None
             continue
         out.append(seconds * 1e3)
     return out
+
+
+def implausible(tokens: float, steps: StepLoad | None) -> str | None:
+    """Why a window's generated-token count cannot be right, or None.
+
+    Each generated token is the decode or an accepted draft of a request in some step, so a
+    window generates at most the tokens its steps carried (the plugin's exact totals, read
+    just outside the window's two reads: an upper bound), and at least one token once a few
+    steps ran; the counter never goes down on one engine."""
+    if tokens < 0:
+        return f"the generated-token counter went down by {-tokens:.0f} inside the window"
+    if steps is None:
+        return None
+    carried = steps.steps * steps.tokens_per_step
+    if tokens > 1.1 * carried + steps.tokens_per_step:
+        return (f"{tokens:.0f} tokens generated where the window's {steps.steps} engine steps "
+                f"carried {carried:.0f}")
+    if tokens == 0 and steps.steps >= 5:
+        return f"no token generated in {steps.steps} engine steps"
+    return None

@@ -142,3 +142,22 @@ def test_the_reference_is_chosen_paired_when_blocks_hold_different_policies() ->
     assert a.medians[("fixed-k0", 32)] > a.medians[("fixed-k1", 32)]  # the trap
     assert a.references[32] == "fixed-k1"
     assert a.comparisons[("fixed-k0", 32)].verdict == "worse"
+
+
+def test_an_aa_over_three_blocks_gives_no_verdict() -> None:
+    """On the H200 a 3-block A/A came out 0.953 [0.951, 0.961], 'excluding 1': the bootstrap
+    of a median over 3 blocks is [min, max] of 3 ratios, which covers ~75%, not 95%. Below 6
+    blocks (at 95%) no verdict and nothing resolved."""
+    truth = {"fixed-k3": {64: 100.0}, "aa:fixed-k3": {64: 100.0}}
+    covered = 0
+    for seed in range(200):
+        c = analyze(blocks(truth, 3, noise=0.05, seed=seed), FAST).aa[64]
+        assert c.verdict == "indistinguishable" and not c.resolved
+        covered += c.ratio.low <= 1 <= c.ratio.high
+    assert 120 <= covered <= 175   # 75% of 200, far from the 95% a verdict would need
+    from benchmarks.stats import blocks_for
+    assert blocks_for(0.95) == 6 and blocks_for(0.9) == 5
+    six = {"fixed-k1": {8: 100.0}, "fixed-k3": {8: 90.0}}
+    assert analyze(blocks(six, 6, noise=0.01), FAST).comparisons[("fixed-k3", 8)].verdict == "worse"
+    assert analyze(blocks(six, 5, noise=0.01), FAST).comparisons[("fixed-k3", 8)].verdict \
+        == "indistinguishable"
