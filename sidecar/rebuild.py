@@ -6,7 +6,10 @@
 2. T̂ and its spread from the profile and the live steps (sidecar/step_times.py).
 3. The confident table (tuner/confidence.py): a k changes along B only where the gain beats the
    tie at the confidence level; ranges narrower than the minimum width merge unless a cliff
-   forces them.
+   forces them or live steps measured them (``measured``: on the H200 the top bucket, B in
+   249..256, ran k=3 at 24.0 ms and k=1 at 19.1 ms over ~1000 steps each, 15% more goodput at
+   k=3; the min-width rule, made for ranges between interpolated grid points, merged that
+   8-wide range back into the k=1 range below it, and the sidecar kept k=1 at N=256).
 4. Against the table in force: each run of B where the choice differs is kept only if its gain
    over the engine's k beats the tie at the confidence level (confident_changes); elsewhere the
    engine's k stays, unless that k is no longer allowed (``--allowed-k``, ``--min-k``). A
@@ -43,6 +46,7 @@ class Inputs:
     prior_steps: float     # w_T, for the decision's evidence
     width: int = 4
     replicates: int = 200
+    measured: frozenset[int] = frozenset()   # B whose step times live steps measured
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +82,7 @@ def choose(blend: Blend, T_prof: FloatArray, state: EstimatorState, old: Table |
     confident = choose_confident(blend.T, blend.sigma, a_used, drafts, tie=inputs.tie,
                                  confidence=inputs.confidence, allowed_k=inputs.allowed_k,
                                  cliffs=inputs.cliffs, width=inputs.width,
-                                 replicates=inputs.replicates)
+                                 replicates=inputs.replicates, measured=inputs.measured)
     if old is None:
         return Choice(confident.table, confident.table, confident.G, a_used, a_raw, [])
     max_b = blend.T.shape[0]

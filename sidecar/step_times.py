@@ -100,6 +100,16 @@ class LiveStepTimes:
         for key, (seconds, count) in recent.items():
             self.seconds[key], self.steps[key] = seconds, count
 
+    def measured_rows(self, max_b: int, min_steps: float) -> frozenset[int]:
+        """Batch sizes of the buckets where live steps measured at least two k's with
+        ``min_steps`` each (live against live, not against the profile)."""
+        ks: dict[int, int] = {}
+        for (bucket, _), n in self.steps.items():
+            if n >= min_steps and bucket >= 1:
+                ks[bucket] = ks.get(bucket, 0) + 1
+        return frozenset(int(b) for bucket, count in ks.items() if count >= 2
+                         for b in rows_of(bucket, max_b))
+
     def live_ms(self, cell: Cell) -> float | None:
         count = self.steps.get(cell, 0.0)
         return 1000.0 * self.seconds[cell] / count if count > 0 else None

@@ -130,10 +130,11 @@ def _cliff_edges(cliffs: list[Cliff]) -> set[int]:
 
 
 def _merge_narrow(ks: IntArray, G_med: FloatArray, cliffs: list[Cliff], width: int,
-                  share: float) -> IntArray:
-    """Merge ranges narrower than min_width into the neighbour whose k does better there."""
+                  share: float, measured: frozenset[int] = frozenset()) -> IntArray:
+    """Merge ranges narrower than min_width into the neighbour whose k does better there,
+    unless a measured cliff or measured batch sizes (``measured``) hold one of its edges."""
     ks = ks.copy()
-    forced = _cliff_edges(cliffs)
+    forced = _cliff_edges(cliffs) | measured
     while True:
         ranges = Table.from_dense(ks.tolist()).to_list()
         narrow = [(e - s + 1, i) for i, (s, e, _) in enumerate(ranges)
@@ -174,9 +175,12 @@ def _range_gains(ks: IntArray, G_reps: FloatArray, mask: npt.NDArray[np.bool_]) 
 def choose_confident(T: Any, sigma: Any, a: Any, drafted: Any | None = None, tie: float = 0.005,
                      confidence: float = 0.9, allowed_k: set[int] | None = None,
                      cliffs: list[Cliff] | None = None, width: int = 4, share: float = 0.125,
-                     replicates: int = 200, seed: int = 0) -> Confident:
+                     replicates: int = 200, seed: int = 0,
+                     measured: frozenset[int] = frozenset()) -> Confident:
     """The table for dense step times T[b-1, k] (ms) with log-spread sigma, acceptance a_i
-    (with the drafted counts behind each, if known), splitting only with confidence."""
+    (with the drafted counts behind each, if known), splitting only with confidence.
+    ``measured``: batch sizes whose step times were measured directly (the sidecar's live
+    buckets), where a narrow range is a finding, not an interpolation artefact."""
     T_arr = np.asarray(T, dtype=np.float64)
     if T_arr.ndim != 2 or np.asarray(sigma).shape != T_arr.shape:
         raise InvalidInput(f"T and sigma must be [B, K+1] arrays of one shape, got {T_arr.shape} "
@@ -190,7 +194,8 @@ def choose_confident(T: Any, sigma: Any, a: Any, drafted: Any | None = None, tie
     mask = _allowed_mask(T_arr.shape[1], allowed_k)
     ks = _walk(G_reps, mask, tie, confidence)
     G_med = np.median(G_reps, axis=0)
-    ks = _merge_narrow(ks, np.where(mask[None], G_med, -np.inf), cliffs or [], width, share)
+    ks = _merge_narrow(ks, np.where(mask[None], G_med, -np.inf), cliffs or [], width, share,
+                       measured)
     return Confident(Table.from_dense(ks.tolist()), ks, G_med, _edges(ks, G_reps),
                      _range_gains(ks, G_reps, mask), G_reps)
 
