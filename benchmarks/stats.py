@@ -26,8 +26,8 @@ A/A: `aa:X` is table X measured under a second name; its ratio to X is the run's
 Few blocks: for n <= 5 a percentile bootstrap of a median returns [min, max] of the n ratios,
 which covers the true median with probability 1 - 2·0.5^n only: 75% at n = 3 (on the H200 an
 A/A over 3 blocks came out at 0.953 [0.951, 0.961], "excluding 1"), 97% from n = 6. So below
-``blocks_for(confidence)`` blocks (6 at 95%) no verdict is given and nothing is resolved: the
-interval is shown, the comparison stays open.
+``blocks_for(confidence)`` blocks (6 at 95%) the verdict is "too_few_blocks" and nothing is
+resolved: the interval is shown, the comparison stays open.
 
 Verdict (criterion.rs's rule): "better" when the whole interval lies above 1 + threshold,
 "worse" when it lies below 1 - threshold, else "indistinguishable" at this noise. A comparison
@@ -47,6 +47,7 @@ from benchmarks.cells import TABLES, Window, counted
 
 AA = "aa:"
 FIXED = "fixed-k"
+FEW = "too_few_blocks"   # the verdict below blocks_for(confidence) blocks
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,11 +218,11 @@ def _compare(load: int, policy: str, versus: str, sample: _Sample, s: Settings,
              is_aa: bool = False) -> Comparison:
     iv = _interval(sample, s)
     enough = sample.n_blocks >= blocks_for(s.confidence)  # see "Few blocks" above
-    v = verdict(iv, s.threshold) if enough else "indistinguishable"
+    v = verdict(iv, s.threshold) if enough else FEW
     narrow = enough and iv.halfwidth <= s.ci_target
     # an A/A that looks "better" is noise or a broken method, never a decided result
     return Comparison(load, policy, versus, iv, sample.n_blocks, v,
-                      narrow if is_aa else (narrow or v != "indistinguishable"))
+                      enough and (narrow if is_aa else (narrow or v != "indistinguishable")))
 
 
 def _reference(g: _Group) -> str | None:

@@ -13,10 +13,10 @@ import statistics
 from typing import Any
 
 from benchmarks.cells import Window
-from benchmarks.stats import Analysis, Comparison, Interval
+from benchmarks.stats import FEW, Analysis, Comparison, Interval
 
 WORDS = {"better": "better", "worse": "worse", "indistinguishable": "indistinguishable at this noise",
-         "reference": "reference"}
+         "reference": "reference", FEW: "too few blocks for a verdict"}
 
 
 def _r(x: float) -> float:
@@ -72,7 +72,8 @@ def _aa_lines(a: Analysis) -> list[str]:
              "", "| load | A/A ratio [95% CI] | blocks | verdict |", "|---|---|---|---|"]
     for n, c in sorted(a.aa.items()):
         broken = (" — **excludes 1**: by chance at about one load in 20 (95%); more often "
-                  "means the method is broken") if not c.ratio.low <= 1 <= c.ratio.high else ""
+                  "means the method is broken") if not c.ratio.low <= 1 <= c.ratio.high \
+            and c.verdict != FEW else ""
         lines.append(f"| N={n} | {fmt(c.ratio)} | {c.n_blocks} | {WORDS[c.verdict]}{broken} |")
     return lines
 

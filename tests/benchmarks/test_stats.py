@@ -71,7 +71,7 @@ def test_a_difference_inside_the_threshold_is_indistinguishable_and_resolved() -
     c = a.comparisons[("tuned", 8)]
     assert c.verdict == "indistinguishable" and c.resolved  # a narrow tie is a finding
     noisy = analyze(blocks(truth, 5, noise=0.15), FAST).comparisons[("tuned", 8)]
-    assert noisy.verdict == "indistinguishable" and not noisy.resolved
+    assert noisy.verdict == "too_few_blocks" and not noisy.resolved
     assert noisy in analyze(blocks(truth, 5, noise=0.15), FAST).unresolved()
 
 
@@ -152,7 +152,7 @@ def test_an_aa_over_three_blocks_gives_no_verdict() -> None:
     covered = 0
     for seed in range(200):
         c = analyze(blocks(truth, 3, noise=0.05, seed=seed), FAST).aa[64]
-        assert c.verdict == "indistinguishable" and not c.resolved
+        assert c.verdict == "too_few_blocks" and not c.resolved
         covered += c.ratio.low <= 1 <= c.ratio.high
     assert 120 <= covered <= 175   # 75% of 200, far from the 95% a verdict would need
     from benchmarks.stats import blocks_for
@@ -160,4 +160,4 @@ def test_an_aa_over_three_blocks_gives_no_verdict() -> None:
     six = {"fixed-k1": {8: 100.0}, "fixed-k3": {8: 90.0}}
     assert analyze(blocks(six, 6, noise=0.01), FAST).comparisons[("fixed-k3", 8)].verdict == "worse"
     assert analyze(blocks(six, 5, noise=0.01), FAST).comparisons[("fixed-k3", 8)].verdict \
-        == "indistinguishable"
+        == "too_few_blocks"
