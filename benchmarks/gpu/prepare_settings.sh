@@ -7,6 +7,8 @@
 #                          V2 refuses draft_model and ngram, it runs eagle/eagle3/mtp only)
 #   .gpu/moe_kernels.xz    vLLM's MoE kernels (_moe_C_stable_libtorch.abi3.so, 47 MB -> ~12 MB),
 #                          which prepare.sh leaves out of the tarball; carried beside c2
+#   .gpu/c1, .gpu/c2       re-split at 55 MB: a call carries the working tree too (~6.4 MB now),
+#                          and prepare.sh's 62 MB chunk plus the tree passed the 64 MiB limit
 set -euo pipefail
 S=$(git rev-parse --show-toplevel); G=$S/.gpu
 [ -f "$G/model/config.json" ] || { echo "run bash ../shared/gpu/prepare.sh first (no $G/model)"; exit 1; }
@@ -46,3 +48,8 @@ if [ ! -f "$G/moe_kernels.xz" ]; then
   unzip -p "$W" vllm/_moe_C_stable_libtorch.abi3.so | xz -6 -T0 > "$G/moe_kernels.xz"
 fi
 ls -la "$G/moe_kernels.xz"; du -sh "$G/moe30b" "$G/model"
+# c1 + the working tree must stay under the 64 MiB a call carries
+if [ "$(stat -c %s "$G/c1")" -gt 55000000 ]; then
+  (cd "$G" && rm -f c1 c2 && split -b 55000000 -a 1 site.tar.xz c && mv ca c1 && mv cb c2)
+fi
+ls -la "$G/c1" "$G/c2"
