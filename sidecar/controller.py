@@ -384,7 +384,7 @@ class Controller:
         s = self.settings
         inputs = Inputs(tie=s.tie, confidence=s.confidence, allowed_k=self.allowed_k,
                         cliffs=self.cliffs, prior_steps=self.w_T,
-                        measured=self.live_T.measured_rows(self.T_dense.shape[0], self.w_T))
+                        measured=self.live_T.measured(self.T_dense.shape[0], self.w_T))
         return choose(self.blend(), self.T_dense, self.state, old, self.K, inputs)
 
     async def rebuild(self, trigger: str = "scheduled") -> Decision:

@@ -6,7 +6,7 @@
 2. T̂ and its spread from the profile and the live steps (sidecar/step_times.py).
 3. The confident table (tuner/confidence.py): a k changes along B only where the gain beats the
    tie at the confidence level; ranges narrower than the minimum width merge unless a cliff
-   forces them or live steps measured them (``measured``: on the H200 the top bucket, B in
+   forces them or they hold a bucket live steps measured (``measured``: on the H200 the top bucket, B in
    249..256, ran k=3 at 24.0 ms and k=1 at 19.1 ms over ~1000 steps each, 15% more goodput at
    k=3; the min-width rule, made for ranges between interpolated grid points, merged that
    8-wide range back into the k=1 range below it, and the sidecar kept k=1 at N=256).
@@ -46,7 +46,7 @@ class Inputs:
     prior_steps: float     # w_T, for the decision's evidence
     width: int = 4
     replicates: int = 200
-    measured: frozenset[int] = frozenset()   # B whose step times live steps measured
+    measured: tuple[tuple[int, int], ...] = ()   # (first, last) B of each measured bucket
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,10 +7,19 @@ requests that replace finished ones included: ``tabletune_step_seconds_total`` /
 brings (a CUDA-graph limit crossed by prefill tokens, a runner whose serving steps are slower).
 So step times are estimated like acceptance (sidecar/estimator.py), per cell:
 
-    T̂(B, k) = T_prof(B, k) · ρ(bucket, k),   ρ = (w_T · 1 + n · r) / (w_T + n)        (eq. T̂)
+    T̂(B, k) = T_prof(B, k) · ρ_k,    log ρ_k = (w_T · λ_k + n_k · log r_k) / (w_T + n_k)    (eq. T̂)
+    λ_k = Σ_{j≠k} n_j · log r_j / (w_T + Σ_{j≠k} n_j)     the level the other k's measured
 
-where r = T_live / T_prof over the bucket (live mean step over the profile's mean over the B the
-bucket holds), n the live steps behind it and w_T the profile's weight in steps. After each
+where r_k = T_live / T_prof over the bucket (live mean step over the profile's mean over the B
+the bucket holds), n_k the live steps behind it and w_T the profile's weight in steps. The
+profile is a prior on the *shape* across k as much as on the level: on the H200 the serving
+steps of a 3B model at B=16 ran at 0.50-0.57 of the pure-decode profile for k = 0, 1, 2 alike,
+so a k that only exploration visits should move with the level its neighbours measured, not
+stay at the profile's absolute time while the table's k is corrected (the sidecar then pushed
+k=3 -> 2 at B 17..51 on 6 live steps of k=3 against 172 of k=2, a gain that was the bias of
+comparing a corrected time with an uncorrected one). A k with its own steps departs from the
+level as its evidence grows, each step counted once (λ_k leaves k's own steps out); with no
+other k seen, λ_k = 0 and ρ_k is the profile blended with k's live mean in log space. After each
 rebuild a cell holding more than ``step_memory`` steps is scaled down to that many (old steps
 fade; a cell only exploration feeds keeps its few), and a detected change of step time keeps a
 cell's recent steps alone (sidecar/change.py), so the estimate follows the engine. Between two buckets with evidence the correction is
@@ -100,15 +109,15 @@ class LiveStepTimes:
         for key, (seconds, count) in recent.items():
             self.seconds[key], self.steps[key] = seconds, count
 
-    def measured_rows(self, max_b: int, min_steps: float) -> frozenset[int]:
-        """Batch sizes of the buckets where live steps measured at least two k's with
-        ``min_steps`` each (live against live, not against the profile)."""
+    def measured(self, max_b: int, min_steps: float) -> tuple[tuple[int, int], ...]:
+        """(first, last) batch size of each bucket where live steps measured at least two k's
+        with ``min_steps`` each (live against live, not against the profile)."""
         ks: dict[int, int] = {}
         for (bucket, _), n in self.steps.items():
             if n >= min_steps and bucket >= 1:
                 ks[bucket] = ks.get(bucket, 0) + 1
-        return frozenset(int(b) for bucket, count in ks.items() if count >= 2
-                         for b in rows_of(bucket, max_b))
+        spans = (rows_of(bucket, max_b) for bucket, count in sorted(ks.items()) if count >= 2)
+        return tuple((int(r[0]), int(r[-1])) for r in spans if r.size)
 
     def live_ms(self, cell: Cell) -> float | None:
         count = self.steps.get(cell, 0.0)
@@ -120,27 +129,35 @@ class LiveStepTimes:
         max_b, num_k = T_prof.shape
         log_rho = np.zeros_like(T_prof)
         steps = np.zeros_like(T_prof)
-        for k in range(num_k):
-            known = sorted((bucket, n) for (bucket, kk), n in self.steps.items()
-                           if kk == k and n > 0 and 1 <= bucket and rows_of(bucket, max_b).size)
-            if not known:
-                continue
-            centres, values, counts = [], [], []
-            for bucket, n in known:
-                rows = rows_of(bucket, max_b)
-                ratio = (1000.0 * self.seconds[(bucket, k)] / n) / float(np.mean(T_prof[rows - 1, k]))
-                rho = (w_T + n * ratio) / (w_T + n)
-                log_rho[rows - 1, k] = np.log(rho)
-                steps[rows - 1, k] = n
-                centres.append(float(np.mean(rows)))
-                values.append(float(np.log(rho)))
-                counts.append(n)
+        seen = np.zeros(max_b, dtype=bool)     # rows of a bucket with live steps at any k
+        buckets = sorted({b for (b, k), n in self.steps.items()
+                          if n > 0 and 0 <= k < num_k and b >= 1 and rows_of(b, max_b).size})
+        centres = []
+        for bucket in buckets:
+            rows = rows_of(bucket, max_b)
+            n = np.array([self.steps.get((bucket, k), 0.0) for k in range(num_k)])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                live_ms = np.array([1000.0 * self.seconds.get((bucket, k), 0.0) for k in range(num_k)]) / n
+                log_r = np.where(n > 0, np.log(live_ms / np.mean(T_prof[rows - 1], axis=0)), 0.0)
+            others_n = np.sum(n) - n                   # per k: the other k's steps
+            others = np.sum(n * log_r) - n * log_r
+            with np.errstate(divide="ignore", invalid="ignore"):  # w_T = 0 and nothing seen
+                level = np.where(w_T + others_n > 0, others / (w_T + others_n), 0.0)
+                mixed = np.where(w_T + n > 0, (w_T * level + n * log_r) / (w_T + n), 0.0)
+            log_rho[rows - 1] = mixed
+            steps[rows - 1] = n
+            seen[rows - 1] = True
+            centres.append(float(np.mean(rows)))
+        if len(centres) > 1:  # between two seen buckets: interpolated, per k
             B = np.arange(1, max_b + 1)
-            gaps = (B > centres[0]) & (B < centres[-1]) & (steps[:, k] == 0)
-            log_rho[gaps, k] = np.interp(B[gaps], centres, values)
-            # an interpolated row is as well supported as the weaker bucket beside it
+            gaps = (B > centres[0]) & (B < centres[-1]) & ~seen
+            at = [int(round(c)) - 1 for c in centres]
             right = np.searchsorted(centres, B[gaps])
-            steps[gaps, k] = np.minimum(np.asarray(counts)[right - 1], np.asarray(counts)[right])
+            for k in range(num_k):
+                log_rho[gaps, k] = np.interp(B[gaps], centres, log_rho[at, k])
+                # an interpolated row is as well supported as the weaker bucket beside it
+                counts = steps[at, k]
+                steps[gaps, k] = np.minimum(counts[right - 1], counts[right])
         T = T_prof * np.exp(log_rho)
         with np.errstate(invalid="ignore", divide="ignore"):  # w_T = 0 and no live steps
             sigma = np.sqrt(w_T ** 2 * sigma_prof ** 2 + steps * step_cv ** 2) / (w_T + steps)

@@ -130,16 +130,18 @@ def _cliff_edges(cliffs: list[Cliff]) -> set[int]:
 
 
 def _merge_narrow(ks: IntArray, G_med: FloatArray, cliffs: list[Cliff], width: int,
-                  share: float, measured: frozenset[int] = frozenset()) -> IntArray:
+                  share: float, measured: tuple[tuple[int, int], ...] = ()) -> IntArray:
     """Merge ranges narrower than min_width into the neighbour whose k does better there,
-    unless a measured cliff or measured batch sizes (``measured``) hold one of its edges."""
+    unless a measured cliff lies at one of its edges or it holds a whole measured stretch of
+    batch sizes (``measured``: (first, last) each)."""
     ks = ks.copy()
-    forced = _cliff_edges(cliffs) | measured
+    forced = _cliff_edges(cliffs)
     while True:
         ranges = Table.from_dense(ks.tolist()).to_list()
         narrow = [(e - s + 1, i) for i, (s, e, _) in enumerate(ranges)
                   if e - s + 1 < min_width(s, width, share) and len(ranges) > 1
-                  and not ({s - 1, s, e, e + 1} & forced)]
+                  and not ({s - 1, s, e, e + 1} & forced)
+                  and not any(s <= lo and hi <= e for lo, hi in measured)]
         if not narrow:
             return ks
         _, i = min(narrow)
@@ -176,11 +178,12 @@ def choose_confident(T: Any, sigma: Any, a: Any, drafted: Any | None = None, tie
                      confidence: float = 0.9, allowed_k: set[int] | None = None,
                      cliffs: list[Cliff] | None = None, width: int = 4, share: float = 0.125,
                      replicates: int = 200, seed: int = 0,
-                     measured: frozenset[int] = frozenset()) -> Confident:
+                     measured: tuple[tuple[int, int], ...] = ()) -> Confident:
     """The table for dense step times T[b-1, k] (ms) with log-spread sigma, acceptance a_i
     (with the drafted counts behind each, if known), splitting only with confidence.
-    ``measured``: batch sizes whose step times were measured directly (the sidecar's live
-    buckets), where a narrow range is a finding, not an interpolation artefact."""
+    ``measured``: stretches of batch sizes, (first, last), whose step times were measured
+    directly (the sidecar's live buckets): a narrow range holding one is a finding, not an
+    interpolation artefact."""
     T_arr = np.asarray(T, dtype=np.float64)
     if T_arr.ndim != 2 or np.asarray(sigma).shape != T_arr.shape:
         raise InvalidInput(f"T and sigma must be [B, K+1] arrays of one shape, got {T_arr.shape} "

@@ -41,7 +41,7 @@ def _replay(measured: bool) -> Table:
                            accepted=np.array(d["accepted"]), drafted=np.array(d["drafted"]))
     inputs = Inputs(tie=0.005, confidence=0.9, allowed_k={0, 1, 2, 3},
                     cliffs=cliffs(p.grid, p.step_time_matrix(monotone=False)), prior_steps=100.0,
-                    measured=live.measured_rows(n, 100.0) if measured else frozenset())
+                    measured=live.measured(n, 100.0) if measured else ())
     return choose(live.blend(T, sigma, 100.0, 0.2), T, state, Table.from_list(d["engine_table"]),
                   p.K, inputs).table
 
@@ -56,9 +56,20 @@ def test_without_the_measured_rows_the_range_is_merged_away_as_on_the_gpu() -> N
     assert _replay(measured=False).dense(256, 3)[256] == 1
 
 
-def test_measured_rows_need_two_ks_with_enough_steps() -> None:
+def test_a_measured_bucket_needs_two_ks_with_enough_steps() -> None:
     live = LiveStepTimes()
     live.observe({(256, 1): (1.9, 100.0), (256, 3): (2.4, 100.0), (128, 3): (1.4, 100.0),
-                  (16, 1): (0.1, 20.0), (16, 3): (0.1, 100.0)})
-    assert live.measured_rows(256, 100.0) == frozenset(range(249, 257))
-    assert live.measured_rows(250, 100.0) == frozenset({249, 250})   # cut at max_num_seqs
+                  (16, 1): (0.1, 20.0), (16, 3): (0.1, 100.0), (8, 0): (0.1, 100.0),
+                  (8, 2): (0.1, 100.0)})
+    assert live.measured(256, 100.0) == ((8, 8), (249, 256))
+    assert live.measured(250, 100.0) == ((8, 8), (249, 250))   # cut at max_num_seqs
+
+
+def test_a_narrow_range_stays_only_if_it_holds_a_whole_measured_bucket() -> None:
+    from tuner.confidence import _merge_narrow
+    ks = np.array([1] * 248 + [3] * 8)                        # [249, 256] at k=3
+    G = np.ones((256, 4))
+    assert _merge_narrow(ks, G, [], 4, 0.125, ((249, 256),))[255] == 3
+    assert _merge_narrow(ks, G, [], 4, 0.125, ((241, 248),))[255] == 1
+    one = np.array([1] * 183 + [2] + [1] * 72)                 # [184, 184], bucket 177..184
+    assert _merge_narrow(one, G, [], 4, 0.125, ((177, 184),))[183] == 1

@@ -33,8 +33,8 @@ def test_no_live_steps_is_the_profile() -> None:
 def test_live_steps_outweigh_the_profile_as_they_accumulate() -> None:
     few = live({(8, 3): (36.0, 10)}).blend(T_PROF, SIGMA, w_T=100, step_cv=0.2)
     many = live({(8, 3): (36.0, 10_000)}).blend(T_PROF, SIGMA, w_T=100, step_cv=0.2)
-    # eq. T̂: rho = (100 + n*2) / (100 + n)
-    assert abs(few.T[7, 3] - 18.0 * (100 + 20) / 110) < 1e-9
+    # eq. T̂ with no other k seen: log rho = n log 2 / (100 + n)
+    assert abs(few.T[7, 3] - 18.0 * 2 ** (10 / 110)) < 1e-9
     assert abs(many.T[7, 3] / 36.0 - 1) < 0.01
     assert many.sigma[7, 3] < few.sigma[7, 3] < SIGMA[7, 3]
     # outside the buckets that were seen, the profile stands
@@ -46,6 +46,18 @@ def test_between_two_seen_buckets_the_correction_is_interpolated() -> None:
         T_PROF, SIGMA, w_T=100, step_cv=0.2)
     assert np.all(np.abs(blend.T[3:12, 2] / 32.0 - 1) < 0.02)  # B = 4..12 all ~2x
     assert blend.T[0, 2] == 16.0  # below the first seen bucket: the profile
+
+
+def test_a_k_no_live_step_measured_follows_the_level_the_others_measured() -> None:
+    # the H200's 3B serving steps at B=16: k = 0..2 at 0.50-0.57 of the profile, k=3 unseen
+    seen = live({(16, 0): (5.0, 2000), (16, 1): (6.5, 2000), (16, 2): (8.5, 2000)})
+    blend = seen.blend(T_PROF, SIGMA, w_T=100, step_cv=0.2)
+    level = np.exp(np.mean(np.log([0.5, 6.5 / 12, 8.5 / 16])))
+    assert abs(blend.T[15, 3] / (18.0 * level) - 1) < 0.03     # k=3 moves with them
+    assert abs(blend.T[15, 1] / 6.5 - 1) < 0.01                # a seen k: its own steps
+    # its own steps outweigh the level as they come: 2000 steps at the profile's 18 ms
+    own = live({(16, 0): (5.0, 2000), (16, 3): (18.0, 2000)}).blend(T_PROF, SIGMA, 100, 0.2)
+    assert abs(own.T[15, 3] / 18.0 - 1) < 0.05
 
 
 def test_live_step_times_stay_non_decreasing_in_k() -> None:
