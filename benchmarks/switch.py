@@ -8,11 +8,16 @@ closed-loop clients; throughput from the engine's counters (benchmarks/window.py
 1. Acceptance under A and under B (plugin counters), and each one's own table from the profile.
 2. The gap, paired: `--blocks` blocks under B traffic, each running A's table (stale) and B's
    table (best) in alternating order; their ratio per block, median with a 95% interval.
-3. The sidecar from A's table: `--cycles` times, A for `--adapt-s`, then the switch to B and
-   `--follow-s` of windows. Per cycle: `seconds_to_right_table` (from the switch until the
-   engine's table runs B's k at the load: the admin endpoint polled every 0.2 s), and
-   `recovery_30s` = (mean throughput of the windows in the first 30 s - stale) / (best - stale)
-   with stale and best the medians of step 2; over cycles, medians with 95% intervals.
+3. The switch, in paired cycles: each cycle runs three arms in a rotating order, each arm A for
+   `--adapt-s` from A's table, then the switch to B and `--follow-s` of windows: `stale` (A's
+   table stays), `best` (B's table pushed at the switch) and `sidecar` (a fresh sidecar
+   process from A's table, started with A's traffic). Every arm starts B's load the same way,
+   so the transient of a new load (all clients prefilling at once) falls on all three alike.
+   Per cycle: `seconds_to_right_table` (the sidecar arm: from the switch until the engine's
+   table runs B's k at the load, polled every 0.2 s) and `recovery_30s` = (sidecar - stale) /
+   (best - stale), each the mean over the windows of the first 30 s of its own arm; over
+   cycles, medians with 95% intervals. (An earlier design took stale and best from step 2's
+   steady load, so the new-load transient counted against the sidecar alone.)
 
     python -m benchmarks.switch --profile PROFILE --out DIR
 """
@@ -21,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import functools
 import json
 import statistics
 import sys
@@ -97,24 +104,51 @@ async def right_table_after(admin: EngineClient, table_b: Table, n: int, t0: flo
     return None
 
 
-async def cycle(url: str, engine: EngineClient, admin: EngineClient, requests: list[Request],
-                n: int, temps: tuple[float, float], table_b: Table, adapt_s: float,
-                follow_s: float, window_s: float, seed: int) -> dict[str, Any]:
-    async with StationaryLoad(url, requests, n, temps[0], seed=seed) as traffic:
-        await asyncio.sleep(adapt_s)
-        traffic.check()
-        table_before = (await admin.get_table()).table
-    t0 = time.monotonic()
-    async with StationaryLoad(url, requests, n, temps[1], seed=seed + 1) as traffic:
-        poll = asyncio.create_task(right_table_after(admin, table_b, n, t0, follow_s))
-        windows = []
-        while time.monotonic() - t0 + window_s <= follow_s:
-            m = await measure(engine, None, traffic, window_s)
-            windows.append({"end_s": round(time.monotonic() - t0, 2), "tps": m.tokens_per_s})
-        seconds = await poll
-        table_after = (await admin.get_table()).table
-    return {"table_before_switch": table_before, "table_after": table_after,
-            "seconds_to_right_table": seconds, "windows": windows}
+async def arm(url: str, engine: EngineClient, admin: EngineClient, requests: list[Request],
+              n: int, temps: tuple[float, float], tables: tuple[Table, Table], which: str,
+              side: Any, adapt_s: float, follow_s: float, window_s: float,
+              seed: int) -> dict[str, Any]:
+    """One arm of a cycle: A's traffic from A's table, then B's; `which` says what follows B."""
+    await admin.put_table(tables[0])
+    await admin.put_policy(explore_every=0)  # a sidecar arm's sidecar sets its own at start
+    async with contextlib.AsyncExitStack() as stack:
+        if which == "sidecar":
+            await stack.enter_async_context(side())
+        async with StationaryLoad(url, requests, n, temps[0], seed=seed) as traffic:
+            await asyncio.sleep(adapt_s)
+            traffic.check()
+            table_before = (await admin.get_table()).table
+        t0 = time.monotonic()
+        if which == "best":
+            await admin.put_table(tables[1])
+        async with StationaryLoad(url, requests, n, temps[1], seed=seed + 1) as traffic:
+            poll = asyncio.create_task(right_table_after(admin, tables[1], n, t0, follow_s))
+            windows = []
+            while time.monotonic() - t0 + window_s <= follow_s:
+                m = await measure(engine, None, traffic, window_s)
+                windows.append({"end_s": round(time.monotonic() - t0, 2), "tps": m.tokens_per_s})
+            seconds = await poll
+            table_after = (await admin.get_table()).table
+    first = [w["tps"] for w in windows if w["end_s"] <= 30.0]
+    return {"arm": which, "table_before_switch": table_before, "table_after": table_after,
+            "seconds_to_right_table": seconds, "windows": windows,
+            "mean_30s": round(statistics.mean(first), 2) if first else None}
+
+
+ARMS = ("stale", "best", "sidecar")
+
+
+def arm_order(cycle: int) -> list[str]:
+    """The three arms, rotated by cycle, so none always runs first (after the gap blocks)."""
+    return [ARMS[(cycle + i) % len(ARMS)] for i in range(len(ARMS))]
+
+
+def recovery(arms: dict[str, dict[str, Any]]) -> float | None:
+    """(sidecar - stale) / (best - stale) over the first 30 s of each arm; None without a gap."""
+    st, bt, sc = (arms[a]["mean_30s"] for a in ARMS)
+    if None in (st, bt, sc) or bt <= st:
+        return None
+    return round(float(sc - st) / float(bt - st), 4)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -135,22 +169,23 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         table_a, table_b = profile.build(a_a).table, profile.build(a_b).table
         paired = await gap(server.url, engine, admin, requests, n, temps[1], (table_a, table_b),
                            args.blocks, args.window_s)
-        await admin.put_table(table_a)
         cycles = []
-        async with sidecar(Path(args.profile), out / "logs", server.url, admin.admin_url,
-                           tuple(args.sidecar_arg or ())):
-            for i in range(args.cycles):
-                cycles.append(await cycle(server.url, engine, admin, requests, n, temps, table_b,
-                                          args.adapt_s, args.follow_s, args.window_s, seed=10 * i))
-                print(f"cycle {i + 1}/{args.cycles}: right table after "
-                      f"{cycles[-1]['seconds_to_right_table']} s", file=sys.stderr)
-    st, bt = statistics.median(paired["stale_tps"]), statistics.median(paired["best_tps"])
-    for c in cycles:
-        first = [w["tps"] for w in c["windows"] if w["end_s"] <= 30.0]
-        c["recovery_30s"] = (round((statistics.mean(first) - st) / (bt - st), 4)
-                             if first and bt > st else None)
+        side = functools.partial(sidecar, Path(args.profile), out / "logs", server.url,
+                                 admin.admin_url, tuple(args.sidecar_arg or ()))
+        for i in range(args.cycles):
+            arms = {w: await arm(server.url, engine, admin, requests, n, temps, (table_a, table_b),
+                                 w, side, args.adapt_s, args.follow_s, args.window_s, seed=10 * i)
+                    for w in arm_order(i)}
+            cycles.append({"order": arm_order(i), "arms": arms,
+                           "seconds_to_right_table": arms["sidecar"]["seconds_to_right_table"],
+                           "recovery_30s": recovery(arms)})
+            print(f"cycle {i + 1}/{args.cycles}: right table after "
+                  f"{cycles[-1]['seconds_to_right_table']} s, 30 s recovery "
+                  f"{cycles[-1]['recovery_30s']}", file=sys.stderr)
     seconds = [c["seconds_to_right_table"] for c in cycles]
     recovered = [c["recovery_30s"] for c in cycles if c["recovery_30s"] is not None]
+    st = statistics.median(paired["stale_tps"])
+    bt = statistics.median(paired["best_tps"])
     return {"load": n, "workload_a": f"repetitive prompts, temperature {temps[0]}",
             "workload_b": f"repetitive prompts, temperature {temps[1]}", "a_a": a_a, "a_b": a_b,
             "table_a": table_a.to_list(), "table_b": table_b.to_list(), **paired,
@@ -159,6 +194,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "seconds_to_right_table_max": max((s for s in seconds if s is not None), default=None),
             "right_table_every_cycle": all(s is not None for s in seconds),
             "recovery_30s": interval(recovered),
+            "switch_gap_30s": interval([c["arms"]["best"]["mean_30s"] / c["arms"]["stale"]["mean_30s"]
+                                        for c in cycles if c["arms"]["stale"]["mean_30s"]]),
             "window_s": args.window_s, "adapt_s": args.adapt_s, "follow_s": args.follow_s,
             "sidecar_args": args.sidecar_arg or [],
             "command": "python -m benchmarks.switch " + " ".join(sys.argv[1:])}
@@ -173,7 +210,7 @@ def main() -> int:
     ap.add_argument("--temp-b", type=float, default=1.5)
     ap.add_argument("--blocks", type=int, default=8, help="paired stale/best blocks")
     ap.add_argument("--cycles", type=int, default=4, help="switches A -> B with the sidecar")
-    ap.add_argument("--adapt-s", type=float, default=20.0, help="workload A before each switch")
+    ap.add_argument("--adapt-s", type=float, default=15.0, help="workload A before each switch")
     ap.add_argument("--follow-s", type=float, default=30.0, help="windows after each switch")
     ap.add_argument("--window-s", type=float, default=2.5)
     ap.add_argument("--sidecar-arg", action="append", help="extra flag for the sidecar (repeat)")

@@ -1,0 +1,17 @@
+"""The switch benchmark's paired arms (benchmarks/switch.py): order and recovery, pure."""
+
+from __future__ import annotations
+
+from benchmarks.switch import ARMS, arm_order, recovery
+
+
+def test_each_arm_runs_first_in_turn() -> None:
+    assert [arm_order(i)[0] for i in range(3)] == list(ARMS)
+    assert all(sorted(arm_order(i)) == sorted(ARMS) for i in range(5))
+
+
+def test_recovery_is_the_sidecars_share_of_its_own_cycles_gap() -> None:
+    arms = {"stale": {"mean_30s": 200.0}, "best": {"mean_30s": 240.0}, "sidecar": {"mean_30s": 236.0}}
+    assert recovery(arms) == 0.9
+    arms["best"]["mean_30s"] = 190.0                       # no gap in this cycle: no figure
+    assert recovery(arms) is None
