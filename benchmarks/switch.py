@@ -151,6 +151,27 @@ def recovery(arms: dict[str, dict[str, Any]]) -> float | None:
     return round(float(sc - st) / float(bt - st), 4)
 
 
+def _mean_between(windows: list[dict[str, float]], lo: float, hi: float) -> float | None:
+    got = [w["tps"] for w in windows if lo < w["end_s"] <= hi]
+    return statistics.mean(got) if got else None
+
+
+def after(cycles: list[dict[str, Any]], from_s: float = 10.0, to_s: float = 30.0) -> dict[str, Any]:
+    """Once the right table is in (the switch's target is 10 s): the sidecar arm's throughput
+    over the best arm's and over the stale arm's, windows ending in (from_s, to_s], per cycle
+    and as medians with 95% intervals. Ratios of arms, not a share of the gap: a gap of ~10%
+    under ±10% window noise makes the share's interval far wider than the ratios'."""
+    best, stale = [], []
+    for c in cycles:
+        sc, bt, st = (_mean_between(c["arms"][a]["windows"], from_s, to_s)
+                      for a in ("sidecar", "best", "stale"))
+        if sc is not None and bt and st:
+            best.append(sc / bt)
+            stale.append(sc / st)
+    return {"from_s": from_s, "to_s": to_s, "sidecar_over_best": interval(best),
+            "sidecar_over_stale": interval(stale)}
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     profile: Profile = load(Path(args.profile))
     model = resolve_model(profile.engine.model, None)
@@ -194,6 +215,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "seconds_to_right_table_max": max((s for s in seconds if s is not None), default=None),
             "right_table_every_cycle": all(s is not None for s in seconds),
             "recovery_30s": interval(recovered),
+            "after_right_table": after(cycles),
             "switch_gap_30s": interval([c["arms"]["best"]["mean_30s"] / c["arms"]["stale"]["mean_30s"]
                                         for c in cycles if c["arms"]["stale"]["mean_30s"]]),
             "window_s": args.window_s, "adapt_s": args.adapt_s, "follow_s": args.follow_s,

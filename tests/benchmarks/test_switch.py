@@ -15,3 +15,14 @@ def test_recovery_is_the_sidecars_share_of_its_own_cycles_gap() -> None:
     assert recovery(arms) == 0.9
     arms["best"]["mean_30s"] = 190.0                       # no gap in this cycle: no figure
     assert recovery(arms) is None
+
+
+def test_after_the_right_table_the_arms_are_compared_by_ratio() -> None:
+    from benchmarks.switch import after
+
+    def arm(*tps: float) -> dict[str, object]:
+        return {"windows": [{"end_s": 5.0 * (i + 1), "tps": t} for i, t in enumerate(tps)]}
+    cycles = [{"arms": {"stale": arm(100, 100, 100), "best": arm(150, 110, 110),
+                        "sidecar": arm(100, 110, 121)}}] * 3
+    got = after(cycles, from_s=5.0, to_s=15.0)       # windows ending at 10 and 15 s
+    assert got["sidecar_over_best"]["median"] == 1.05 and got["sidecar_over_stale"]["median"] == 1.155
