@@ -336,6 +336,12 @@ class Controller:
                 acc, dra = new_acc, new_dra
             self.state.accepted, self.state.drafted = acc.copy(), dra.copy()
             self.state.w = min(self.state.w, s.change_prior_weight)
+            # and the prior becomes what the new traffic shows: the profile's a_i described the
+            # old traffic, and with live counts halved at every rebuild a table that drafts
+            # little (k=0 after a switch to low acceptance: exploration's few drafts) would
+            # let a prior of 1.0 win back the estimate within seconds (the CPU switch bench:
+            # k=3 pushed at B <= 19 under acceptance ~0, 10-15 s after every switch)
+            self.state.prior = np.clip(projected(self.state)[0], 0.0, 1.0)
         if slow:
             self.live_T.replace({(c.batch_size, c.k): recent_T[(c.batch_size, c.k)] for c in slow})
         self.recent.clear()

@@ -38,6 +38,17 @@ async def test_a_change_of_acceptance_rebuilds_at_once_from_the_recent_counts(tm
         assert decision is not None and decision.trigger == "change", decision
         assert c.stats.changes == 1 and decision.prior_weight <= 50
         assert decision.a_hat[0] < 0.35  # the estimate follows the new traffic at once
+        assert c.state.prior[0] < 0.35    # ... and so does the prior: the old one is stale
+        # then only a few drafts a rebuild (the table drafts little, exploration a few): live
+        # counts halve at every rebuild, yet the estimate must not drift back to 0.9
+        c.settings = c.settings.model_copy(update={"rebuild_every_steps": 100})
+        for _ in range(12):
+            fake.run(100, a=(0.2, 0.1, 0.05), k=0)
+            fake.run(1, a=(0.2, 0.1, 0.05))
+            clock.now += 1
+            await c.tick()
+        assert c.state.w <= 50 and float(c.state.drafted[0]) < 200
+        assert c.last_decision is not None and c.last_decision.a_hat[0] < 0.35
 
 
 async def test_a_push_that_drops_live_goodput_is_rolled_back_and_held_out(tmp_path: Path) -> None:
