@@ -57,6 +57,8 @@ from tuner.table import Table
 
 __all__ = ["Controller", "Stats"]
 
+# rebuilds after a detected change of acceptance whose estimate becomes the prior
+REBASE_REBUILDS = 3
 log = logging.getLogger("sidecar")
 # plugin values older than this many intervals are stale: not this interval's counts
 STALE_INTERVALS = 2.0
@@ -95,6 +97,7 @@ class Controller:
         self.guard = Guardrail(window=settings.guard_window, drop=settings.guard_drop,
                                hold_s=settings.guard_hold_s)
         self.pending_rollback: Verdict | None = None
+        self.rebase_left = 0  # rebuilds after a change that still take the estimate as prior
         self.resume = ResumeTracker()
         self.foreign_seen = 0  # foreign table writes the guardrail has already heard of
         self.last_batch: float | None = None  # mean requests per step of the last interval
@@ -342,6 +345,9 @@ class Controller:
             # let a prior of 1.0 win back the estimate within seconds (the CPU switch bench:
             # k=3 pushed at B <= 19 under acceptance ~0, 10-15 s after every switch)
             self.state.prior = np.clip(projected(self.state)[0], 0.0, 1.0)
+            # the window that detects a change can straddle it (part old traffic, part new):
+            # the next rebuilds settle the prior on the new traffic alone (_finish)
+            self.rebase_left = REBASE_REBUILDS
         if slow:
             self.live_T.replace({(c.batch_size, c.k): recent_T[(c.batch_size, c.k)] for c in slow})
         self.recent.clear()
@@ -450,6 +456,9 @@ class Controller:
         self.last_decision, self.recommended = decision, table
         self.decisions.append(decision)
         self.steps_since_rebuild = 0.0
+        if self.rebase_left and self.state.drafted.size and self.state.drafted[0] >= MIN_CHANGE_DRAFTS:
+            self.state.prior = np.clip(projected(self.state)[0], 0.0, 1.0)
+            self.rebase_left -= 1
         halve_live(self.state)
         self.resume.halve()
         self.recent.scale_step_time(self.live_T.cap(self.settings.step_memory))

@@ -153,3 +153,32 @@ async def test_someone_elses_table_ends_the_guardrails_trial(tmp_path: Path) -> 
         clock.now += 1
         await c.tick()
         assert c.guard.trial is None and c.stats.foreign_tables == 1
+
+
+async def test_a_change_seen_mid_switch_settles_the_prior_on_the_new_traffic(tmp_path: Path) -> None:
+    """The window that detects a change can hold both traffics (the CPU switch bench: a prior
+    of 0.40 from a mixed window, then k=3 pushed at acceptance ~0.1 as the counts halved)."""
+    clock = Clock()
+    async with controller_for(FakeEngine(), tmp_path, clock=clock, rebuild_every_steps=100,
+                              change_window=2, guard_window=0) as (c, fake):
+        await c.tick()
+        for _ in range(4):
+            fake.run(100, a=(0.9, 0.8, 0.7))
+            clock.now += 1
+            await c.tick()
+        fake.run(60, a=(0.9, 0.8, 0.7))       # the switch, inside one scrape
+        fake.run(40, a=(0.1, 0.05, 0.02))
+        clock.now += 1
+        await c.tick()
+        assert c.stats.changes == 1 and c.state.prior[0] > 0.3   # a mixed first estimate
+        for _ in range(4):                    # the new traffic, then few drafts a rebuild
+            fake.run(100, a=(0.1, 0.05, 0.02))
+            clock.now += 1
+            await c.tick()
+        assert c.state.prior[0] < 0.2
+        for _ in range(10):
+            fake.run(100, a=(0.1, 0.05, 0.02), k=0)
+            fake.run(1, a=(0.1, 0.05, 0.02))
+            clock.now += 1
+            await c.tick()
+        assert c.last_decision is not None and c.last_decision.a_hat[0] < 0.2
