@@ -344,7 +344,7 @@ class Controller:
             # little (k=0 after a switch to low acceptance: exploration's few drafts) would
             # let a prior of 1.0 win back the estimate within seconds (the CPU switch bench:
             # k=3 pushed at B <= 19 under acceptance ~0, 10-15 s after every switch)
-            self.state.prior = np.clip(projected(self.state)[0], 0.0, 1.0)
+            self._rebase_prior()
             # the window that detects a change can straddle it (part old traffic, part new):
             # the next rebuilds settle the prior on the new traffic alone (_finish)
             self.rebase_left = REBASE_REBUILDS
@@ -449,6 +449,10 @@ class Controller:
         self._finish(decision, choice.table)
         return decision
 
+    def _rebase_prior(self) -> None:
+        """The current estimate (projected non-increasing) becomes the prior."""
+        self.state.prior = np.clip(projected(self.state)[0], 0.0, 1.0)
+
     def _finish(self, decision: Decision, table: Table) -> None:
         level = logging.WARNING if decision.outcome in ("rejected", "failed") else logging.INFO
         log.log(level, "rebuild", extra={"decision": decision.model_dump(mode="json")})
@@ -457,7 +461,7 @@ class Controller:
         self.decisions.append(decision)
         self.steps_since_rebuild = 0.0
         if self.rebase_left and self.state.drafted.size and self.state.drafted[0] >= MIN_CHANGE_DRAFTS:
-            self.state.prior = np.clip(projected(self.state)[0], 0.0, 1.0)
+            self._rebase_prior()
             self.rebase_left -= 1
         halve_live(self.state)
         self.resume.halve()

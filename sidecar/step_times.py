@@ -133,26 +133,26 @@ class LiveStepTimes:
         seen = np.zeros(max_b, dtype=bool)     # rows of a bucket with live steps at any k
         buckets = sorted({b for (b, k), n in self.steps.items()
                           if n > 0 and 0 <= k < num_k and b >= 1 and rows_of(b, max_b).size})
-        centres = []
+        centres, at = [], []   # each seen bucket's mean B, and one of its rows
         for bucket in buckets:
             rows = rows_of(bucket, max_b)
             n = np.array([self.steps.get((bucket, k), 0.0) for k in range(num_k)])
+            seconds = np.array([self.seconds.get((bucket, k), 0.0) for k in range(num_k)])
+            # an unseen k (n = 0), or w_T = 0 with nothing seen beside it: no log, no departure
             with np.errstate(divide="ignore", invalid="ignore"):
-                live_ms = np.array([1000.0 * self.seconds.get((bucket, k), 0.0) for k in range(num_k)]) / n
-                log_r = np.where(n > 0, np.log(live_ms / np.mean(T_prof[rows - 1], axis=0)), 0.0)
-            others_n = np.sum(n) - n                   # per k: the other k's steps
-            others = np.sum(n * log_r) - n * log_r
-            with np.errstate(divide="ignore", invalid="ignore"):  # w_T = 0 and nothing seen
+                ratio = 1000.0 * seconds / n / np.mean(T_prof[rows - 1], axis=0)
+                log_r = np.where(n > 0, np.log(ratio), 0.0)
+                others_n = np.sum(n) - n                   # per k: the other k's steps
+                others = np.sum(n * log_r) - n * log_r
                 level = np.where(w_T + others_n > 0, others / (w_T + others_n), 0.0)
-                mixed = np.where(w_T + n > 0, (w_T * level + n * log_r) / (w_T + n), 0.0)
-            log_rho[rows - 1] = mixed
+                log_rho[rows - 1] = np.where(w_T + n > 0, (w_T * level + n * log_r) / (w_T + n), 0.0)
             steps[rows - 1] = n
             seen[rows - 1] = True
             centres.append(float(np.mean(rows)))
+            at.append(int(rows[0]) - 1)
         if len(centres) > 1:  # between two seen buckets: interpolated, per k
             B = np.arange(1, max_b + 1)
             gaps = (B > centres[0]) & (B < centres[-1]) & ~seen
-            at = [int(round(c)) - 1 for c in centres]
             right = np.searchsorted(centres, B[gaps])
             for k in range(num_k):
                 log_rho[gaps, k] = np.interp(B[gaps], centres, log_rho[at, k])
