@@ -32,6 +32,8 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -106,8 +108,8 @@ async def right_table_after(admin: EngineClient, table_b: Table, n: int, t0: flo
 
 async def arm(url: str, engine: EngineClient, admin: EngineClient, requests: list[Request],
               n: int, temps: tuple[float, float], tables: tuple[Table, Table], which: str,
-              side: Any, adapt_s: float, follow_s: float, window_s: float,
-              seed: int) -> dict[str, Any]:
+              side: Callable[[], AbstractAsyncContextManager[Any]], adapt_s: float,
+              follow_s: float, window_s: float, seed: int) -> dict[str, Any]:
     """One arm of a cycle: A's traffic from A's table, then B's; `which` says what follows B."""
     await admin.put_table(tables[0])
     await admin.put_policy(explore_every=0)  # a sidecar arm's sidecar sets its own at start
@@ -129,10 +131,10 @@ async def arm(url: str, engine: EngineClient, admin: EngineClient, requests: lis
                 windows.append({"end_s": round(time.monotonic() - t0, 2), "tps": m.tokens_per_s})
             seconds = await poll
             table_after = (await admin.get_table()).table
-    first = [w["tps"] for w in windows if w["end_s"] <= 30.0]
+    first = _mean_between(windows, 0.0, 30.0)
     return {"arm": which, "table_before_switch": table_before, "table_after": table_after,
             "seconds_to_right_table": seconds, "windows": windows,
-            "mean_30s": round(statistics.mean(first), 2) if first else None}
+            "mean_30s": None if first is None else round(first, 2)}
 
 
 ARMS = ("stale", "best", "sidecar")
@@ -145,7 +147,7 @@ def arm_order(cycle: int) -> list[str]:
 
 def recovery(arms: dict[str, dict[str, Any]]) -> float | None:
     """(sidecar - stale) / (best - stale) over the first 30 s of each arm; None without a gap."""
-    st, bt, sc = (arms[a]["mean_30s"] for a in ARMS)
+    st, bt, sc = (arms[a]["mean_30s"] for a in ("stale", "best", "sidecar"))
     if None in (st, bt, sc) or bt <= st:
         return None
     return round(float(sc - st) / float(bt - st), 4)

@@ -11,12 +11,13 @@ window, each read stamped at the midpoint of its request, so only tokens generat
 count; the plugin's exact totals at both ends give what the steps carried (tuner/step_clock).
 The clients' completions in the window are kept as a cross-check.
 
-A window whose engine count cannot be right is measured again (``implausible``): on the H200
-one bench call read `vllm:generation_tokens_total` as if it had jumped by the run's whole
-total or fallen back to zero in 38 of the 257 windows of a resumed call (none of the first
-call's 72; ratios of 0, 211 and -1.4e6 in its
-summary); the plugin's step totals over the same stretch bound what a window can have
-generated, so such a read is caught where it happens instead of poisoning the intervals.
+A window whose engine count cannot be right is measured again (``implausible`` in
+tuner/step_clock.py): on the H200 a resumed bench call read `vllm:generation_tokens_total` as
+if it had jumped by about the run's whole total or fallen back to zero in 38 of its 257
+windows (none of the first call's 72; ratios of 0, 211 and -1.4e6 in its summary,
+benchmarks/results/h200-vllm0.26-3b-ngram-v1-ci). The plugin's step totals over the same
+stretch bound what a window can have generated, so such a read is caught where it happens
+instead of poisoning the intervals.
 """
 
 from __future__ import annotations
