@@ -1,9 +1,12 @@
 """The sidecar's online step times and guardrail on the real vLLM CPU engine (session engine:
 K=3, max_num_seqs=16, startup table [[1,4,3],[5,16,1]], so the allowed k are 1 and 3).
 
-(a) A profile whose k>=2 step times are twice too slow from B=8 calls for k=1 at B=8; live steps
-    (exploration runs visit k=3 there) correct T̂ and the sidecar pushes k=3 at B=8, the k the
-    measured step times call for at this acceptance.
+(a) A profile whose k>=2 step times are five times too slow calls for k=1 at B=2; live steps
+    (exploration runs visit k=3 there) correct T̂ and the sidecar pushes k=3 at B=2, the k the
+    measured profile calls for. B=2, not a larger B: at B=8 the serving steps of this box put
+    k=1 and k=3 within noise of each other (live T(8,3)/T(8,1) read 0.85-2.1 across runs), so a
+    test there asserted the machine's speed; at B=2 k=3 wins on any run seen (its live step
+    within 1.0-1.3x of k=1's against the profile's 5.6x).
 (b) A profile that claims k=0 costs almost nothing makes the sidecar push a table of k=0; with
     the profile's step times trusted (w_T huge) only the guardrail can see the loss: it rolls
     the push back and holds that table out.
@@ -30,7 +33,7 @@ from tuner.table import Table
 
 pytestmark = pytest.mark.engine
 
-BUDGET_S = 60.0
+BUDGET_S = 120.0  # a guard against a hang: the runs seen converge in 5-10 s
 # the tiny model's step times on the 2-core CPU box (benchmarks/results/cpu-tiny/profile.json)
 MEASURED = {1: [7.7, 8.5, 9.1, 9.1], 4: [9.2, 11.2, 11.9, 13.2], 8: [11.0, 13.6, 15.4, 16.0],
             12: [12.8, 16.2, 18.7, 20.9], 16: [14.6, 19.3, 23.2, 24.4]}
@@ -81,30 +84,32 @@ async def run_until(engine: Engine, tmp_path: Path, step_ms: dict[int, list[floa
 
 
 async def test_live_step_times_correct_a_profile_that_is_wrong(engine: Engine, tmp_path: Path) -> None:
-    wrong = {B: ms[:2] + [2 * t for t in ms[2:]] if B >= 8 else ms for B, ms in MEASURED.items()}
+    wrong = {B: ms[:2] + [5 * t for t in ms[2:]] for B, ms in MEASURED.items()}
     start = make_profile(model="tiny", step_ms=wrong).build(allowed_k={1, 3}).table
-    assert start.k_at(8) == 1  # the wrong profile calls for k=1 at B=8
-    assert make_profile(model="tiny", step_ms=MEASURED).build(allowed_k={1, 3}).table.k_at(8) == 3
+    assert start.k_at(2) == 1  # the wrong profile calls for k=1 at B=2
+    assert make_profile(model="tiny", step_ms=MEASURED).build(allowed_k={1, 3}).table.k_at(2) == 3
     assert (await engine.admin("PUT", "/v1/table", {"table": start.to_list()}))[0] == 200
 
-    def k3_at_8(state: dict[str, Any], _: Any) -> bool:
+    def k3_at_2(state: dict[str, Any], _: Any) -> bool:
         table = state["engine_table"]
-        return table is not None and Table.from_list(table).k_at(8) == 3
+        return table is not None and Table.from_list(table).k_at(2) == 3
 
     state, decisions = await run_until(
-        engine, tmp_path, wrong, 8, k3_at_8, rebuild_every_steps=60, prior_weight=100.0,
-        explore_every=10, explore_run=3, step_prior_weight=20.0)
+        engine, tmp_path, wrong, 2, k3_at_2, rebuild_every_steps=60, prior_weight=100.0,
+        explore_every=10, explore_run=3, step_prior_weight=5.0)
     pushed = [d for d in decisions if d["outcome"] == "pushed"]
     assert pushed, decisions
-    # the push that moved B=8 to k=3 says which step times it used and what stands behind
-    # them: live steps moved T̂ away from the profile (serving steps also prefill the requests
-    # that replace finished ones, so they are slower than the profile's pure decode steps)
+    # the push that moved B=2 to k=3 says which step times it used and what stands behind
+    # them: live steps of both k took back most of the profile's 5x error on k=3's cost
     change = next(c for d in pushed for c in d["changes"]
-                  if c["kept"] and c["k_new"] == 3 and c["batch_size_start"] <= 8 <= c["batch_size_end"])
-    assert change["k_old"] == 1 and change["gain_low"] > 0.005
-    assert any(e["live_steps"] > 0 and abs(e["used_ms"] / e["profile_ms"] - 1) > 0.2
-               for e in change["step_times"]), change
-    assert state["drift"]  # and /v1/state shows the live against the profile's step times
+                  if c["kept"] and c["k_new"] == 3 and c["batch_size_start"] <= 2 <= c["batch_size_end"])
+    assert change["k_old"] == 1 and change["gain_low"] > 0
+    used = {e["k"]: e for e in change["step_times"]}
+    assert used[1]["live_steps"] > 0 and used[3]["live_steps"] > 0, change
+    used_ratio = used[3]["used_ms"] / used[1]["used_ms"]
+    assert used_ratio < 0.5 * used[3]["profile_ms"] / used[1]["profile_ms"], change
+    # and /v1/state shows the live against the profile's step times: k=3 far cheaper than said
+    assert any(c["batch_size"] == 2 and c["k"] == 3 and c["ratio"] < 0.5 for c in state["drift"]), state["drift"]
 
 
 async def test_a_push_that_loses_live_goodput_is_rolled_back(engine: Engine, tmp_path: Path) -> None:
