@@ -1,12 +1,22 @@
 """What the sidecar's exploration across k costs in throughput (issue #18.2: keep it within 1%).
 
-One vLLM with the plugin runs one table under a stationary load; in paired blocks (alternating
-order) a window with exploration off and a window with the sidecar's default exploration
-(`--explore-every` 150, `--explore-run` 3: every 150 steps a run of 3 steps at another allowed
-k, the k's taking turns), throughput from the engine's counters (benchmarks/window.py). Per
-load: the ratio explore/off per block, median with a 95% bootstrap interval.
+One vLLM with the plugin runs one table under a stationary load. In paired blocks, one window
+with exploration off and one per exploration rate in ``--rates`` (``explore_every`` values,
+each with ``--explore-run`` steps a run at another allowed k, the k's taking turns), the order
+rotating from block to block; throughput from the engine's counters (benchmarks/window.py).
 
-    python -m benchmarks.explore_cost --profile PROFILE --out DIR
+Why several rates: the default (150/3, about 2% of steps) costs at most a few tenths of a
+percent, while one CPU window varies by ±5-10%, so a direct ratio at the default would need
+hundreds of blocks to resolve 1%. An explored step costs what it costs however often it comes,
+so the loss is linear in the share of steps explored, and a rate explored 10-15x as often
+shows the same cost 10-15x larger, well above the noise. Per block, the loss 1 - tps/off of
+each rate against its measured share s (explored steps over engine steps in its window) gives
+a slope through the origin (least squares, ``cost_slope``); its median over blocks, with a 95%
+bootstrap interval, times the default's share is the default's cost. The per-rate slopes are
+reported too: if they disagree beyond their intervals, the loss is not linear and the scaled
+figure does not hold. The direct ratio at the default stays in the output as a check.
+
+    python -m benchmarks.explore_cost --profile PROFILE --out DIR [--rates 150,20,10]
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +42,45 @@ from tuner.prompts import repetitive
 from tuner.table import every_k_table
 
 
+def cost_slope(off_tps: float, arms: Sequence[tuple[float, float]]) -> float | None:
+    """Loss per unit share of steps explored, from one block: ``arms`` are (tokens/s, share
+    explored) of its exploring windows; least squares of 1 - tps/off on the share through
+    the origin. None when no window explored a step."""
+    num = sum((1.0 - tps / off_tps) * share for tps, share in arms)
+    den = sum(share * share for _, share in arms)
+    return num / den if den > 0 else None
+
+
+def order(arms: Sequence[int], block: int) -> list[int]:
+    """The block's window order: the arms rotated by the block's index."""
+    shift = block % len(arms)
+    return list(arms[shift:]) + list(arms[:shift])
+
+
+def summarize(rows: list[dict[str, Any]], rates: Sequence[int]) -> dict[str, Any]:
+    """Per rate the direct ratio and slope; pooled the slope and the default's cost (pure)."""
+    default = rates[0]
+    per_rate: dict[str, Any] = {}
+    for r in rates:
+        ratios = [row["arms"][str(r)]["tps"] / row["off_tps"] for row in rows]
+        slopes = [s for row in rows
+                  if (s := cost_slope(row["off_tps"], [(row["arms"][str(r)]["tps"],
+                                                        row["arms"][str(r)]["share"])])) is not None]
+        explored = sum(row["arms"][str(r)]["explore_steps"] for row in rows)
+        steps = sum(row["arms"][str(r)]["engine_steps"] for row in rows)
+        per_rate[str(r)] = {"over_off": interval(ratios), "share": round(explored / max(steps, 1), 4),
+                            "cost_per_share": interval(slopes)}
+    pooled = [s for row in rows
+              if (s := cost_slope(row["off_tps"], [(a["tps"], a["share"])
+                                                   for a in row["arms"].values()])) is not None]
+    slope = interval(pooled)
+    share = per_rate[str(default)]["share"]
+    cost = None if slope is None else {
+        key: round(slope[key] * share, 5) for key in ("median", "ci_low", "ci_high")}
+    return {"per_rate": per_rate, "cost_per_share": slope, "default_share": share,
+            "default_cost": cost}
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     profile = load(Path(args.profile))
     model = resolve_model(profile.engine.model, None)
@@ -41,8 +91,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     cfg = ServerConfig(model=model, max_num_seqs=n, env=plugin_env(admin_port, token=TOKEN),
                        speculative=SpeculativeSpec(num_speculative_tokens=K,
                                                    table=every_k_table(K, n)))
-    out: dict[str, Any] = {"table": table.to_list(), "explore_every": args.explore_every,
-                           "explore_run": args.explore_run, "loads": {},
+    out: dict[str, Any] = {"table": table.to_list(), "rates": args.rates,
+                           "explore_run": args.explore_run, "window_s": args.window_s, "loads": {},
                            "command": "python -m benchmarks.explore_cost " + " ".join(sys.argv[1:])}
     async with (launch(cfg, log_dir=Path(args.out) / "logs") as server,
                 admin_client(admin_port) as admin, EngineClient(engine_url=server.url) as engine):
@@ -52,24 +102,37 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             async with StationaryLoad(server.url, requests, load_n, seed=load_n) as traffic:
                 await asyncio.sleep(2.0)
                 for b in range(args.blocks):
-                    got = {}
-                    for every in ((0, args.explore_every) if b % 2 == 0 else (args.explore_every, 0)):
+                    got: dict[int, dict[str, Any]] = {}
+                    for every in order([0, *args.rates], b):
                         await admin.put_policy(explore_every=every, explore_run=args.explore_run)
                         s0 = await admin.get_stats()
                         await settle(admin, s0.table_version, 8, time.monotonic(), exact=False)
                         s1 = await admin.get_stats()
                         m = await measure(engine, admin, traffic, args.window_s)
                         s2 = await admin.get_stats()
-                        share = ((s2.explore_steps - s1.explore_steps)
-                                 / max(s2.engine_steps - s1.engine_steps, 1))
-                        got[every] = (m.tokens_per_s, round(share, 4))
-                    rows.append({"off_tps": got[0][0], "explore_tps": got[args.explore_every][0],
-                                 "explore_share": got[args.explore_every][1]})
-                    print(f"N={load_n} block {b + 1}/{args.blocks}", file=sys.stderr)
-            ratios = [r["explore_tps"] / r["off_tps"] for r in rows]
-            out["loads"][str(load_n)] = {"blocks": rows, "explore_over_off": interval(ratios)}
+                        steps = s2.engine_steps - s1.engine_steps
+                        explored = s2.explore_steps - s1.explore_steps
+                        got[every] = {"tps": m.tokens_per_s, "share": round(explored / max(steps, 1), 4),
+                                      "explore_steps": explored, "engine_steps": steps}
+                    rows.append({"off_tps": got[0]["tps"],
+                                 "arms": {str(r): got[r] for r in args.rates}})
+                    print(f"explore-cost: N={load_n} block {b + 1}/{args.blocks}", file=sys.stderr,
+                          flush=True)
+            out["loads"][str(load_n)] = {"blocks": rows, **summarize(rows, args.rates)}
         await admin.put_policy(explore_every=0)
     return out
+
+
+def rates_arg(text: str) -> list[int]:
+    try:
+        rates = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--rates {text!r}: comma-separated explore_every "
+                                         f"values, e.g. 150,20,10") from None
+    if not rates or any(r <= 0 for r in rates):
+        raise argparse.ArgumentTypeError(f"--rates {text!r}: each explore_every must be > 0 "
+                                         f"(exploration off is always measured)")
+    return rates
 
 
 def main() -> int:
@@ -80,14 +143,16 @@ def main() -> int:
     ap.add_argument("--blocks", type=int, default=16)
     ap.add_argument("--window-s", type=float, default=4.0)
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--explore-every", type=int, default=150)
+    ap.add_argument("--rates", type=rates_arg, default=[150, 20, 10],
+                    help="explore_every values; the first is the default whose cost is reported")
     ap.add_argument("--explore-run", type=int, default=3)
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = asyncio.run(run(args))
     (out / "explore-cost.json").write_text(json.dumps(result, indent=1))
-    print(json.dumps({k: v["explore_over_off"] for k, v in result["loads"].items()}, indent=1))
+    print(json.dumps({k: {key: v[key] for key in ("default_share", "cost_per_share", "default_cost")}
+                      for k, v in result["loads"].items()}, indent=1))
     return 0
 
 

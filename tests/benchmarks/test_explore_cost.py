@@ -1,0 +1,49 @@
+"""The exploration-cost bench's arithmetic (pure): the slope through the origin, the rotating
+order and the scaled cost at the default rate."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from benchmarks.explore_cost import cost_slope, order, rates_arg, summarize
+
+
+def test_the_slope_recovers_a_linear_loss_and_ignores_windows_that_explored_nothing() -> None:
+    # a loss of 0.3 per unit share: 3% of steps cost 0.9%, 30% cost 9%
+    assert cost_slope(100.0, [(99.1, 0.03), (91.0, 0.30)]) == pytest.approx(0.3)
+    assert cost_slope(100.0, [(90.0, 0.0)]) is None  # no explored step: no evidence
+    # a faster window gives a negative slope: noise is kept, not clipped
+    assert cost_slope(100.0, [(102.0, 0.2)]) == pytest.approx(-0.1)
+
+
+def test_every_arm_leads_a_block_in_turn() -> None:
+    arms = [0, 150, 20, 10]
+    firsts = [order(arms, b)[0] for b in range(8)]
+    assert firsts == [0, 150, 20, 10, 0, 150, 20, 10]
+    assert all(sorted(order(arms, b)) == sorted(arms) for b in range(8))
+
+
+def block(off: float, loss_per_share: float, shares: dict[int, float]) -> dict[str, object]:
+    return {"off_tps": off, "arms": {str(r): {"tps": off * (1 - loss_per_share * s), "share": s,
+                                               "explore_steps": round(1000 * s), "engine_steps": 1000}
+                                     for r, s in shares.items()}}
+
+
+def test_the_default_cost_is_the_pooled_slope_times_the_default_share() -> None:
+    rows = [block(100.0 + b, 0.25, {150: 0.02, 20: 0.15, 10: 0.3}) for b in range(8)]
+    s = summarize(rows, [150, 20, 10])
+    assert s["default_share"] == pytest.approx(0.02)
+    assert s["cost_per_share"]["median"] == pytest.approx(0.25)
+    assert s["default_cost"]["median"] == pytest.approx(0.005)
+    assert s["per_rate"]["10"]["over_off"]["median"] == pytest.approx(0.925)
+    for r in ("150", "20", "10"):  # linear: every rate alone gives the same slope
+        assert s["per_rate"][r]["cost_per_share"]["median"] == pytest.approx(0.25)
+
+
+def test_a_bad_rates_argument_names_the_fix() -> None:
+    assert rates_arg("150,20") == [150, 20]
+    for bad in ("150,x", "0,10", "-5"):
+        with pytest.raises(argparse.ArgumentTypeError, match="--rates"):
+            rates_arg(bad)
