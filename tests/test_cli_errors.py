@@ -41,6 +41,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     (["table", "{profile}", "--acceptance", "x,y"], "--acceptance='x,y'"),
     (["table", "{profile}", "--acceptance", "0.2,0.9,0.1"], "non-increasing"),
     (["table", "{profile}", "--confidence", "1.5"], "--confidence"),
+    (["table", "{profile}", "--acceptance", "0.5,0.4,0.3", "--save", "out.json"], "drop --acceptance"),
     (["compare", "{profile}", "not json"], "TABLE='not json': not JSON"),
     (["compare", "{profile}", "[[2,8,1]]"], "must start at 1"),
     (["report", "{not_json}"], "is not JSON"),
@@ -105,3 +106,19 @@ def test_table_writes_tensorrt_llms_schedule_too(profile: Path, capsys: pytest.C
     assert main(["table", str(profile), "--format", "trtllm"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["draft_len_schedule"]["1"] == 3 and out["speculative_config"]["max_draft_len"] == 3
+
+
+def test_table_saves_the_profile_re_tabled_by_this_rule(profile: Path, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from tuner.profile import load
+
+    old = load(profile)
+    old.table = [[1, old.engine.max_num_seqs, 0]]  # the table an older rule stored
+    old.save(profile)
+    out = tmp_path / "re-tabled.json"
+    assert main(["table", str(profile), "--tie", "0.02", "--save", str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out)["num_speculative_tokens_per_batch_size"]
+    saved = load(out)
+    assert saved.table == printed != old.table and saved.tie == 0.02
+    assert saved.cells == old.cells and saved.acceptance == old.acceptance  # measurements kept
+    assert load(profile).table == old.table  # the input is left as it was

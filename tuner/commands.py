@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -113,6 +114,11 @@ def _rule(profile: Profile, args: argparse.Namespace) -> Profile:
 def cmd_table(args: argparse.Namespace) -> int:
     from tuner.findings import edge_lines
 
+    if args.save is not None and args.acceptance is not None:
+        # the saved profile would hold a table its own measured acceptance does not give
+        raise InvalidInput(f"--save {args.save} with --acceptance {args.acceptance}: a saved profile "
+                           "keeps its measured acceptance; drop --acceptance to save, or --save "
+                           "to try the override")
     profile = _rule(load(Path(args.profile)), args)
     choice = profile.build(_acceptance(args.acceptance))
     out = schedules.write(args.format, choice.table, profile.speculative_config(choice.table),
@@ -120,6 +126,11 @@ def cmd_table(args: argparse.Namespace) -> int:
     rule = {"tie": profile.tie, "confidence": profile.confidence, "min_width": profile.min_width,
             "min_k": profile.min_k}
     print(json.dumps({**out, "rule": rule, "evidence": edge_lines(choice)}, indent=1))
+    if args.save is not None:
+        old = profile.table
+        profile.table = choice.table.to_list()
+        profile.save(Path(args.save))
+        print(f"saved {args.save}: table {old} -> {profile.table}", file=sys.stderr)
     return 0
 
 
@@ -214,6 +225,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                    help="vllm: num_speculative_tokens_per_batch_size; trtllm: TensorRT-LLM's "
                         "draft_len_schedule (keys are the last batch size of each range)")
     p.add_argument("--acceptance", help="override a_1..a_K, e.g. 0.7,0.5,0.3")
+    p.add_argument("--save", metavar="PATH",
+                   help="also write the profile, with this table and rule, to PATH (atomic): a "
+                        "profile an older tuner wrote, re-tabled by this one's rule")
     _rule_flags(p, defaults=False)
     p.set_defaults(func=cmd_table)
 

@@ -89,9 +89,7 @@ for stage in "$@"; do case $stage in
     # no tune this session: the committed measurements, with the table this tuner's confidence
     # rule builds from them (an older tune stored the table of an older rule)
     P=$R/profile-committed.json
-    python3 -c "import sys; from pathlib import Path; from tuner.profile import load
-p = load(Path(sys.argv[1])); old = p.table; p.table = p.build().table.to_list(); p.save(Path(sys.argv[2]))
-print('committed table', old, '-> this tuner', p.table)" "$DONE/profile.json" "$P" || STATUS=1
+    python3 -m tabletune.cli table "$DONE/profile.json" --save "$P" >/dev/null || STATUS=1
     keep "$P"
   fi
   echo "bench against $P"
