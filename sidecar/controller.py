@@ -379,7 +379,7 @@ class Controller:
         s = self.settings
         found = better_at(B, blend.T[B - 1], blend.sigma[B - 1], a_used,
                           self.state.w + self.state.drafted, current, self.allowed_k, s.tie,
-                          s.confidence)
+                          s.confidence, pseudo=0.0)  # â's drafts already hold its prior (w)
         if found is None:
             return None
         choice = self.choose(table)

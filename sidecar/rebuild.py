@@ -82,7 +82,8 @@ def choose(blend: Blend, T_prof: FloatArray, state: EstimatorState, old: Table |
     confident = choose_confident(blend.T, blend.sigma, a_used, drafts, tie=inputs.tie,
                                  confidence=inputs.confidence, allowed_k=inputs.allowed_k,
                                  cliffs=inputs.cliffs, width=inputs.width,
-                                 replicates=inputs.replicates, measured=inputs.measured)
+                                 replicates=inputs.replicates, measured=inputs.measured,
+                                 pseudo=0.0)  # â's drafts already hold its prior (w)
     if old is None:
         return Choice(confident.table, confident.table, confident.G, a_used, a_raw, [])
     max_b = blend.T.shape[0]

@@ -86,15 +86,24 @@ def draw_step_times(T: Any, sigma: Any, replicates: int, rng: np.random.Generato
 
 
 def draw_acceptance(a: Any, drafted: Any | None, replicates: int,
-                    rng: np.random.Generator) -> FloatArray:
-    """a_r [R, K]: each a_i from Beta(a_i·n_i + 1, (1 - a_i)·n_i + 1), n_i the drafts behind it,
+                    rng: np.random.Generator, pseudo: float = 1.0) -> FloatArray:
+    """a_r [R, K]: each a_i from Beta(a_i·n_i + c, (1 - a_i)·n_i + c), n_i the drafts behind it,
     then made non-increasing (first i accepted implies first i-1 accepted). Without counts,
-    a is taken as exact."""
+    a is taken as exact.
+
+    c = ``pseudo``: 1 for measured counts alone (the tuner's sample prompts: a uniform prior);
+    0 where a and n already hold a prior (the sidecar's â = (w·prior + accepted)/(w + drafted)
+    is the mean of Beta(â·n, (1 - â)·n), n = w + drafted). A second uniform prior there pulls
+    every draw towards 1/2 when n is small: after a switch to acceptance ~0 with a k=0 table
+    (a few exploration drafts, n ≈ 11) the draws had mean 1/13, which at a tie of T made k=3
+    look 14% better and the demo's sidecar pushed k=3 at B=1 under â = 0.0002."""
     a_arr = np.asarray(a, dtype=np.float64)
     if drafted is None:
         return np.repeat(a_arr[None], replicates, axis=0)
     n = np.maximum(np.asarray(drafted, dtype=np.float64), 0)
-    draws = rng.beta(a_arr * n + 1, (1 - a_arr) * n + 1, size=(replicates, a_arr.size))
+    tiny = 1e-9  # Beta needs both parameters > 0: a = 0 or 1 with c = 0 draws (almost) a itself
+    draws = rng.beta(np.maximum(a_arr * n + pseudo, tiny), np.maximum((1 - a_arr) * n + pseudo, tiny),
+                     size=(replicates, a_arr.size))
     out: FloatArray = np.minimum.accumulate(draws, axis=1)
     return out
 
@@ -178,9 +187,10 @@ def choose_confident(T: Any, sigma: Any, a: Any, drafted: Any | None = None, tie
                      confidence: float = 0.9, allowed_k: set[int] | None = None,
                      cliffs: list[Cliff] | None = None, width: int = 4, share: float = 0.125,
                      replicates: int = 200, seed: int = 0,
-                     measured: tuple[tuple[int, int], ...] = ()) -> Confident:
+                     measured: tuple[tuple[int, int], ...] = (), pseudo: float = 1.0) -> Confident:
     """The table for dense step times T[b-1, k] (ms) with log-spread sigma, acceptance a_i
-    (with the drafted counts behind each, if known), splitting only with confidence.
+    (with the drafted counts behind each, if known; ``pseudo``: draw_acceptance), splitting
+    only with confidence.
     ``measured``: stretches of batch sizes, (first, last), whose step times were measured
     directly (the sidecar's live buckets): a narrow range holding one is a finding, not an
     interpolation artefact."""
@@ -193,7 +203,7 @@ def choose_confident(T: Any, sigma: Any, a: Any, drafted: Any | None = None, tie
     goodput(T_arr, a)  # validates shapes and values once, with its messages
     rng = np.random.default_rng(seed)
     G_reps = _replicate_goodput(draw_step_times(T_arr, sigma, replicates, rng),
-                                draw_acceptance(a, drafted, replicates, rng))
+                                draw_acceptance(a, drafted, replicates, rng, pseudo))
     mask = _allowed_mask(T_arr.shape[1], allowed_k)
     ks = _walk(G_reps, mask, tie, confidence)
     G_med = np.median(G_reps, axis=0)
@@ -204,11 +214,11 @@ def choose_confident(T: Any, sigma: Any, a: Any, drafted: Any | None = None, tie
 
 
 def replicates(T: Any, sigma: Any, a: Any, drafted: Any | None = None, replicates: int = 200,
-               seed: int = 0) -> FloatArray:
+               seed: int = 0, pseudo: float = 1.0) -> FloatArray:
     """G_r(B, k) [R, B, K+1]: eq. G under R draws of T (log-normal, sigma) and a (Beta)."""
     rng = np.random.default_rng(seed)
     return _replicate_goodput(draw_step_times(T, sigma, replicates, rng),
-                              draw_acceptance(a, drafted, replicates, rng))
+                              draw_acceptance(a, drafted, replicates, rng, pseudo))
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,12 +261,13 @@ def confident_changes(G_reps: FloatArray, old_ks: Any, new_ks: Any, tie: float =
 
 def better_at(batch_size: int, T_row: Any, sigma_row: Any, a: Any, drafted: Any | None,
               current_k: int, allowed_k: set[int] | None = None, tie: float = 0.005,
-              confidence: float = 0.9, replicates: int = 400, seed: int = 0) -> tuple[int, float] | None:
+              confidence: float = 0.9, replicates: int = 400, seed: int = 0,
+              pseudo: float = 1.0) -> tuple[int, float] | None:
     """At one batch size: (k, lower bound of its gain) when a k beats ``current_k`` beyond the
     tie with confidence, else None. One row of eq. G, cheap enough for every scrape."""
     T1, s1 = np.asarray(T_row, dtype=np.float64)[None], np.asarray(sigma_row, dtype=np.float64)[None]
     rng = np.random.default_rng(seed)
-    taus = np.stack([tau(x) for x in draw_acceptance(a, drafted, replicates, rng)])  # [R, K+1]
+    taus = np.stack([tau(x) for x in draw_acceptance(a, drafted, replicates, rng, pseudo)])  # [R, K+1]
     G = batch_size * taus / draw_step_times(T1, s1, replicates, rng)[:, 0]          # [R, K+1]
     mask = _allowed_mask(G.shape[1], allowed_k)
     best = int(np.argmax(np.where(mask, np.median(G, axis=0), -np.inf)))

@@ -202,3 +202,22 @@ def test_a_push_during_a_trial_is_judged_against_the_last_judged_table() -> None
     v = out[-1]
     assert v is not None and v.rolled_back and v.old_table == first.to_list()
     assert not g.baseline  # the bad table's samples are no bar for the next push
+
+
+def test_acceptance_near_zero_on_few_drafts_does_not_buy_drafts_at_a_tie_of_step_times() -> None:
+    # the demo after its switch to acceptance ~0: a k=0 table, a few exploration drafts (the
+    # prior's weight decayed to nothing), and at B=1 live k=3 steps no slower than k=0 steps,
+    # so T̂(1, 0) = T̂(1, 3) after the projection. A second uniform prior in the Beta draws made
+    # â = 0.0002 on 11 drafts look like 1/13 and pushed k=3 at B=1 "+14% [+1.2%, ...]".
+    state = EstimatorState(prior=np.zeros(3), w=1e-6, accepted=np.array([0.002, 0.0, 0.0]),
+                           drafted=np.array([11.0, 10.6, 4.9]))
+    flat = np.tile(np.array([6.92, 6.92, 6.92, 6.96]), (16, 1))  # the demo profile's B=1 row
+    seen = live({(1, 0): (6.5, 607), (1, 2): (6.4, 97), (1, 3): (5.0, 197)})
+    blend = seen.blend(flat, SIGMA, 100, 0.2)
+    assert blend.T[0, 3] == blend.T[0, 0]  # the tie the projection makes
+    old = Table.from_list([[1, 16, 0]])
+    chosen = choose(blend, flat, state, old, 3, INPUTS)
+    assert chosen.table == old, chosen.changes
+    # the same counts with real acceptance behind them still buy k=3 there
+    state.accepted = np.array([9.0, 8.0, 3.5])
+    assert choose(blend, flat, state, old, 3, INPUTS).table.k_at(1) == 3
