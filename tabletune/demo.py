@@ -79,6 +79,17 @@ def sidecar(profile_path: Path, engine_url: str, admin_url: str, log: Path) -> A
         "--checkpoint", str(log.with_suffix(".state.json"))))
 
 
+def fresh_sidecar_files(out_dir: Path) -> Path:
+    """The sidecar's log path for this run, an earlier run's log and checkpoint moved aside
+    (``*.prev``): the narrator reads the log from its first line, and a checkpoint would start
+    this run's sidecar from where the last one ended (acceptance of its low phase)."""
+    log = out_dir / "sidecar.log"
+    for path in (log, log.with_suffix(".state.json")):
+        if path.exists():
+            path.replace(path.with_name(path.name + ".prev"))
+    return log
+
+
 def new_lines(log: Path, seen: int) -> tuple[list[dict[str, Any]], int]:
     """The sidecar's JSON log lines written since line ``seen``."""
     lines = log.read_text(errors="replace").splitlines() if log.exists() else []
@@ -162,7 +173,7 @@ async def demo(out_dir: Path, seconds: float, load: int) -> int:
         say(f"    vLLM ready at {server.url} after {server.ready_after_s:.0f}s")
         stages.done("vLLM start")
         admin = f"http://127.0.0.1:{admin_port}"
-        log = out_dir / "sidecar.log"
+        log = fresh_sidecar_files(out_dir)
         async with sidecar(out_dir / "profile.json", server.url, admin, log):
             say(f"    sidecar started (log: {log})")
             results = await run_phases(server.url, admin, Narrator(log), vocab_size(paths.target),
