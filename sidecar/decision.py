@@ -73,8 +73,11 @@ class RangeChange(_Record):
     k_new: int
     gain: float          # median predicted goodput change, new k over old
     gain_low: float      # its lower bound at the confidence level
-    kept: bool           # beyond the tie with confidence: part of the pushed table
+    kept: bool           # part of the pushed table: beyond the tie with confidence, or merged
     step_times: list[StepEvidence]
+    # a remnant narrower than the minimum width, merged into its neighbour's k (a near-tie
+    # either way) because the push happened anyway (sidecar/rebuild.py, step 5)
+    merged: bool = False
 
 
 class Decision(_Record):

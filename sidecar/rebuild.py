@@ -14,6 +14,11 @@
    over the engine's k beats the tie at the confidence level (confident_changes); elsewhere the
    engine's k stays, unless that k is no longer allowed (``--allowed-k``, ``--min-k``). A
    rebuild therefore pushes nothing that only reshuffles near-ties.
+5. When a push happens anyway, a range narrower than the minimum width that the engine's table
+   did not have (what is left of an old range where only part changed with confidence) merges
+   into the neighbour whose k does better there (merge_remnants), logged as a ``merged``
+   change: in the demo a guardrail rebuild turned [5, 9] k=3 into k=0 at 6..9 only and pushed
+   [[1,4,2],[5,5,3],[6,16,0]], a range of one batch size split on a near-tie.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import numpy.typing as npt
 from sidecar.decision import RangeChange, StepEvidence
 from sidecar.estimator import EstimatorState, estimate
 from sidecar.step_times import Blend
-from tuner.confidence import choose_confident, confident_changes
+from tuner.confidence import Change, choose_confident, confident_changes, merge_remnants
 from tuner.goodput import Cliff
 from tuner.monotone import nonincreasing
 from tuner.table import Table
@@ -95,12 +100,22 @@ def choose(blend: Blend, T_prof: FloatArray, state: EstimatorState, old: Table |
         ks[banned] = confident.ks[banned]
         found = [dataclasses.replace(c, kept=True) if c.k_old not in inputs.allowed_k else c
                  for c in found]
+    merged: list[Change] = []
+    if any(c.kept for c in found):  # a push happens anyway: no narrow remnant rides along
+        merged_ks = merge_remnants(ks, old_ks, confident.G, inputs.cliffs, inputs.width,
+                                   measured=inputs.measured)
+        # each remnant's own gain over the engine's k (a near-tie: whatever its bound says)
+        _, merged = confident_changes(confident.G_reps, ks, merged_ks, -1.0, inputs.confidence)
+        ks = merged_ks
+    # a change left out that a merge now covers is superseded by the merge's own line
+    found = [c for c in found if c.kept or not any(m.start <= c.end and c.start <= m.end
+                                                   for m in merged)]
     changes = [RangeChange(batch_size_start=c.start, batch_size_end=c.end, k_old=c.k_old,
                            k_new=c.k_new, gain=round(c.gain, 6), gain_low=round(c.gain_low, 6),
-                           kept=c.kept,
+                           kept=c.kept, merged=is_merged,
                            step_times=[_evidence(blend, T_prof, c.start, c.end, k, inputs.prior_steps)
                                        for k in (c.k_old, c.k_new)])
-               for c in found]
+               for c, is_merged in [*((c, False) for c in found), *((c, True) for c in merged)]]
     table = Table.from_dense(ks.tolist())
     # the engine's table may reach past max_num_seqs or carry gaps: keep it as it is if equal
     if table == Table.from_dense(old_ks):

@@ -33,7 +33,8 @@ from tuner.goodput import Cliff, _allowed_mask, goodput, tau
 from tuner.table import Table
 
 __all__ = ["Change", "Confident", "Edge", "RangeGain", "better_at", "choose_confident",
-           "confident_changes", "draw_acceptance", "draw_step_times", "min_width", "replicates"]
+           "confident_changes", "draw_acceptance", "draw_step_times", "merge_remnants", "min_width",
+           "replicates"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -139,24 +140,40 @@ def _cliff_edges(cliffs: list[Cliff]) -> set[int]:
 
 
 def _merge_narrow(ks: IntArray, G_med: FloatArray, cliffs: list[Cliff], width: int,
-                  share: float, measured: tuple[tuple[int, int], ...] = ()) -> IntArray:
+                  share: float, measured: tuple[tuple[int, int], ...] = (),
+                  keep: frozenset[tuple[int, int, int]] = frozenset()) -> IntArray:
     """Merge ranges narrower than min_width into the neighbour whose k does better there,
-    unless a measured cliff lies at one of its edges or it holds a whole measured stretch of
-    batch sizes (``measured``: (first, last) each)."""
+    unless a measured cliff lies at one of its edges, it holds a whole measured stretch of
+    batch sizes (``measured``: (first, last) each) or it is one of ``keep`` ([s, e, k])."""
     ks = ks.copy()
     forced = _cliff_edges(cliffs)
     while True:
         ranges = Table.from_dense(ks.tolist()).to_list()
-        narrow = [(e - s + 1, i) for i, (s, e, _) in enumerate(ranges)
+        narrow = [(e - s + 1, i) for i, (s, e, k) in enumerate(ranges)
                   if e - s + 1 < min_width(s, width, share) and len(ranges) > 1
                   and not ({s - 1, s, e, e + 1} & forced)
-                  and not any(s <= lo and hi <= e for lo, hi in measured)]
+                  and not any(s <= lo and hi <= e for lo, hi in measured)
+                  and (s, e, k) not in keep]
         if not narrow:
             return ks
         _, i = min(narrow)
         s, e, _ = ranges[i]
         neighbours = [ranges[j][2] for j in (i - 1, i + 1) if 0 <= j < len(ranges)]
         ks[s - 1:e] = max(neighbours, key=lambda k: float(G_med[s - 1:e, k].sum()))
+
+
+def merge_remnants(ks: Any, old_ks: Any, G_med: FloatArray, cliffs: list[Cliff] | None = None,
+                   width: int = 4, share: float = 0.125,
+                   measured: tuple[tuple[int, int], ...] = ()) -> IntArray:
+    """After confident_changes: a range narrower than min_width that the old table did not
+    have is what is left of an old range where only part changed with confidence; there the
+    old k and its neighbours are a near-tie, so it goes to the neighbour whose k does better,
+    as the width rule would merge it. The old table's own ranges stay as they were (a narrow
+    one there is the operator's, or a measurement's)."""
+    old = np.asarray(old_ks, dtype=np.int64)
+    keep = frozenset((s, e, k) for s, e, k in Table.from_dense(old.tolist()).to_list())
+    return _merge_narrow(np.asarray(ks, dtype=np.int64), G_med, cliffs or [], width, share,
+                         measured, keep)
 
 
 def _edges(ks: IntArray, G_reps: FloatArray) -> list[Edge]:

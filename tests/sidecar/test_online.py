@@ -221,3 +221,27 @@ def test_acceptance_near_zero_on_few_drafts_does_not_buy_drafts_at_a_tie_of_step
     # the same counts with real acceptance behind them still buy k=3 there
     state.accepted = np.array([9.0, 8.0, 3.5])
     assert choose(blend, flat, state, old, 3, INPUTS).table.k_at(1) == 3
+
+
+def test_a_push_leaves_no_narrow_remnant_of_a_range_it_changed_only_in_part() -> None:
+    # the demo's guardrail rebuild: old [[1,4,2],[5,9,3],[10,16,0]]; k=0 now beats k=3 with
+    # confidence from B=6, while at B=5 every k is a tie: only 6..9 changed with confidence,
+    # and without the merge it pushed [[1,4,2],[5,5,3],[6,16,0]]
+    T = np.array([[10.0, 10.0, 7.2, 11.5]] * 4 + [[10.0, 12.0, 14.0, 16.0]]
+                 + [[10.0, 14.0, 16.0, 19.0]] * 11)
+    state = EstimatorState(prior=np.array([0.2, 0.2, 0.2]), w=1e5)
+    old = Table.from_list([[1, 4, 2], [5, 9, 3], [10, 16, 0]])
+    chosen = choose(LiveStepTimes().blend(T, SIGMA, 100, 0.2), T, state, old, 3, INPUTS)
+    # B=5 goes to a neighbour's k (a tie: either), the confident change stands
+    assert chosen.table.to_list() in ([[1, 5, 2], [6, 16, 0]], [[1, 4, 2], [5, 16, 0]])
+    (merged,) = [c for c in chosen.changes if c.merged]
+    assert (merged.batch_size_start, merged.batch_size_end, merged.k_old) == (5, 5, 3)
+    assert merged.k_new == chosen.table.k_at(5)
+    assert merged.kept and merged.gain_low <= INPUTS.tie  # a near-tie, part of the push
+    (confident,) = [c for c in chosen.changes if not c.merged]
+    assert (confident.batch_size_start, confident.batch_size_end, confident.k_new) == (6, 9, 0)
+    assert confident.gain_low > INPUTS.tie
+    # with nothing else to push, the same near-tie alone changes nothing
+    calm = Table.from_list([[1, 4, 2], [5, 5, 3], [6, 16, 0]])
+    again = choose(LiveStepTimes().blend(T, SIGMA, 100, 0.2), T, state, calm, 3, INPUTS)
+    assert again.table == calm and not any(c.merged for c in again.changes)

@@ -100,3 +100,14 @@ def test_changes_against_the_table_in_force_keep_only_confident_gains() -> None:
     G_tie = replicates(T_tie, np.full(T.shape, 0.05), A, [10_000] * 3)
     ks, changes = confident_changes(G_tie, [3] * 16 + [3] * 16, [3] * 16 + [2] * 16)
     assert ks.tolist() == [3] * 32 and [ch.kept for ch in changes] == [False]
+
+
+def test_merge_remnants_merges_new_narrow_ranges_and_keeps_the_old_tables_own() -> None:
+    from tuner.confidence import merge_remnants
+
+    G = np.ones((16, 4))
+    G[:, 0] = 2.0  # k=0 does better wherever a merge must pick a neighbour
+    old = [3] * 1 + [1] * 15            # the operator's own 1-wide range at B=1
+    ks = [3] + [1] * 5 + [2] + [0] * 9  # a push left [7, 7] k=2 behind
+    out = merge_remnants(ks, old, G)
+    assert out.tolist() == [3] + [1] * 5 + [0] * 10
