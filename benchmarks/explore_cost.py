@@ -5,11 +5,11 @@ with exploration off and one per exploration rate in ``--rates`` (``explore_ever
 each with ``--explore-run`` steps a run at another allowed k, the k's taking turns), the order
 rotating from block to block; throughput from the engine's counters (benchmarks/window.py).
 
-Why several rates: the default (150/3, about 2% of steps) costs at most a few tenths of a
-percent, while one CPU window varies by ±5-10%, so a direct ratio at the default would need
-hundreds of blocks to resolve 1%. An explored step costs what it costs however often it comes,
-so the loss is linear in the share of steps explored, and a rate explored 10-15x as often
-shows the same cost 10-15x larger, well above the noise. Per block, the loss 1 - tps/off of
+Why several rates: the default (150/3) explores 1.3-1.5% of steps, while one 4 s CPU window
+varies by a CV of 5-9% (benchmarks/results/cpu-tiny-online, the direct run), so a direct ratio
+at the default would need hundreds of blocks to resolve 1%. An explored step costs what it
+costs however often it comes, so the loss is linear in the share of steps explored, and a
+rate explored 7.5-15x as often shows the same cost that much larger, above the noise. Per block, the loss 1 - tps/off of
 each rate against its measured share s (explored steps over engine steps in its window) gives
 a slope through the origin (least squares, ``cost_slope``); its median over blocks, with a 95%
 bootstrap interval, times the default's share is the default's cost. The per-rate slopes are
