@@ -20,8 +20,11 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from benchmarks.stats import Analysis, is_fixed, twin
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,12 @@ def block_order(policies: Sequence[str], rng: random.Random) -> list[str]:
     order = list(policies)
     rng.shuffle(order)
     return order
+
+
+def rotated(items: Sequence[T], shift: int) -> list[T]:
+    """``items`` rotated left by ``shift``: over consecutive shifts each item leads in turn."""
+    i = shift % len(items)
+    return [*items[i:], *items[:i]]
 
 
 def pair_order(policy: str, pair_ref: str, round_: int) -> list[str]:

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.design import rotated
 from benchmarks.engines import TOKEN, admin_client
 from benchmarks.switch import interval
 from benchmarks.window import measure, settle
@@ -49,12 +50,6 @@ def cost_slope(off_tps: float, arms: Sequence[tuple[float, float]]) -> float | N
     num = sum((1.0 - tps / off_tps) * share for tps, share in arms)
     den = sum(share * share for _, share in arms)
     return num / den if den > 0 else None
-
-
-def order(arms: Sequence[int], block: int) -> list[int]:
-    """The block's window order: the arms rotated by the block's index."""
-    shift = block % len(arms)
-    return list(arms[shift:]) + list(arms[:shift])
 
 
 def summarize(rows: list[dict[str, Any]], rates: Sequence[int]) -> dict[str, Any]:
@@ -103,7 +98,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 await asyncio.sleep(2.0)
                 for b in range(args.blocks):
                     got: dict[int, dict[str, Any]] = {}
-                    for every in order([0, *args.rates], b):
+                    for every in rotated([0, *args.rates], b):
                         await admin.put_policy(explore_every=every, explore_run=args.explore_run)
                         s0 = await admin.get_stats()
                         await settle(admin, s0.table_version, 8, time.monotonic(), exact=False)

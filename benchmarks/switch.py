@@ -37,6 +37,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
+from benchmarks.design import rotated
 from benchmarks.engines import TOKEN, admin_client
 from benchmarks.stateful import sidecar
 from benchmarks.window import measure, swap
@@ -140,11 +141,6 @@ async def arm(url: str, engine: EngineClient, admin: EngineClient, requests: lis
 ARMS = ("stale", "best", "sidecar")
 
 
-def arm_order(cycle: int) -> list[str]:
-    """The three arms, rotated by cycle, so none always runs first (after the gap blocks)."""
-    return [ARMS[(cycle + i) % len(ARMS)] for i in range(len(ARMS))]
-
-
 def recovery(arms: dict[str, dict[str, Any]]) -> float | None:
     """(sidecar - stale) / (best - stale) over the first 30 s of each arm; None without a gap."""
     st, bt, sc = (arms[a]["mean_30s"] for a in ("stale", "best", "sidecar"))
@@ -196,10 +192,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         side = functools.partial(sidecar, Path(args.profile), out / "logs", server.url,
                                  admin.admin_url, tuple(args.sidecar_arg or ()))
         for i in range(args.cycles):
+            order = rotated(ARMS, i)  # none of the arms always runs first (after the gap blocks)
             arms = {w: await arm(server.url, engine, admin, requests, n, temps, (table_a, table_b),
                                  w, side, args.adapt_s, args.follow_s, args.window_s, seed=10 * i)
-                    for w in arm_order(i)}
-            cycles.append({"order": arm_order(i), "arms": arms,
+                    for w in order}
+            cycles.append({"order": order, "arms": arms,
                            "seconds_to_right_table": arms["sidecar"]["seconds_to_right_table"],
                            "recovery_30s": recovery(arms)})
             print(f"cycle {i + 1}/{args.cycles}: right table after "

@@ -1,5 +1,5 @@
-"""The exploration-cost bench's arithmetic (pure): the slope through the origin, the rotating
-order and the scaled cost at the default rate."""
+"""The exploration-cost bench's arithmetic (pure): the slope through the origin and the scaled
+cost at the default rate (its rotating order: tests/benchmarks/test_switch.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from benchmarks.explore_cost import cost_slope, order, rates_arg, summarize
+from benchmarks.explore_cost import cost_slope, rates_arg, summarize
 
 
 def test_the_slope_recovers_a_linear_loss_and_ignores_windows_that_explored_nothing() -> None:
@@ -16,13 +16,6 @@ def test_the_slope_recovers_a_linear_loss_and_ignores_windows_that_explored_noth
     assert cost_slope(100.0, [(90.0, 0.0)]) is None  # no explored step: no evidence
     # a faster window gives a negative slope: noise is kept, not clipped
     assert cost_slope(100.0, [(102.0, 0.2)]) == pytest.approx(-0.1)
-
-
-def test_every_arm_leads_a_block_in_turn() -> None:
-    arms = [0, 150, 20, 10]
-    firsts = [order(arms, b)[0] for b in range(8)]
-    assert firsts == [0, 150, 20, 10, 0, 150, 20, 10]
-    assert all(sorted(order(arms, b)) == sorted(arms) for b in range(8))
 
 
 def block(off: float, loss_per_share: float, shares: dict[int, float]) -> dict[str, object]:

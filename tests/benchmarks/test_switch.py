@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from benchmarks.switch import ARMS, arm_order, recovery
+from benchmarks.design import rotated
+from benchmarks.switch import ARMS, recovery
 
 
 def test_each_arm_runs_first_in_turn() -> None:
-    assert [arm_order(i)[0] for i in range(3)] == list(ARMS)
-    assert all(sorted(arm_order(i)) == sorted(ARMS) for i in range(5))
+    assert [rotated(ARMS, i)[0] for i in range(3)] == list(ARMS)
+    assert all(sorted(rotated(ARMS, i)) == sorted(ARMS) for i in range(5))
+    arms = [0, 150, 20, 10]  # the exploration-cost bench's four windows
+    assert [rotated(arms, b)[0] for b in range(8)] == arms + arms
 
 
 def test_recovery_is_the_sidecars_share_of_its_own_cycles_gap() -> None:
