@@ -104,18 +104,21 @@ def choose(blend: Blend, T_prof: FloatArray, state: EstimatorState, old: Table |
     if any(c.kept for c in found):  # a push happens anyway: no narrow remnant rides along
         merged_ks = merge_remnants(ks, old_ks, confident.G, inputs.cliffs, inputs.width,
                                    measured=inputs.measured)
-        # each remnant's own gain over the engine's k (a near-tie: whatever its bound says)
+        # each remnant's own gain over the engine's k (ks there is still the engine's k), every
+        # run listed: a tie of -1 keeps them all, whatever their bound says (a near-tie)
         _, merged = confident_changes(confident.G_reps, ks, merged_ks, -1.0, inputs.confidence)
         ks = merged_ks
     # a change left out that a merge now covers is superseded by the merge's own line
     found = [c for c in found if c.kept or not any(m.start <= c.end and c.start <= m.end
                                                    for m in merged)]
-    changes = [RangeChange(batch_size_start=c.start, batch_size_end=c.end, k_old=c.k_old,
+    def line(c: Change, is_merged: bool) -> RangeChange:
+        return RangeChange(batch_size_start=c.start, batch_size_end=c.end, k_old=c.k_old,
                            k_new=c.k_new, gain=round(c.gain, 6), gain_low=round(c.gain_low, 6),
                            kept=c.kept, merged=is_merged,
                            step_times=[_evidence(blend, T_prof, c.start, c.end, k, inputs.prior_steps)
                                        for k in (c.k_old, c.k_new)])
-               for c, is_merged in [*((c, False) for c in found), *((c, True) for c in merged)]]
+
+    changes = [line(c, False) for c in found] + [line(c, True) for c in merged]
     table = Table.from_dense(ks.tolist())
     # the engine's table may reach past max_num_seqs or carry gaps: keep it as it is if equal
     if table == Table.from_dense(old_ks):
