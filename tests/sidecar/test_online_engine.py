@@ -108,8 +108,10 @@ async def test_live_step_times_correct_a_profile_that_is_wrong(engine: Engine, t
     assert used[1]["live_steps"] > 0 and used[3]["live_steps"] > 0, change
     used_ratio = used[3]["used_ms"] / used[1]["used_ms"]
     assert used_ratio < 0.5 * used[3]["profile_ms"] / used[1]["profile_ms"], change
-    # and /v1/state shows the live against the profile's step times: k=3 far cheaper than said
-    assert any(c["batch_size"] == 2 and c["k"] == 3 and c["ratio"] < 0.5 for c in state["drift"]), state["drift"]
+    # and /v1/state shows the live against the profile's step times: k=3 far cheaper than said,
+    # next to k=1 (a ratio of ratios: a loaded box slows both alike)
+    drift = {c["k"]: c["ratio"] for c in state["drift"] if c["batch_size"] == 2}
+    assert 1 in drift and 3 in drift and drift[3] < 0.5 * drift[1], state["drift"]
 
 
 async def test_a_push_that_loses_live_goodput_is_rolled_back(engine: Engine, tmp_path: Path) -> None:
