@@ -39,7 +39,7 @@ from sidecar import checkpoint, compat, interval
 from sidecar.change import MIN_CHANGE_DRAFTS, RecentWindow, acceptance_change, step_time_changes
 from sidecar.decision import BIAS_NOTE, Decision, DriftCell, Outcome, Source, range_gains
 from sidecar.engine_table import EngineTable
-from sidecar.estimator import decay_prior, halve_live, observe
+from sidecar.estimator import DRAW_PSEUDO, decay_prior, halve_live, observe
 from sidecar.guardrail import Guardrail, Sample, Verdict
 from sidecar.logs import Conditions
 from sidecar.rebuild import Choice, Inputs, choose, projected
@@ -379,7 +379,7 @@ class Controller:
         s = self.settings
         found = better_at(B, blend.T[B - 1], blend.sigma[B - 1], a_used,
                           self.state.w + self.state.drafted, current, self.allowed_k, s.tie,
-                          s.confidence, pseudo=0.0)  # â's drafts already hold its prior (w)
+                          s.confidence, pseudo=DRAW_PSEUDO)
         if found is None:
             return None
         choice = self.choose(table)

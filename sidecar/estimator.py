@@ -23,7 +23,12 @@ import numpy.typing as npt
 
 from tuner.errors import InvalidInput
 
-__all__ = ["EstimatorState", "decay_prior", "estimate", "halve_live", "observe"]
+__all__ = ["DRAW_PSEUDO", "EstimatorState", "decay_prior", "estimate", "halve_live", "observe"]
+
+# â's uncertainty for the confidence rule is Beta(â·n, (1 - â)·n), n = w + drafted: the prior
+# is already in â and n, so the draws add no pseudo-counts of their own
+# (tuner/confidence.draw_acceptance, ``pseudo``)
+DRAW_PSEUDO = 0.0
 
 FloatArray = npt.NDArray[np.float64]
 

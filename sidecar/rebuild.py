@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sidecar.decision import RangeChange, StepEvidence
-from sidecar.estimator import EstimatorState, estimate
+from sidecar.estimator import DRAW_PSEUDO, EstimatorState, estimate
 from sidecar.step_times import Blend
 from tuner.confidence import Change, choose_confident, confident_changes, merge_remnants
 from tuner.goodput import Cliff
@@ -88,7 +88,7 @@ def choose(blend: Blend, T_prof: FloatArray, state: EstimatorState, old: Table |
                                  confidence=inputs.confidence, allowed_k=inputs.allowed_k,
                                  cliffs=inputs.cliffs, width=inputs.width,
                                  replicates=inputs.replicates, measured=inputs.measured,
-                                 pseudo=0.0)  # â's drafts already hold its prior (w)
+                                 pseudo=DRAW_PSEUDO)
     if old is None:
         return Choice(confident.table, confident.table, confident.G, a_used, a_raw, [])
     max_b = blend.T.shape[0]
