@@ -1,6 +1,6 @@
 """One window on a running load: settle after a swap, then count with the engine's clock.
 
-Settle (/shared/MEASUREMENT.md, rule 3): after a table is pushed, wait until the plugin's stats
+Settle (docs/measurement.md, rule 3): after a table is pushed, wait until the plugin's stats
 report that table's version and at least `settle_steps` engine steps ran since the push (the
 step in flight at the push may still have used the old table, and the step after a change of
 k verifies the old k's drafts): not a fixed sleep, so a slow step or a host stall cannot leave
