@@ -175,12 +175,18 @@ def holm(p: Array, alpha: float) -> tuple[Array, Array]:
     return np.where(inside, adj, np.nan), np.where(inside, level, alpha)
 
 
-def interval(e: LogRatio, alpha: Array | float) -> tuple[Array, Array, Array]:
-    """(ratio, low, high): exp of the mean and of its two-sided (1 - alpha) t-interval."""
+def bounds(e: LogRatio, alpha: Array | float) -> tuple[Array, Array, Array]:
+    """(mean, low, high): the mean and its two-sided (1 - alpha) t-interval, in e's unit."""
     with np.errstate(all="ignore"):
         half = t_ppf(1 - np.asarray(alpha) / 2, np.maximum(e.df, 1)) * e.se
     half = np.where(e.se == 0, 0.0, half)
-    return np.exp(e.mean), np.exp(e.mean - half), np.exp(e.mean + half)
+    return e.mean, e.mean - half, e.mean + half
+
+
+def interval(e: LogRatio, alpha: Array | float) -> tuple[Array, Array, Array]:
+    """(ratio, low, high): exp of the mean log ratio and of its (1 - alpha) t-interval."""
+    mid, low, high = bounds(e, alpha)
+    return np.exp(mid), np.exp(low), np.exp(high)
 
 
 # -- the honest reference ----------------------------------------------------------------------
