@@ -6,7 +6,7 @@ import statistics
 from typing import Any
 
 from benchmarks.cells import Window
-from benchmarks.stats import Analysis, Comparison
+from benchmarks.stats import Analysis, Comparison, policy_key
 from benchmarks.summary import dropped_reasons, fmt, steps_json, word
 
 
@@ -115,7 +115,7 @@ def _dropped_lines(windows: list[Window]) -> list[str]:
 
 def markdown(windows: list[Window], a: Analysis, title: str, facts: list[str],
              design: dict[str, Any]) -> str:
-    policies = list(dict.fromkeys(p for p, _ in a.comparisons))
+    policies = sorted(dict.fromkeys(p for p, _ in a.comparisons), key=policy_key)
     refs = ", ".join(f"N={n}: {p}" for n, p in a.references.items())
     t = a.settings.threshold
     out = [f"# {title}", "", *facts, "", *_design_lines(design, a), "", *_family_lines(a), "",
