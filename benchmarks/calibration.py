@@ -99,8 +99,8 @@ def verdicts(tables: dict[int, np.ndarray], paired: dict[tuple[str, int], np.nda
     raw: dict[Key, LogRatio] = {}
     is_ref: dict[Key, np.ndarray] = {}
     for n, Y in tables.items():
-        est, mine = load_family(Y, list(shape.tables), n, shape.head_to_head)
-        raw |= est
+        per_load, mine = load_family(Y, list(shape.tables), n, shape.head_to_head)
+        raw |= per_load
         is_ref |= mine
         for p in shape.paired:
             raw[("ref", p, n)] = chained(paired[(p, n)], raw[("ref", shape.pair_ref, n)])

@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 Array = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 _NORMAL = NormalDist()
 MIN_BLOCKS = 4   # fewest blocks for a verdict: two per cross-fitting half (see crossfit_refs)
 
@@ -84,8 +85,9 @@ def t_sf(t: Array, df: Array) -> Array:
 
 def t_pdf(t: Array, df: Array) -> Array:
     """Density of Student's t."""
-    return np.exp(_lgamma((df + 1) / 2) - _lgamma(df / 2) - 0.5 * np.log(df * np.pi)
-                  - (df + 1) / 2 * np.log1p(t * t / df))
+    out: Array = np.exp(_lgamma((df + 1) / 2) - _lgamma(df / 2) - 0.5 * np.log(df * np.pi)
+                        - (df + 1) / 2 * np.log1p(t * t / df))
+    return out
 
 
 def t_ppf(q: Array, df: Array) -> Array:
@@ -103,7 +105,8 @@ def t_ppf(q: Array, df: Array) -> Array:
             u = u + np.clip(step, -1.0, 1.0)
             if np.all(np.abs(step) < 1e-12):
                 break
-    return np.exp(u)
+    out: Array = np.exp(u)
+    return out
 
 
 # -- estimates ---------------------------------------------------------------------------------
@@ -190,7 +193,7 @@ def interval(e: LogRatio, alpha: Array | float) -> tuple[Array, Array, Array]:
 
 
 # -- the honest reference ----------------------------------------------------------------------
-def crossfit_refs(Y: Array, fixed: list[int], anchor: int) -> Array:
+def crossfit_refs(Y: Array, fixed: list[int], anchor: int) -> IntArray:
     """Per block, the column of the reference it is compared with: the fixed k with the highest
     mean log ratio to ``anchor``, chosen on the *other* half of the blocks (even/odd in the order
     they ran). Chosen on the same blocks, the max of noisy fixed k's leans high and every policy
@@ -212,8 +215,9 @@ def crossfit_refs(Y: Array, fixed: list[int], anchor: int) -> Array:
     return refs
 
 
-def log_ratios_to(Y: Array, refs: Array) -> Array:
+def log_ratios_to(Y: Array, refs: IntArray) -> Array:
     """d[..., b, p] = Y[..., b, p] - Y[..., b, refs[..., b]]: each window against its block's
     reference."""
     ref = np.take_along_axis(Y, refs[..., None], axis=-1)
-    return Y - ref
+    out: Array = Y - ref
+    return out

@@ -95,11 +95,12 @@ def _steps_lines(windows: list[Window], a: Analysis, policies: list[str]) -> lis
     for p in policies:
         cells = []
         for n in a.loads:
-            ws = [w for w in windows if w.policy == p and w.load == n and w.step_ms is not None
-                  and w.tokens_per_step is not None and w.steps is not None]
-            cells.append(f"{statistics.median(w.step_ms for w in ws):.1f} ms, "  # type: ignore[misc]
-                         f"{statistics.median(w.tokens_per_step for w in ws):.0f} tok, "  # type: ignore[misc]
-                         f"{statistics.median(w.steps for w in ws):.0f} steps" if ws else "")  # type: ignore[misc]
+            got = [(w.step_ms, w.tokens_per_step, w.steps) for w in windows
+                   if w.policy == p and w.load == n and w.step_ms is not None
+                   and w.tokens_per_step is not None and w.steps is not None]
+            ms, tok, steps = ([float(x[i] or 0) for x in got] for i in range(3))
+            cells.append(f"{statistics.median(ms):.1f} ms, {statistics.median(tok):.0f} tok, "
+                         f"{statistics.median(steps):.0f} steps" if got else "")
         if any(cells):
             lines.append(f"| {p} | " + " | ".join(cells) + " |")
     return lines

@@ -227,10 +227,11 @@ def analyze(windows: Sequence[Window], s: Settings = Settings(),
                        else twin(k[1]) or "") for k in est}
         for (m, grp), pg in groups.items():
             pair_ref = next((p for p in pg.policies if p != grp), None)
-            if m == n and grp != TABLES and grp in pg.policies and ("ref", pair_ref, n) in raw:
-                Yp = pg.Y[:, [pg.policies.index(grp), pg.policies.index(pair_ref)]]  # type: ignore[arg-type]
-                raw[("ref", grp, n)] = chained(Yp, raw[("ref", pair_ref, n)])  # type: ignore[index]
-                is_ref[("ref", grp, n)] = np.bool_(False)
+            if (m == n and grp != TABLES and grp in pg.policies and pair_ref is not None
+                    and ("ref", pair_ref, n) in raw):
+                Yp = np.stack([pg.col(grp), pg.col(pair_ref)], axis=-1)
+                raw[("ref", grp, n)] = chained(Yp, raw[("ref", pair_ref, n)])
+                is_ref[("ref", grp, n)] = np.asarray(False)
                 versus[("ref", grp, n)] = f"{pair_ref}→{refs[n]}"
     return _decide(raw, is_ref, versus, refs, loads, groups, medians, s, windows)
 
@@ -253,8 +254,9 @@ def _aa_sd(groups: dict[tuple[int, str], _Group]) -> float | None:
     sds = []
     for (n, grp), g in groups.items():
         for p in g.policies:
-            if grp == TABLES and (base := twin(p)) in g.policies:
-                d = g.col(p) - g.col(base)  # type: ignore[arg-type]
+            base = twin(p)
+            if grp == TABLES and base is not None and base in g.policies:
+                d = g.col(p) - g.col(base)
                 d = d[~np.isnan(d)]
                 if d.size > 1:
                     sds.append(float(np.std(d, ddof=1)))
