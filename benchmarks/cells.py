@@ -42,17 +42,20 @@ class Window:
     requests_per_step: float | None = None
     tokens_per_step: float | None = None
     table: str = "[]"                   # JSON of the engine's table at the window's end
+    dropped: str = ""                   # why the analysis leaves it out ("": it counts)
 
 
 _INT = {"block", "round", "load", "position", "client_completed", "table_changes",
         "settle_steps", "table_version", "steps"}
-_STR = {"group", "policy", "table"}
+_STR = {"group", "policy", "table", "dropped"}
 
 
 def counted(w: Window) -> bool:
-    """Whether a window's engine count can be right (tuner/step_clock.implausible): windows
-    an older bench recorded before it measured such windows again are left out of the analysis,
-    never averaged into an interval."""
+    """Whether the analysis uses a window: not marked `dropped` when it was measured, and its
+    engine count can be right (tuner/step_clock.implausible; an older bench recorded such
+    windows unchecked). A window left out is never averaged into an interval."""
+    if w.dropped:
+        return False
     steps = (StepLoad(w.steps, w.step_ms, w.requests_per_step or 0.0, w.tokens_per_step)
              if w.steps is not None and w.tokens_per_step is not None else None)
     return w.tokens_per_s > 0 and implausible(w.tokens_per_s * w.window_s, steps) is None

@@ -19,7 +19,7 @@ from tuner.profile import Profile, load
 from tuner.workload import Workload
 from tuner.prompts import random_tokens, repetitive
 
-HELP = "every policy on one engine in paired blocks, with intervals, until it can tell"
+HELP = "every policy on one engine in paired blocks, with family-wise corrected intervals"
 
 
 def request_shape(args: argparse.Namespace, workload: Workload | None) -> tuple[int, int]:
@@ -55,6 +55,19 @@ def head_to_head(raw: str, policies: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
+def planned_design(args: argparse.Namespace, policies: list[str], num_loads: int) -> dict[str, Any]:
+    """The fixed design from the flags, before the run (benchmarks/design.py): --blocks if
+    given, else the blocks that find --effect with --power at the A/A noise --noise-cv."""
+    from benchmarks.design import design, family_size, sd_log_ratio
+
+    pairs = len(head_to_head(args.versus, policies))
+    try:
+        return design(sd_log_ratio(args.noise_cv), args.effect, args.threshold, 1 - args.confidence,
+                      family_size(num_loads, policies, pairs), args.power, args.blocks)
+    except ValueError as exc:
+        raise InvalidInput(f"--effect={args.effect}: {exc}") from None
+
+
 def config(args: argparse.Namespace, profile: Profile, shape: tuple[int, int]) -> Any:
     from benchmarks.cells import read_windows
     from benchmarks.engines import max_model_len
@@ -71,21 +84,22 @@ def config(args: argparse.Namespace, profile: Profile, shape: tuple[int, int]) -
     long = make(64, vocab_size(model), length=longest_prompt(args.workload_mix, prompt_tokens, max_len),
                 seed=7)
     policies = with_aa(expand(args.policies, profile.K), profile.K)
+    loads = flags.ints(args.loads, "--loads") if args.loads else default_loads(profile.engine.max_num_seqs)
     earlier = Path(args.out) / "cells.csv"
     resume = read_windows(earlier) if args.resume and earlier.exists() else []
     try:
         return BenchConfig(
             profile=profile, profile_path=Path(args.profile), model=model,
             drafter=Path(args.drafter) if args.drafter else None,
-            loads=flags.ints(args.loads, "--loads") if args.loads else default_loads(
-                profile.engine.max_num_seqs),
+            loads=loads,
             policies=policies,
             requests=requests(args.workload_mix, long, prompt_tokens, max_tokens, max_len, seed=args.seed),
             window_s=args.window_s, warmup_s=args.warmup_s, prime_s=args.prime_s,
             settle_steps=args.settle_steps, temperature=args.temperature,
             emulate=flags.replay(args, profile.K), extra_args=extra, out=Path(args.out),
-            budget_s=args.budget_s, min_blocks=args.min_blocks, max_blocks=args.max_blocks,
-            stats=Settings(args.threshold, args.ci_target, args.confidence, args.n_boot, args.seed),
+            budget_s=args.budget_s, design=(plan := planned_design(args, policies, len(loads))),
+            blocks=plan["planned_blocks"],
+            min_steps=args.min_steps, stats=Settings(args.threshold, args.confidence),
             seed=args.seed, pair_ref=(args.pair_ref or "").replace("fixed-kK", f"fixed-k{profile.K}"),
             head_to_head=head_to_head(args.versus, policies), converge_s=args.converge_s,
             learn_s=args.learn_s, resume=resume)
@@ -113,7 +127,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         "workload_mix": args.workload_mix, "prompts": args.prompts, "temperature": args.temperature,
         "prompt_tokens": shape[0], "max_tokens": shape[1], "seed": args.seed,
         "loads": cfg.loads, "policies": cfg.policies, "pair_reference": cfg.reference,
-        "window_s": cfg.window_s, "settle_steps": cfg.settle_steps, "budget_s": cfg.budget_s}
+        "window_s": cfg.window_s, "min_steps": cfg.min_steps, "settle_steps": cfg.settle_steps,
+        "budget_s": cfg.budget_s,
+        "design": cfg.design}
     t0 = time.time()
 
     def on_round(windows: list[Any], info: RunInfo) -> None:
@@ -168,7 +184,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="runs/bench")
     p.add_argument("--resume", action="store_true",
                    help="go on from the windows in OUT/cells.csv if there are any (an earlier "
-                        "call's blocks stay valid pairs; its rounds count towards --min-blocks)")
+                        "call's blocks stay valid pairs; its rounds count towards --blocks)")
     p.set_defaults(func=cmd_bench)
 
 
@@ -182,15 +198,22 @@ def _measuring(p: argparse.ArgumentParser) -> None:
                    help="engine steps on a swapped table before its window starts")
     p.add_argument("--budget-s", type=float, default=1800.0,
                    help="wall-clock budget: no block starts that would end after it")
-    p.add_argument("--min-blocks", type=int, default=5, help="rounds that measure everything")
-    p.add_argument("--max-blocks", type=int, default=1000, help="at most this many rounds")
+    p.add_argument("--blocks", type=int, default=None,
+                   help="blocks per load, fixed before the run (default: from --noise-cv, "
+                        "--effect and --power)")
+    p.add_argument("--noise-cv", type=float, default=0.05,
+                   help="one window's coefficient of variation, from an earlier A/A "
+                        "(summary.json aa_sd_log / 1.41); plans --blocks")
+    p.add_argument("--effect", type=float, default=0.05,
+                   help="smallest difference worth finding (plans --blocks)")
+    p.add_argument("--power", type=float, default=0.8, help="chance to find --effect (plans --blocks)")
+    p.add_argument("--min-steps", type=int, default=50,
+                   help="engine steps a window must hold: it runs on past --window-s until then")
     p.add_argument("--threshold", type=float, default=0.01,
                    help="smallest difference that counts (whole interval beyond it)")
-    p.add_argument("--ci-target", type=float, default=0.02,
-                   help="an interval this narrow (half-width) resolves an indistinguishable verdict")
-    p.add_argument("--confidence", type=float, default=0.95)
-    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates")
-    p.add_argument("--seed", type=int, default=0, help="block orders, load arrivals and the bootstrap")
+    p.add_argument("--confidence", type=float, default=0.95,
+                   help="1 - the family-wise error rate of the run's verdicts (Holm)")
+    p.add_argument("--seed", type=int, default=0, help="block orders and load arrivals")
     p.add_argument("--pair-ref", default=None,
                    help="the fixed k paired with non-table policies (default: fixed-kK)")
     p.add_argument("--versus", default="tuned:documented,tuned:quarter",

@@ -1,28 +1,30 @@
-"""The bench's block design (pure): what the next round measures, and in which order.
+"""The bench's block design (pure): how many blocks, what each round measures, in which order.
 
-A *round* passes over the loads still open, in a fresh random order. At a load it runs one
-table block (the table policies still needed, each once, in a fresh random order) and one
-paired block per non-table policy still needed (that policy and the pair reference, in an
-order alternating with the round). Every order comes from one seeded generator and is recorded
-in cells.csv (`position`).
+Fixed design: the number of blocks per load is chosen before the run and every round measures
+every policy at every load once, so the error rates of benchmarks/stats.py hold as stated (an
+adaptive loop that adds rounds until the intervals resolve tripled the false-verdict rate,
+docs/measurement.md). The number comes from the noise an A/A showed and the smallest effect
+worth finding (``blocks_needed``); a run the budget cuts short keeps its verdicts valid (the stop
+did not look at the data) and loses only power; summary.json shows planned and achieved blocks.
 
-Adaptive sampling: the first `min_blocks` rounds measure everything. After that a load stays
-open while a comparison there is unresolved (benchmarks/stats.py); in its table block it keeps
-the policies with an unresolved comparison, the fixed k's that may still be the reference (all
-but those already "worse"), the A/A pair (the noise floor is measured on the same blocks as
-what it qualifies) and, when a paired policy is open and its pair reference is not the
-reference, that k (the chained factor). A policy whose verdicts are all settled stops costing
-windows; its interval keeps the blocks it had.
+A *round* passes over the loads in a fresh random order. At a load it runs one table block
+(every table policy once, in a fresh random order) and one paired block per non-table policy
+(that policy and the pair reference, in an order alternating with the round). Every order
+comes from one seeded generator and is recorded in cells.csv (`position`).
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from statistics import NormalDist
+from typing import Any, TypeVar
 
-from benchmarks.stats import Analysis, is_fixed, twin
+import numpy as np
+
+from benchmarks.inference import MIN_BLOCKS, t_ppf
 
 T = TypeVar("T")
 
@@ -40,36 +42,58 @@ def full_plan(loads: Sequence[int], tables: Sequence[str], paired: Sequence[str]
     return {n: LoadPlan(list(tables), list(paired)) for n in loads}
 
 
-def plan(a: Analysis, loads: Sequence[int], tables: Sequence[str], paired: Sequence[str],
-         pair_ref: str) -> dict[int, LoadPlan]:
-    """The next round's blocks: only open loads, only the policies they still need."""
-    out: dict[int, LoadPlan] = {}
-    for n in loads:
-        p = plan_load(a, n, tables, paired, pair_ref)
-        if not p.is_empty():
-            out[n] = p
-    return out
+def sd_log_ratio(cv: float) -> float:
+    """Spread of one block's log ratio of two windows, each log-normal with coefficient of
+    variation ``cv``: both windows are noisy, so √2 times a window's σ."""
+    return math.sqrt(2 * math.log1p(cv * cv))
 
 
-def plan_load(a: Analysis, n: int, tables: Sequence[str], paired: Sequence[str],
-              pair_ref: str) -> LoadPlan:
-    if n not in a.references:  # no table block measured a fixed k yet: everything
-        return LoadPlan(list(tables), list(paired))
-    open_ = {c.policy for c in a.unresolved() if c.load == n}
-    open_ |= {c.versus for c in a.unresolved() if c.load == n and (c.policy, c.versus, n) in a.versus}
-    paired_open = [g for g in paired if g in open_ or (g, n) not in a.comparisons]
-    aa_open = n in a.aa and not a.aa[n].resolved
-    table_open = [p for p in tables if p in open_ or ((p, n) not in a.comparisons and twin(p) is None)]
-    chained = bool(paired_open) and pair_ref != a.references[n]
-    if not table_open and not aa_open and not chained:
-        return LoadPlan([], paired_open)
-    keep = set(table_open)
-    keep |= {p for p in tables if is_fixed(p) and a.comparisons.get((p, n)) is not None
-             and a.comparisons[(p, n)].verdict != "worse"}
-    keep |= {q for p in tables if (base := twin(p)) is not None for q in (p, base)}
-    if chained:
-        keep.add(pair_ref)
-    return LoadPlan([p for p in tables if p in keep], paired_open)
+def family_size(num_loads: int, policies: Sequence[str], num_pairs: int = 0) -> int:
+    """Verdicts of one run, at most: at every load each policy but the reference against it
+    (an A/A copy against its twin instead) and each head-to-head pair."""
+    return num_loads * (len(policies) - 1 + num_pairs)
+
+
+def power(n: np.ndarray, sd: float, effect: float, threshold: float, alpha: float) -> np.ndarray:
+    """Chance that n blocks call a true ``effect`` (0.05: 5%) better at level ``alpha``
+    (two-sided against the ±threshold band): P(lower bound > log(1 + threshold)), the t
+    critical value for n - 1 df and a normal approximation of the estimate."""
+    crit = t_ppf(np.full(n.shape, 1 - alpha / 2), n - 1)
+    shift = (math.log1p(effect) - math.log1p(threshold)) * np.sqrt(n) / sd
+    return np.array([NormalDist().cdf(float(x)) for x in shift - crit])
+
+
+def blocks_needed(sd: float, effect: float, threshold: float = 0.01, alpha: float = 0.05,
+                  family: int = 1, target: float = 0.8, most: int = 5000) -> int:
+    """Fewest blocks (>= MIN_BLOCKS) that find ``effect`` with probability ``target`` when every
+    verdict is tested at alpha / family (Holm's first step: the strictest it gets), for a
+    per-block log-ratio spread ``sd`` (an A/A's `aa_sd_log`, or sd_log_ratio(cv))."""
+    if effect <= threshold:
+        raise ValueError(f"effect={effect}: the smallest effect worth finding must exceed the "
+                         f"threshold {threshold}, which no verdict can go below")
+    def enough(n: int) -> bool:
+        return bool(power(np.array([float(n)]), sd, effect, threshold, alpha / max(family, 1))[0]
+                    >= target)
+
+    lo, hi = MIN_BLOCKS, most          # power grows with n: bisect for the first n with enough
+    if enough(lo) or not enough(hi):
+        return lo if enough(lo) else most
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
+    return hi
+
+
+def design(sd: float, effect: float, threshold: float, alpha: float, family: int, target: float,
+           blocks: int | None = None) -> dict[str, Any]:
+    """summary.json's `design`: fixed, the blocks planned and what they were planned from."""
+    needed = blocks_needed(sd, effect, threshold, alpha, family, target)
+    planned = blocks if blocks is not None else needed
+    return {"kind": "fixed", "planned_blocks": planned, "blocks_for_target_power": needed,
+            "basis": f"per-block log-ratio sd {sd:.3f}, smallest effect {effect * 100:g}%, "
+                     f"power {target * 100:g}% at level {alpha:g}/{family}",
+            "sd_log": round(sd, 4), "effect": effect, "target_power": target,
+            "family_size": family}
 
 
 def block_order(policies: Sequence[str], rng: random.Random) -> list[str]:

@@ -1,6 +1,6 @@
 """intervals.png: every ratio with its interval, so no figure of the bench stands without one.
 
-Left: ratio to the reference per load, one error bar per policy (median and 95% interval),
+Left: ratio to the reference per load, one error bar per policy (geometric mean and its Holm-level interval),
 the ±threshold band shaded. Middle: the A/A interval per load (the noise floor). Right: each
 policy's worst-case loss with its interval.
 """
@@ -47,7 +47,7 @@ def plot(a: Analysis, path: Path, title: str) -> Path:
     ax1.axhspan(1 - thr, 1 + thr, color="grey", alpha=0.15, lw=0)
     ax1.axhline(1.0, color="black", lw=0.8)
     ax1.set(xlim=(-0.6, len(a.loads) - 0.4), xticks=list(x.values()), xticklabels=[f"N={n}\n{a.references.get(n, '')}" for n in a.loads],
-            ylabel="ratio to the reference (95% CI)", title="Each policy against the best fixed k")
+            ylabel="ratio to the reference (family-wise CI)", title="Each policy against the best fixed k")
     ax1.legend(fontsize=7, ncol=2)
     _aa(ax2, a)
     _worst(ax3, a, policies)
@@ -77,7 +77,7 @@ def _aa(ax: Axes, a: Analysis) -> None:
     ax.axhspan(1 - thr, 1 + thr, color="grey", alpha=0.15, lw=0)
     ax.axhline(1.0, color="black", lw=0.8)
     name = next((c.policy for _, c in cs), "no A/A")
-    ax.set(xlabel="load N", ylabel="A/A ratio (95% CI)",
+    ax.set(xlabel="load N", ylabel="A/A ratio (family-wise CI)",
            title=f"Noise floor: {name}")
 
 
@@ -91,4 +91,4 @@ def _worst(ax: Axes, a: Analysis, policies: list[str]) -> None:
                 fmt="o", capsize=3, color="black")
     ax.set_yticks(list(ys), [f"{w.policy} (N={w.at_load})" for w in ws], fontsize=7)
     ax.axvline(0.0, color="black", lw=0.8)
-    ax.set(xlabel="worst-case loss, % (95% CI)", title="Worst case over loads")
+    ax.set(xlabel="worst-case loss, % (covers the worst load at 95%)", title="Worst case over loads")

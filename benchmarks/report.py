@@ -7,17 +7,16 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cells import Window
+from benchmarks.markdown import markdown
 from benchmarks.plots import plot
 from benchmarks.stats import Analysis
-from benchmarks.summary import markdown, to_json
+from benchmarks.summary import ADAPTIVE, to_json
 from tuner.files import write_atomic
 
 
 def facts(meta: dict[str, Any], a: Analysis) -> list[str]:
-    blocks = ", ".join(f"N={n}: {b}" for n, b in a.blocks.items())
     return [f"Status: **{meta.get('stop_reason', '?')}** after {meta.get('rounds', '?')} rounds, "
-            f"{meta.get('wall_s', 0):.0f} s wall; table blocks per load: {blocks}. How it ran: "
-            "the end of this file."]
+            f"{meta.get('wall_s', 0):.0f} s wall. How it ran: the end of this file."]
 
 
 def how(meta: dict[str, Any]) -> list[str]:
@@ -26,7 +25,8 @@ def how(meta: dict[str, Any]) -> list[str]:
 
 def write(windows: list[Window], a: Analysis, out: Path, title: str, meta: dict[str, Any],
           plots: bool = True) -> None:
-    write_atomic(out / "summary.json", json.dumps(to_json(a, meta), indent=1) + "\n")
-    write_atomic(out / "summary.md", markdown(windows, a, title, facts(meta, a)) + "\n".join(how(meta)))
+    write_atomic(out / "summary.json", json.dumps(to_json(a, meta, windows), indent=1) + "\n")
+    write_atomic(out / "summary.md", markdown(windows, a, title, facts(meta, a),
+                                              meta.get("design", ADAPTIVE)) + "\n".join(how(meta)))
     if plots and a.comparisons:
         plot(a, out / "intervals.png", title)

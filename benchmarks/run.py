@@ -1,10 +1,10 @@
-"""`tabletune bench`: every policy on one engine, in paired blocks, until the intervals can tell.
+"""`tabletune bench`: every policy on one engine, in paired blocks, for a planned number of blocks.
 
 One vLLM with speculation runs every table policy (swapped through the plugin's admin API),
 under a stationary load that keeps running across the swaps; `nospec` gets a second vLLM
-beside it. Rounds of blocks (benchmarks/design.py) go on until every comparison that decides a
-verdict is resolved (benchmarks/stats.py), `--max-blocks` rounds ran, or the next block would
-overrun `--budget-s`. Every window is written to cells.csv as soon as its block ends, and the
+beside it. Rounds of blocks (benchmarks/design.py) go on until the planned number ran or the
+next block would overrun `--budget-s`; the data never decides when to stop, so the verdicts'
+error rates hold (benchmarks/stats.py). Every window is written to cells.csv as soon as its block ends, and the
 caller's `on_round` rewrites the summary after every round, so a run cut short keeps both.
 """
 
@@ -22,11 +22,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from benchmarks.cells import TABLES, Window, write_windows
-from benchmarks.design import LoadPlan, block_order, full_plan, pair_order, plan
+from benchmarks.design import LoadPlan, block_order, full_plan, pair_order
 from benchmarks.engines import admin_client, nospec_server, spec_server
 from benchmarks.policies import NIGHTJAR, NOSPEC, PAIRED, engine_args, policy_tables, start_table, unknown_policies
 from benchmarks.stateful import FreshBandit, PausedSidecar
-from benchmarks.stats import Settings, analyze, twin
+from benchmarks.stats import Settings, twin
 from benchmarks.window import Measured, Settled, measure, swap
 from tuner.engine_client import EngineClient
 from tuner.launcher import free_port, launch
@@ -55,8 +55,9 @@ class BenchConfig(BaseModel):
     out: Path
     log_dir: Path = Path("runs/logs")
     budget_s: float = Field(1800.0, gt=0)
-    min_blocks: int = Field(5, ge=2)
-    max_blocks: int = Field(1000, ge=2)
+    blocks: int = Field(20, ge=2)           # planned blocks per load (benchmarks/design.py)
+    design: dict[str, Any] = {}             # how `blocks` was chosen, for summary.json
+    min_steps: int = Field(50, ge=1)        # engine steps a window must hold (window.measure)
     stats: Settings = Settings()
     seed: int = 0
     pair_ref: str = ""                   # the fixed k paired with non-table policies; "" = fixed-kK
@@ -203,29 +204,20 @@ class Bench:
         cfg = self.cfg
         while True:
             r = self.info.rounds
-            plans = self._plan(r)
-            if not plans:
-                self.info.stop_reason = "every comparison resolved"
+            if r >= cfg.blocks:
+                self.info.stop_reason = f"the {cfg.blocks} planned blocks ran"
                 return
-            if r >= cfg.max_blocks:
-                self.info.stop_reason = f"--max-blocks {cfg.max_blocks} rounds ran"
-                return
+            plans = full_plan(cfg.loads, cfg.table_policies, cfg.paired_policies)
             loads = list(plans)
             self.rng.shuffle(loads)
             for n in loads:
                 if not await self._load_blocks(r, n, plans[n]):
-                    self.info.stop_reason = f"--budget-s {cfg.budget_s:.0f} spent"
+                    self.info.stop_reason = (f"--budget-s {cfg.budget_s:.0f} spent after {r} of "
+                                             f"{cfg.blocks} planned blocks")
                     return
             self.info.rounds += 1
             self.info.wall_s = time.monotonic() - self.t0
             self.on_round(self.windows, self.info)
-
-    def _plan(self, r: int) -> dict[int, LoadPlan]:
-        cfg = self.cfg
-        if r < cfg.min_blocks:
-            return full_plan(cfg.loads, cfg.table_policies, cfg.paired_policies)
-        a = analyze(self.windows, cfg.stats, cfg.head_to_head)
-        return plan(a, cfg.loads, cfg.table_policies, cfg.paired_policies, cfg.reference)
 
     def _fits(self, p: LoadPlan) -> bool:
         """Whether the next blocks at a load end inside the budget, at the costs seen so far."""
@@ -255,7 +247,8 @@ class Bench:
         for pos, p in enumerate(block_order(policies, self.rng)):
             t = time.monotonic()
             settled = await swap(self.admin, self.tables[p], self.cfg.settle_steps)
-            m = await measure(self.engines["spec"], self.admin, load, self.cfg.window_s)
+            m = await measure(self.engines["spec"], self.admin, load, self.cfg.window_s,
+                              self.cfg.min_steps)
             self._record(block, r, n, TABLES, pos, p, settled, m)
             self._cost.setdefault(TABLES, []).append(time.monotonic() - t)
 
@@ -272,7 +265,7 @@ class Bench:
             else:
                 settled = await swap(self.admin, self.tables[p], self.cfg.settle_steps)
             m = await measure(self.engines[engine], self.admin if engine == "spec" else None,
-                              load, self.cfg.window_s)
+                              load, self.cfg.window_s, self.cfg.min_steps)
             if p in self.runners:
                 await self.runners[p].leave()
             self._record(block, r, n, policy, pos, p, settled, m)
@@ -283,6 +276,13 @@ class Bench:
 
     def _record(self, block: int, r: int, n: int, group: str, pos: int, policy: str,
                 settled: Settled, m: Measured) -> None:
+        """The window, after any measured before it and discarded (with their reason)."""
+        for bad, why in m.discarded:
+            self._record_one(block, r, n, group, pos, policy, settled, bad, why)
+        self._record_one(block, r, n, group, pos, policy, settled, m, "")
+
+    def _record_one(self, block: int, r: int, n: int, group: str, pos: int, policy: str,
+                    settled: Settled, m: Measured, dropped: str) -> None:
         st = m.steps
         self.windows.append(Window(
             block=block, round=r, load=n, group=group, position=pos, policy=policy,
@@ -293,7 +293,7 @@ class Bench:
             settle_s=round(settled.seconds, 3), settle_steps=settled.steps,
             steps=st.steps if st else None, step_ms=st.step_ms if st else None,
             requests_per_step=st.requests_per_step if st else None,
-            tokens_per_step=st.tokens_per_step if st else None, table=m.table))
+            tokens_per_step=st.tokens_per_step if st else None, table=m.table, dropped=dropped))
 
 
 async def bench(cfg: BenchConfig, on_round: OnRound = lambda w, i: None) -> tuple[list[Window], RunInfo]:

@@ -1,67 +1,61 @@
-"""Paired-block statistics of a bench (pure): ratios to a reference, bootstrap intervals, verdicts.
+"""Paired-block analysis of a bench (pure): every policy against an honest reference, with
+family-wise error control. The method and its reasons are in docs/measurement.md.
 
 Unit of analysis: a *block* (benchmarks/cells.py), windows measured close in time at one load.
 A ratio is only ever taken between two windows of the same block, so drift between blocks
-cancels and the spread of the ratios is the noise that matters (/shared/MEASUREMENT.md, rule 1).
+cancels and the spread of the ratios is the noise that matters (docs/measurement.md, rule 1).
 
-Reference at a load N: the fixed k with the highest median paired ratio to an anchor (the fixed
-k held by the most table blocks at N: the A/A twin, which every block holds), chosen once from
-all the data; every policy is then paired with *that* k's window in the same block. Not each block's best fixed k: the max of several noisy windows is biased
-upward by the noise, so every policy would look worse than it is (and the best fixed k would
-lose to itself). A fixed k can therefore score above 1 in a block, or even overall.
-
-Ratio of policy P at N: the median over blocks of window(P) / window(reference). Its interval
-is a percentile bootstrap: resample N's blocks with replacement n_boot times, recompute the
-median, take the (1-c)/2 and (1+c)/2 quantiles. Loads are resampled independently within each
-replicate (a stratified bootstrap), and a worst case over loads is computed inside every
-replicate, so its interval is joint over loads (not the max of per-load bounds).
+Ratio of policy P at load N: exp of the mean over blocks of log(window(P) / window(R_b)), with
+a t-interval (benchmarks/inference.py). R_b, the reference of block b, is the fixed k with the
+highest mean log ratio to an anchor (the fixed k held by the most blocks) on the *other* half of
+N's blocks (cross-fitting): a reference picked on the blocks it is judged on is the max of noisy
+fixed k's and makes every policy look worse than it is. When both halves pick the same k it is
+"the reference"; otherwise both are named (`fixed-k2 | fixed-k1`).
 
 Policies that are not tables run in their own blocks, each with a window of one fixed k (the
-pair reference, e.g. fixed-kK); their ratio to the reference is chained:
-median(P / pair_ref, their blocks) x median(pair_ref / reference, table blocks), each factor
-resampled from its own blocks in the same replicate.
+pair reference); their log ratio is chained: mean log(P / pair_ref) over their blocks plus
+log(pair_ref / R) over the table blocks, variances added (Welch's df).
 
 A/A: `aa:X` is table X measured under a second name; its ratio to X is the run's noise floor.
 
-Few blocks: for n <= 5 a percentile bootstrap of a median returns [min, max] of the n ratios,
-which covers the true median with probability 1 - 2·0.5^n only: 75% at n = 3 (on the H200 an
-A/A over 3 blocks came out at 0.953 [0.951, 0.961], "excluding 1"), 97% from n = 6. So below
-``blocks_for(confidence)`` blocks (6 at 95%) the verdict is "too_few_blocks" and nothing is
-resolved: the interval is shown, the comparison stays open.
+Verdicts: every comparison with at least MIN_BLOCKS blocks (policies x loads, A/A, head-to-head)
+is one family, tested against the band [1 - threshold, 1 + threshold] and corrected by Holm at
+1 - confidence. "better"/"worse": the interval, at the level Holm tested it at, lies wholly
+beyond the band; "within": wholly inside it; else "undecided". Fewer blocks: "too_few_blocks".
 
-Verdict (criterion.rs's rule): "better" when the whole interval lies above 1 + threshold,
-"worse" when it lies below 1 - threshold, else "indistinguishable" at this noise. A comparison
-is *resolved* when its verdict is better or worse, or when its interval is narrower than
-±ci_target (then "indistinguishable" is a finding: any difference is that small).
+Worst case over loads: per load, the loss 1 - ratio with an interval at 1 - α/L (Bonferroni over
+the policy's L loads); [max of the lows, max of the highs] then covers the largest true loss
+with probability >= 1 - α, whatever the loads' dependence.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from benchmarks.cells import TABLES, Window, counted
+from benchmarks.inference import (MIN_BLOCKS, LogRatio, chain, crossfit_refs, estimate, holm,
+                                  interval, log_ratios_to, p_beyond)
 
 AA = "aa:"
 FIXED = "fixed-k"
-FEW = "too_few_blocks"   # the verdict below blocks_for(confidence) blocks
+FEW = "too_few_blocks"
+WITHIN = "within"
+UNDECIDED = "undecided"
+FAMILY_METHOD = "holm"
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
     threshold: float = 0.01    # smallest difference that counts (criterion.rs: 1%)
-    ci_target: float = 0.02    # an interval this narrow (half-width) resolves a comparison
-    confidence: float = 0.95
-    n_boot: int = 2000
-    seed: int = 0
+    confidence: float = 0.95   # 1 - the family-wise error rate of a run's verdicts
 
 
 @dataclass(frozen=True, slots=True)
 class Interval:
-    median: float
+    median: float   # the point estimate (a geometric mean of block ratios; name kept for plots)
     low: float
     high: float
 
@@ -77,8 +71,9 @@ class Comparison:
     versus: str          # what the ratio divides by: the reference, the A/A twin, another policy
     ratio: Interval
     n_blocks: int
-    verdict: str         # better | worse | indistinguishable | reference
-    resolved: bool
+    verdict: str         # better | worse | within | undecided | reference | too_few_blocks
+    level: float = 0.95  # confidence level of `ratio`: the level Holm tested it at
+    p_holm: float | None = None   # Holm-adjusted p (None: not in the family)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +81,15 @@ class WorstCase:
     policy: str
     loss: Interval       # 1 - ratio to the reference, at the load where it is largest
     at_load: int
+    n_blocks: int        # blocks at that load
+    loads: int           # loads it is the worst over (each at 1 - α/loads)
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    method: str
+    level: float         # family-wise error rate controlled
+    size: int            # comparisons in the family
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,22 +101,19 @@ class Analysis:
     aa: dict[int, Comparison]
     versus: dict[tuple[str, str, int], Comparison]     # head-to-head pairs of table policies
     worst: dict[str, WorstCase]
-    best_fixed: str | None
     blocks: dict[int, int]                             # table blocks per load
-    # worst-case loss minus the best single fixed k's, joint in every replicate: does a policy
-    # hold up better at its worst load than the one fixed k an operator would have picked?
-    worst_vs_best: dict[str, Comparison] = field(default_factory=dict)
+    family: Family
     settings: Settings = field(default_factory=Settings)
-    dropped: int = 0     # windows whose engine count could not be right (cells.counted)
+    dropped: int = 0                                   # windows left out (cells.counted)
+    aa_sd: float | None = None                         # sd of the A/A's block log ratios
 
     @property
     def aa_halfwidth(self) -> float | None:
         """The widest A/A interval over loads: the run's noise floor."""
         return max((c.ratio.halfwidth for c in self.aa.values()), default=None)
 
-    def unresolved(self) -> list[Comparison]:
-        every = [*self.comparisons.values(), *self.aa.values(), *self.versus.values()]
-        return [c for c in every if not c.resolved]
+    def every(self) -> list[Comparison]:
+        return [*self.comparisons.values(), *self.aa.values(), *self.versus.values()]
 
 
 def is_fixed(policy: str) -> bool:
@@ -131,197 +132,179 @@ def twin(policy: str) -> str | None:
     return policy.removeprefix(AA) if policy.startswith(AA) else None
 
 
-def blocks_for(confidence: float) -> int:
-    """Fewest blocks whose [min, max] covers a median at ``confidence``: 1 - 2·0.5^n >= c."""
-    return int(np.ceil(np.log2(2 / (1 - confidence))))
-
-
-def verdict(ratio: Interval, threshold: float) -> str:
-    if ratio.low > 1 + threshold:
-        return "better"
-    if ratio.high < 1 - threshold:
-        return "worse"
-    return "indistinguishable"
-
-
-def _nanmedian(x: np.ndarray, axis: int | None = None) -> np.ndarray:
-    with warnings.catch_warnings():  # a replicate may draw no block holding the pair: NaN
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.asarray(np.nanmedian(x, axis=axis))
-
-
-@dataclass(frozen=True, slots=True)
-class _Sample:
-    """One pair's ratios over a group's blocks: the point estimate and its bootstrap replicates."""
-
-    point: float
-    reps: np.ndarray     # (n_boot,)
-    n_blocks: int
-
-    def times(self, other: _Sample) -> _Sample:
-        return _Sample(self.point * other.point, self.reps * other.reps,
-                       min(self.n_blocks, other.n_blocks))
-
-
 @dataclass(slots=True)
 class _Group:
-    """A group's blocks at one load as a matrix (blocks x policies, NaN where absent)."""
+    """A group's blocks at one load: log tokens/s, blocks x policies, NaN where absent."""
 
     policies: list[str]
-    tps: np.ndarray
-    idx: np.ndarray      # (n_boot, n_blocks) resampled block indices, shared by every pair
+    Y: np.ndarray
 
-    def has(self, policy: str) -> bool:
-        return policy in self.policies
+    def col(self, policy: str) -> np.ndarray:
+        return self.Y[:, self.policies.index(policy)]
 
     def median(self, policy: str) -> float:
-        return float(_nanmedian(self.tps[:, self.policies.index(policy)]))
-
-    def paired_median(self, num: str, den: str) -> float:
-        return float(_nanmedian(self.tps[:, self.policies.index(num)]
-                                / self.tps[:, self.policies.index(den)]))
-
-    def ratio(self, num: str, den: str) -> _Sample:
-        x = self.tps[:, self.policies.index(num)] / self.tps[:, self.policies.index(den)]
-        return _Sample(float(_nanmedian(x)), _nanmedian(x[self.idx], axis=1),
-                       int(np.sum(~np.isnan(x))))
-
-    def one(self, n_boot: int) -> _Sample:
-        return _Sample(1.0, np.ones(n_boot), self.tps.shape[0])
+        x = self.col(policy)
+        return float(np.exp(np.median(x[~np.isnan(x)])))
 
 
-def _groups(windows: Sequence[Window], s: Settings) -> dict[tuple[int, str], _Group]:
-    rng = np.random.default_rng(s.seed)
-    keys = sorted({(w.load, w.group) for w in windows})
+def _groups(windows: Sequence[Window]) -> dict[tuple[int, str], _Group]:
     out: dict[tuple[int, str], _Group] = {}
-    for key in keys:
-        mine = [w for w in windows if (w.load, w.group) == key and counted(w)]
+    for key in sorted({(w.load, w.group) for w in windows}):
+        mine = [w for w in windows if (w.load, w.group) == key]
         blocks = sorted({w.block for w in mine})
         policies = list(dict.fromkeys(w.policy for w in mine))
-        tps = np.full((len(blocks), len(policies)), np.nan)
+        Y = np.full((len(blocks), len(policies)), np.nan)
         for w in mine:
-            tps[blocks.index(w.block), policies.index(w.policy)] = w.tokens_per_s
-        idx = rng.integers(0, max(len(blocks), 1), size=(s.n_boot, len(blocks)))
-        out[key] = _Group(policies, tps, idx)
+            Y[blocks.index(w.block), policies.index(w.policy)] = np.log(w.tokens_per_s)
+        out[key] = _Group(policies, Y)
     return out
 
 
-def _interval(sample: _Sample, s: Settings) -> Interval:
-    q = 50 * (1 - s.confidence)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        low, high = np.nanpercentile(sample.reps, [q, 100 - q])
-    return Interval(sample.point, float(low), float(high))
+Key = tuple[str, str, int]   # (kind: ref | aa | vs, name, load); vs names are "a\tb"
 
 
-def _compare(load: int, policy: str, versus: str, sample: _Sample, s: Settings,
-             is_aa: bool = False) -> Comparison:
-    iv = _interval(sample, s)
-    enough = sample.n_blocks >= blocks_for(s.confidence)  # see "Few blocks" above
-    v = verdict(iv, s.threshold) if enough else FEW
-    narrow = enough and iv.halfwidth <= s.ci_target
-    # an A/A that looks "better" is noise or a broken method, never a decided result
-    return Comparison(load, policy, versus, iv, sample.n_blocks, v,
-                      enough and (narrow if is_aa else (narrow or v != "indistinguishable")))
+def load_family(Y: np.ndarray, policies: list[str], n: int,
+                head_to_head: Sequence[tuple[str, str]] = ()) -> tuple[dict[Key, LogRatio], dict[Key, np.ndarray]]:
+    """One load's table-block comparisons, vectorized over any leading axes of
+    Y [..., blocks, policies] (log tokens/s): every policy against the cross-fitted reference,
+    each A/A against its twin, each head-to-head pair. Returns the estimates and, per policy,
+    whether it *is* the reference in every block (then it has no verdict). Shared with the
+    calibration (benchmarks/calibration.py), which runs it on thousands of simulated runs."""
+    refs = crossfit_refs(Y, *_anchored(Y, policies))
+    est = estimate(np.swapaxes(log_ratios_to(Y, refs), -1, -2))
+    out: dict[Key, LogRatio] = {}
+    is_ref: dict[Key, np.ndarray] = {}
+    for i, p in enumerate(policies):
+        base = twin(p)
+        if base is None:
+            out[("ref", p, n)] = LogRatio(*(x[..., i] for x in est))
+            is_ref[("ref", p, n)] = np.all(refs == i, axis=-1)
+        elif base in policies:
+            out[("aa", p, n)] = estimate(Y[..., policies.index(p)] - Y[..., policies.index(base)])
+    for a, b in head_to_head:
+        if a in policies and b in policies:
+            out[("vs", f"{a}\t{b}", n)] = estimate(Y[..., policies.index(a)] - Y[..., policies.index(b)])
+    return out, is_ref
 
 
-def _reference(g: _Group) -> str | None:
-    """The fixed k with the highest median ratio to an anchor, the fixed k held by the most
-    blocks (the A/A twin is in every one). Paired, because the adaptive design stops measuring
-    decided policies: raw medians over different sets of blocks would compare different
-    stretches of time (on the CPU box the whole engine slowed by 15% for minutes, and a k
-    measured only early then looked fastest)."""
-    fixed = [p for p in g.policies if is_fixed(p)]
-    if not fixed:
-        return None
-    held = {p: int(np.sum(~np.isnan(g.tps[:, g.policies.index(p)]))) for p in fixed}
-    anchor = max(fixed, key=lambda p: (held[p], policy_key(p)))
-    return max(fixed, key=lambda p: 1.0 if p == anchor else g.paired_median(p, anchor))
+def chained(pair: np.ndarray, to_ref: LogRatio) -> LogRatio:
+    """A non-table policy through its pair reference: pair [..., blocks, 2] log tokens/s of
+    (policy, pair reference) in its own blocks, chained with the pair reference's estimate
+    against the reference from the table blocks."""
+    return chain(estimate(pair[..., 0] - pair[..., 1]), to_ref)
 
 
-def _samples_at(load: int, groups: dict[tuple[int, str], _Group], ref: str,
-                s: Settings) -> dict[str, tuple[_Sample, str]]:
-    """Every policy's ratio to the reference at one load (chained for non-table groups)."""
-    tables = groups[(load, TABLES)]
-    out = {p: (tables.ratio(p, ref) if p != ref else tables.one(s.n_boot), ref)
-           for p in tables.policies if twin(p) is None}
-    for (n, group), g in groups.items():
-        if n != load or group == TABLES or not g.has(group):
-            continue
-        pair_ref = next((p for p in g.policies if p != group), None)
-        if pair_ref is None or not tables.has(pair_ref):
-            continue  # no fixed-k window to pair with, or none in the table blocks to chain
-        chain = tables.ratio(pair_ref, ref) if pair_ref != ref else tables.one(s.n_boot)
-        out[group] = (g.ratio(group, pair_ref).times(chain), f"{pair_ref}→{ref}")
-    return out
+def decide(est: LogRatio, is_ref: np.ndarray, threshold: float,
+           alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Holm over the family (the last axis): (codes, adjusted p, level). Codes: +1 better,
+    -1 worse, 0 no claim; NaN adjusted p where a comparison is not in the family (fewer than
+    MIN_BLOCKS blocks, or the reference itself)."""
+    p, sign = p_beyond(est, threshold)
+    in_family = (est.n >= MIN_BLOCKS) & ~is_ref
+    adj, level = holm(np.where(in_family, p, np.nan), alpha)
+    return np.where(adj <= alpha, sign, 0.0), adj, level
 
 
 def analyze(windows: Sequence[Window], s: Settings = Settings(),
             head_to_head: Sequence[tuple[str, str]] = ()) -> Analysis:
     """The whole analysis of a bench's windows; see the module docstring."""
-    groups = _groups(windows, s)
-    loads = sorted({n for n, grp in groups if grp == TABLES})
-    refs: dict[int, str] = {}
-    comparisons: dict[tuple[str, int], Comparison] = {}
-    aa: dict[int, Comparison] = {}
-    versus: dict[tuple[str, str, int], Comparison] = {}
-    # a paired block's fixed-k window is not that k's median: the table blocks give that
+    groups = _groups([w for w in windows if counted(w)])
+    loads = [n for n in sorted({n for n, grp in groups if grp == TABLES})
+             if any(is_fixed(p) for p in groups[(n, TABLES)].policies)]
     medians = {(p, n): g.median(p) for (n, grp), g in groups.items() for p in g.policies
                if grp in (TABLES, p)}
-    loss_reps: dict[str, list[tuple[int, float, np.ndarray, int]]] = {}
+    raw: dict[Key, LogRatio] = {}
+    is_ref: dict[Key, np.ndarray] = {}
+    versus: dict[Key, str] = {}
+    refs: dict[int, str] = {}
     for n in loads:
-        tables = groups[(n, TABLES)]
-        ref = _reference(tables)
-        if ref is None:
-            continue
-        refs[n] = ref
-        samples = _samples_at(n, groups, ref, s)
-        for p in sorted(samples, key=policy_key):
-            sample, den = samples[p]
-            c = _compare(n, p, den, sample, s)
-            comparisons[(p, n)] = c if p != ref else Comparison(
-                n, p, ref, c.ratio, c.n_blocks, "reference", True)
-            loss_reps.setdefault(p, []).append((n, 1 - sample.point, 1 - sample.reps,
-                                                sample.n_blocks))
-        for p in tables.policies:
+        g = groups[(n, TABLES)]
+        est, mine = load_family(g.Y, g.policies, n, head_to_head)
+        raw |= est
+        is_ref |= mine
+        refs[n] = _ref_name(g)
+        versus |= {k: (refs[n] if k[0] == "ref" else k[1].split("\t")[1] if k[0] == "vs"
+                       else twin(k[1]) or "") for k in est}
+        for (m, grp), pg in groups.items():
+            pair_ref = next((p for p in pg.policies if p != grp), None)
+            if (m == n and grp != TABLES and grp in pg.policies and pair_ref is not None
+                    and ("ref", pair_ref, n) in raw):
+                Yp = np.stack([pg.col(grp), pg.col(pair_ref)], axis=-1)
+                raw[("ref", grp, n)] = chained(Yp, raw[("ref", pair_ref, n)])
+                is_ref[("ref", grp, n)] = np.asarray(False)
+                versus[("ref", grp, n)] = f"{pair_ref}→{refs[n]}"
+    return _decide(raw, is_ref, versus, refs, loads, groups, medians, s, windows)
+
+
+def _anchored(Y: np.ndarray, policies: list[str]) -> tuple[list[int], int]:
+    """The fixed k columns and the anchor among them: the one held by the most blocks (the
+    A/A twin, in a bench that has one), which every other fixed k is scored against."""
+    fixed = [i for i, p in enumerate(policies) if is_fixed(p)]
+    held = {i: int(np.sum(~np.isnan(Y[..., i]))) for i in fixed}
+    return fixed, max(fixed, key=lambda i: (held[i], policy_key(policies[i])))
+
+
+def _ref_name(g: _Group) -> str:
+    picks = dict.fromkeys(crossfit_refs(g.Y, *_anchored(g.Y, g.policies)).tolist())
+    return " | ".join(sorted((g.policies[int(i)] for i in picks), key=policy_key))
+
+
+def _aa_sd(groups: dict[tuple[int, str], _Group]) -> float | None:
+    """The widest per-block sd of an A/A's log ratios over loads: the noise a design plans on."""
+    sds = []
+    for (n, grp), g in groups.items():
+        for p in g.policies:
             base = twin(p)
-            if base is not None and tables.has(base):
-                aa[n] = _compare(n, p, base, tables.ratio(p, base), s, is_aa=True)
-        for a, b in head_to_head:
-            if tables.has(a) and tables.has(b):
-                versus[(a, b, n)] = _compare(n, a, b, tables.ratio(a, b), s)
-    worst_samples = {p: _worst(v) for p, v in loss_reps.items()}
-    worst = {p: WorstCase(p, _interval(w, s), at) for p, (w, at) in worst_samples.items()}
-    fixed = [p for p in worst if is_fixed(p)]
-    best = min(fixed, key=lambda p: worst[p].loss.median) if fixed else None
-    blocks = {n: groups[(n, TABLES)].tps.shape[0] for n in loads}
-    vs_best = {} if best is None else _versus_best(worst_samples, best, s)
-    return Analysis(loads, refs, medians, comparisons, aa, versus, worst, best, blocks,
-                    worst_vs_best=vs_best, settings=s,
-                    dropped=sum(not counted(w) for w in windows))
+            if grp == TABLES and base is not None and base in g.policies:
+                d = g.col(p) - g.col(base)
+                d = d[~np.isnan(d)]
+                if d.size > 1:
+                    sds.append(float(np.std(d, ddof=1)))
+    return max(sds, default=None)
 
 
-def _worst(per_load: list[tuple[int, float, np.ndarray, int]]) -> tuple[_Sample, int]:
-    """Worst case over loads, point and replicates (the max inside each replicate), and where;
-    it rests on the fewest blocks any load had."""
-    points = [pt for _, pt, _, _ in per_load]
-    at = per_load[int(np.argmax(points))][0]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        reps = np.nanmax(np.vstack([r for _, _, r, _ in per_load]), axis=0)
-    return _Sample(max(points), reps, min(b for *_, b in per_load)), at
+def _decide(raw: dict[Key, LogRatio], is_ref: dict[Key, np.ndarray], versus: dict[Key, str],
+            refs: dict[int, str], loads: list[int], groups: dict[tuple[int, str], _Group],
+            medians: dict[tuple[str, int], float], s: Settings, windows: Sequence[Window]) -> Analysis:
+    """Holm over the family, then each comparison with its interval and verdict."""
+    alpha = 1 - s.confidence
+    keys = list(raw)
+    est = LogRatio(*(np.array([float(raw[k][j]) for k in keys]) for j in range(4)))
+    ref = np.array([bool(is_ref.get(k, False)) for k in keys])
+    codes, adj, level = decide(est, ref, s.threshold, alpha)
+    mid, low, high = interval(est, level)
+    out: dict[Key, Comparison] = {}
+    for i, (kind, name, n) in enumerate(keys):
+        iv = Interval(float(mid[i]), float(low[i]), float(high[i]))
+        v = ("reference" if ref[i] else FEW if np.isnan(adj[i])
+             else "better" if codes[i] > 0 else "worse" if codes[i] < 0
+             else WITHIN if 1 - s.threshold <= iv.low and iv.high <= 1 + s.threshold else UNDECIDED)
+        out[(kind, name, n)] = Comparison(
+            n, name.split("\t")[0], versus[(kind, name, n)], iv, int(est.n[i]), v,
+            round(1 - float(level[i]), 6), None if np.isnan(adj[i]) else float(adj[i]))
+    comparisons = {(c.policy, n): c for (k, _, n), c in out.items() if k == "ref"}
+    worst = {p: w for p in dict.fromkeys(p for p, _ in comparisons)
+             if (w := _worst(p, [c for (q, _), c in comparisons.items() if q == p],
+                             {k[2]: raw[k] for k in keys if k[0] == "ref" and k[1] == p},
+                             alpha)) is not None}
+    return Analysis(
+        loads, refs, medians, comparisons,
+        {n: c for (k, _, n), c in out.items() if k == "aa"},
+        {(name.split("\t")[0], name.split("\t")[1], n): c for (k, name, n), c in out.items()
+         if k == "vs"},
+        worst, {n: groups[(n, TABLES)].Y.shape[0] for n in loads},
+        Family(FAMILY_METHOD, round(alpha, 6), int(np.sum(~np.isnan(adj)))), s,
+        sum(not counted(w) for w in windows), _aa_sd(groups))
 
 
-def _versus_best(worst: dict[str, tuple[_Sample, int]], best: str, s: Settings) -> dict[str, Comparison]:
-    """Each policy's worst-case loss minus the best fixed k's, as a ratio of kept throughput
-    (1 - loss) / (1 - loss_best), so the verdict reads like every other: "better" holds up at its
-    worst load by more than the threshold, in every replicate but the tails."""
-    b, _ = worst[best]
-    out = {}
-    for p, (w, at) in worst.items():
-        if p == best:
-            continue
-        kept = _Sample((1 - w.point) / (1 - b.point), (1 - w.reps) / (1 - b.reps),
-                       min(w.n_blocks, b.n_blocks))
-        out[p] = _compare(at, p, best, kept, s)
-    return out
+def _worst(policy: str, cs: list[Comparison], est: dict[int, LogRatio],
+           alpha: float) -> WorstCase | None:
+    """The largest loss over the loads with enough blocks, each load's interval at 1 - α/L."""
+    ok = [c for c in cs if c.n_blocks >= MIN_BLOCKS or c.verdict == "reference"]
+    if not ok:
+        return None
+    e = LogRatio(*(np.array([float(est[c.load][j]) for c in ok]) for j in range(4)))
+    mid, low, high = interval(e, alpha / len(ok))
+    at = int(np.argmax(1 - mid))
+    loss = Interval(float(np.max(1 - mid)), float(np.max(1 - high)), float(np.max(1 - low)))
+    return WorstCase(policy, loss, ok[at].load, ok[at].n_blocks, len(ok))

@@ -37,14 +37,16 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from benchmarks.design import rotated
+from benchmarks.inference import MIN_BLOCKS, bounds, estimate
 from benchmarks.engines import TOKEN, admin_client
 from benchmarks.stateful import sidecar
 from benchmarks.window import measure, swap
 from tuner.acceptance import monotone, per_position
 from tuner.engine_client import EngineClient
 from tuner.engine_defaults import plugin_env, resolve_model, vocab_size
-from tuner.intervals import cluster_median
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.load import Request, StationaryLoad
 from tuner.profile import Profile, load
@@ -54,13 +56,21 @@ from tuner.table import Table
 MAX_TOKENS = 48
 
 
-def interval(values: list[float]) -> dict[str, float | int] | None:
-    """Median and 95% bootstrap interval of per-block or per-cycle values."""
-    if not values:
+def interval(values: list[float], ratio: bool = True) -> dict[str, Any] | None:
+    """Estimate and 95% t-interval of per-block or per-cycle values: for ratios, the geometric
+    mean (the t-interval on their logs, as the bench); otherwise the mean. Not a bootstrap
+    percentile: over 5 cycles that is exactly [min, max], which covers far less than 95%.
+    With fewer than MIN_BLOCKS values `verdict_ready` is false: the interval is shown, no
+    claim rests on it."""
+    if not values or (ratio and min(values) <= 0):
         return None
-    e = cluster_median([[v] for v in values], replicates=2000)
-    return {"median": round(e.median, 4), "ci_low": round(e.low, 4), "ci_high": round(e.high, 4),
-            "n": e.n}
+    x = np.log(np.asarray(values)) if ratio else np.asarray(values, dtype=np.float64)
+    mid, low, high = (float(np.exp(v) if ratio else v) for v in bounds(estimate(x), 0.05))
+    out: dict[str, Any] = {"estimate": round(mid, 4), "ci_low": round(low, 4),
+                           "ci_high": round(high, 4), "n": len(values),
+                           "statistic": "geometric mean" if ratio else "mean",
+                           "verdict_ready": len(values) >= MIN_BLOCKS}
+    return out
 
 
 async def acceptance(url: str, engine: EngineClient, admin: EngineClient, requests: list[Request],
@@ -91,8 +101,7 @@ async def gap(url: str, engine: EngineClient, admin: EngineClient, requests: lis
                 got[i] = (await measure(engine, admin, traffic, window_s)).tokens_per_s
             stale.append(got[0])
             best.append(got[1])
-    return {"stale_tps": stale, "best_tps": best,
-            "best_over_stale": interval([b / s for b, s in zip(best, stale, strict=True)])}
+    return {"stale_tps": stale, "best_tps": best}
 
 
 async def right_table_after(admin: EngineClient, table_b: Table, n: int, t0: float,
@@ -170,6 +179,34 @@ def after(cycles: list[dict[str, Any]], from_s: float = 10.0, to_s: float = 30.0
             "sidecar_over_stale": interval(stale)}
 
 
+def summarize(stale_tps: list[float], best_tps: list[float],
+              cycles: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every figure of switch.json from its raw windows and cycles (pure), so a committed
+    switch.json can be re-analysed: ``python -m benchmarks.switch --rerender FILE``."""
+    seconds = [c["seconds_to_right_table"] for c in cycles]
+    recovered = [c["recovery_30s"] for c in cycles if c["recovery_30s"] is not None]
+    st, bt = statistics.median(stale_tps), statistics.median(best_tps)
+    return {"best_over_stale": interval([b / s for b, s in zip(best_tps, stale_tps, strict=True)]),
+            "stale_loss": round(1 - st / bt, 4) if bt else None,
+            "seconds_to_right_table": seconds,
+            "seconds_to_right_table_max": max((s for s in seconds if s is not None), default=None),
+            "right_table_every_cycle": all(s is not None for s in seconds),
+            "recovery_30s": interval(recovered, ratio=False),
+            "after_right_table": after(cycles),
+            "switch_gap_30s": interval([c["arms"]["best"]["mean_30s"] / c["arms"]["stale"]["mean_30s"]
+                                        for c in cycles if c["arms"]["stale"]["mean_30s"]])}
+
+
+def rerender(path: Path) -> dict[str, Any]:
+    """A committed switch.json with its figures recomputed by today's `summarize`."""
+    old = json.loads(path.read_text())
+    if "arms" not in (old.get("cycles") or [{}])[0]:
+        raise ValueError(f"{path}: cycles without paired arms (the design before switch-paired) "
+                         "cannot be re-analysed")
+    return {**old, **summarize(old["stale_tps"], old["best_tps"], old["cycles"]),
+            "analysis": "re-analysed: geometric means / means with t-intervals (issue #26)"}
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     profile: Profile = load(Path(args.profile))
     model = resolve_model(profile.engine.model, None)
@@ -202,21 +239,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             print(f"cycle {i + 1}/{args.cycles}: right table after "
                   f"{cycles[-1]['seconds_to_right_table']} s, 30 s recovery "
                   f"{cycles[-1]['recovery_30s']}", file=sys.stderr)
-    seconds = [c["seconds_to_right_table"] for c in cycles]
-    recovered = [c["recovery_30s"] for c in cycles if c["recovery_30s"] is not None]
-    st = statistics.median(paired["stale_tps"])
-    bt = statistics.median(paired["best_tps"])
     return {"load": n, "workload_a": f"repetitive prompts, temperature {temps[0]}",
             "workload_b": f"repetitive prompts, temperature {temps[1]}", "a_a": a_a, "a_b": a_b,
             "table_a": table_a.to_list(), "table_b": table_b.to_list(), **paired,
-            "stale_loss": round(1 - st / bt, 4) if bt else None,
-            "cycles": cycles, "seconds_to_right_table": seconds,
-            "seconds_to_right_table_max": max((s for s in seconds if s is not None), default=None),
-            "right_table_every_cycle": all(s is not None for s in seconds),
-            "recovery_30s": interval(recovered),
-            "after_right_table": after(cycles),
-            "switch_gap_30s": interval([c["arms"]["best"]["mean_30s"] / c["arms"]["stale"]["mean_30s"]
-                                        for c in cycles if c["arms"]["stale"]["mean_30s"]]),
+            "cycles": cycles, **summarize(paired["stale_tps"], paired["best_tps"], cycles),
             "window_s": args.window_s, "adapt_s": args.adapt_s, "follow_s": args.follow_s,
             "sidecar_args": args.sidecar_arg or [],
             "command": "python -m benchmarks.switch " + " ".join(sys.argv[1:])}
@@ -224,7 +250,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", required=True)
+    ap.add_argument("--profile")
+    ap.add_argument("--rerender", type=Path, help="recompute a switch.json's figures in place")
     ap.add_argument("--out", default="runs/switch")
     ap.add_argument("--load", type=int, default=8)
     ap.add_argument("--temp-a", type=float, default=0.0)
@@ -236,6 +263,11 @@ def main() -> int:
     ap.add_argument("--window-s", type=float, default=2.5)
     ap.add_argument("--sidecar-arg", action="append", help="extra flag for the sidecar (repeat)")
     args = ap.parse_args()
+    if args.rerender:
+        args.rerender.write_text(json.dumps(rerender(args.rerender), indent=1))
+        return 0
+    if not args.profile:
+        ap.error("--profile is required (or --rerender FILE)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = asyncio.run(run(args))

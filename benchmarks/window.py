@@ -1,6 +1,6 @@
 """One window on a running load: settle after a swap, then count with the engine's clock.
 
-Settle (/shared/MEASUREMENT.md, rule 3): after a table is pushed, wait until the plugin's stats
+Settle (docs/measurement.md, rule 3): after a table is pushed, wait until the plugin's stats
 report that table's version and at least `settle_steps` engine steps ran since the push (the
 step in flight at the push may still have used the old table, and the step after a change of
 k verifies the old k's drafts): not a fixed sleep, so a slow step or a host stall cannot leave
@@ -11,18 +11,24 @@ window, each read stamped at the midpoint of its request, so only tokens generat
 count; the plugin's exact totals at both ends give what the steps carried (tuner/step_clock).
 The clients' completions in the window are kept as a cross-check.
 
+Window length in engine steps (docs/measurement.md, rule 12): a window runs `window_s`, then on
+until the engine has run at least `min_steps` steps in it, so one step more or less moves it by
+at most 2% (a 2-s window held 12 steps of the 32B model on the H200: one step was 8% of it).
+
 A window whose engine count cannot be right is measured again (``implausible`` in
 tuner/step_clock.py): on the H200 a resumed bench call read `vllm:generation_tokens_total` as
 if it had jumped by about the run's whole total or fallen back to zero in 38 of its 257
 windows (none of the first call's 72; ratios of 0, 211 and -1.4e6 in its summary,
 benchmarks/results/h200-vllm0.26-3b-ngram-v1-ci). The plugin's step totals over the same
 stretch bound what a window can have generated, so such a read is caught where it happens
-instead of poisoning the intervals.
+instead of poisoning the intervals. The discarded window is kept (`Measured.discarded`) and the
+bench writes it to cells.csv with its reason in `dropped`, so what was left out can be checked.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sys
 import time
@@ -58,6 +64,7 @@ class Measured:
     table_version: int | None
     table_changes: int
     table: str
+    discarded: tuple[tuple[Measured, str], ...] = ()   # windows measured again, and why
 
 
 async def generated(engine: EngineClient) -> tuple[float, float]:
@@ -103,30 +110,34 @@ async def settle(admin: EngineClient, version: int, settle_steps: int, t0: float
 
 
 async def measure(engine: EngineClient, admin: EngineClient | None, load: StationaryLoad,
-                  window_s: float) -> Measured:
-    """One window of `window_s` on the running `load`; measured again (up to ATTEMPTS) when
-    a read lacks the counter or the count is implausible."""
+                  window_s: float, min_steps: int = 0) -> Measured:
+    """One window of `window_s` (and at least `min_steps` engine steps) on the running `load`;
+    measured again (up to ATTEMPTS) when a read lacks the counter or the count is implausible."""
     why = ""
+    discarded: list[tuple[Measured, str]] = []
     for _ in range(ATTEMPTS):
         try:
-            m = await _measure_once(engine, admin, load, window_s)
+            m = await _measure_once(engine, admin, load, window_s, min_steps)
         except ScrapeError as exc:
             why = str(exc)
             continue
         reason = implausible(m.tokens_per_s * m.window_s, m.steps)
         if reason is None:
-            return m
+            return dataclasses.replace(m, discarded=tuple(discarded))
         why = reason
+        discarded.append((m, f"implausible engine count: {reason}"))
         print(f"bench: window discarded and measured again: {reason}", file=sys.stderr, flush=True)
     raise ScrapeError(f"{ATTEMPTS} windows in a row could not be counted ({why}); the engine's "
                       f"{GEN_TOKENS} is not trustworthy here")
 
 
 async def _measure_once(engine: EngineClient, admin: EngineClient | None, load: StationaryLoad,
-                        window_s: float) -> Measured:
+                        window_s: float, min_steps: int = 0) -> Measured:
     p0 = await admin.get_stats() if admin else None
     t0, g0 = await generated(engine)
     await asyncio.sleep(window_s)
+    if admin is not None and p0 is not None and min_steps > 0:
+        await _until_steps(admin, p0.engine_steps + min_steps, time.monotonic() + 20 * window_s)
     t1, g1 = await generated(engine)
     p1 = await admin.get_stats() if admin else None
     load.check()
@@ -135,6 +146,13 @@ async def _measure_once(engine: EngineClient, admin: EngineClient | None, load: 
     return Measured((g1 - g0) / (t1 - t0), t1 - t0, done, tokens / (t1 - t0),
                     _steps(p0, p1), p1.table_version if p1 else None,
                     p1.table_version - p0.table_version if p0 and p1 else 0, table)
+
+
+async def _until_steps(admin: EngineClient, steps: int, deadline: float) -> None:
+    """Wait until the engine's step counter reaches `steps` (or the deadline: a window that
+    still holds fewer is kept, and summary.json counts it among those below the minimum)."""
+    while time.monotonic() < deadline and (await admin.get_stats()).engine_steps < steps:
+        await asyncio.sleep(POLL_S)
 
 
 def _steps(p0: StatsReply | None, p1: StatsReply | None) -> StepLoad | None:

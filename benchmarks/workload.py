@@ -1,7 +1,7 @@
 """The bench's request mixes (pure): what each closed-loop client asks for next.
 
 Lengths are drawn from a distribution, so requests started together do not finish together
-and every window sees the same mix (/shared/MEASUREMENT.md, rule 4: stationary load):
+and every window sees the same mix (docs/measurement.md, rule 4: stationary load):
 
 - `steady` (default): prompts of exactly `prompt_tokens`; outputs uniform on
   [0.5, 1.5] x `max_tokens` (mean `max_tokens`, the shape the profile was timed for);

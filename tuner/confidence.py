@@ -255,7 +255,7 @@ def confident_changes(G_reps: FloatArray, old_ks: Any, new_ks: Any, tie: float =
                       confidence: float = 0.9) -> tuple[IntArray, list[Change]]:
     """Keep only the changes from ``old_ks`` to ``new_ks`` whose gain is beyond the tie with
     confidence; elsewhere the old k stays. A rebuild then never pushes a table that only
-    reshuffles near-ties (MEASUREMENT.md, rule 9)."""
+    reshuffles near-ties (docs/measurement.md, rule 9)."""
     old, new = np.asarray(old_ks, dtype=np.int64), np.asarray(new_ks, dtype=np.int64)
     out, changes = old.copy(), []
     b = 0

@@ -4,7 +4,7 @@ Per-step times come in clusters: the steps of one repeat share the host's state 
 (a slow stretch slows them all), so resampling single steps would call the interval far
 narrower than the data supports. The cluster bootstrap resamples whole repeats, then steps
 within them, and takes the median of what it drew: the interval then widens with the
-disagreement between repeats, as it should (MEASUREMENT.md, rule 8).
+disagreement between repeats, as it should (docs/measurement.md, rule 8).
 """
 
 from __future__ import annotations

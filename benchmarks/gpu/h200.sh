@@ -23,7 +23,7 @@
 #   3b-eagle3-v2     Llama-3.2-3B-shaped, a one-layer dummy EAGLE-3 head, V2 runner (full CUDA graphs
 #                    per K of the startup table; 0.26's V2 refuses ngram and draft_model)
 # env: OUT (results), TUNE_S / BENCH_S (time budgets), LOADS, POLICIES, GRID, REPEATS, MAX_REPEATS, EMULATE,
-#      WINDOW_S, PRIME_S, MIN_BLOCKS, MIX (steady|chat: the bench's --workload-mix), SEED,
+#      WINDOW_S, PRIME_S, BLOCKS, NOISE_CV, MIX (steady|chat: the bench's --workload-mix), SEED,
 #      ONE_SERVER (1: one vLLM, tables swapped; default 1 except 32b-ngram), GPU_UTIL,
 #      GPU (which GPU; settings on different GPUs run side by side: see parallel.sh),
 #      WORKLOAD (PROMPT:OUTPUT for tune --workload; results under <setting>-wl<P>x<O>)
@@ -99,7 +99,7 @@ for stage in "$@"; do case $stage in
      ${DRAFTER:+--drafter $DRAFTER} --loads "${LOADS:-1,16,64,256}" \
      --policies "${POLICIES:-fixed-k*,documented,tuned,quarter,aa:fixed-kK}" \
      --window-s "${WINDOW_S:-2}" --prime-s "${PRIME_S:-1}" --budget-s "${BENCH_S:-560}" \
-     --min-blocks "${MIN_BLOCKS:-4}" \
+     ${BLOCKS:+--blocks $BLOCKS} --noise-cv "${NOISE_CV:-0.05}" \
      --workload-mix "${MIX:-steady}" --seed "${SEED:-0}" --resume "${SHAPE[@]}" \
      --emulate "$EMULATE" --emulate-with $BY --out $R/bench "${ENGINE[@]}" 2>&1 \
      | grep -v "^(APIServer\|^(EngineCore" | tail -60

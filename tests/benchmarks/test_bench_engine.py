@@ -36,9 +36,9 @@ def config(tmp_path: Path, **kw: object) -> BenchConfig:
 async def test_the_aa_interval_covers_one_on_the_real_engine(tmp_path: Path) -> None:
     # 10 blocks a load; at 99.9% a calibrated interval misses 1 about once in a thousand runs
     cfg = config(tmp_path, loads=[1, 4], policies=["fixed-k0", "fixed-k3", "aa:fixed-k3"],
-                 min_blocks=10, max_blocks=10, stats=Settings(confidence=0.999))
+                 blocks=10, stats=Settings(confidence=0.999))
     windows, info = await bench(cfg)
-    assert info.stop_reason == "--max-blocks 10 rounds ran"
+    assert info.stop_reason == "the 10 planned blocks ran"
     assert len(windows) == 2 * 10 * 3 and all(w.tokens_per_s > 0 for w in windows)
     # every block holds each policy once, in a recorded order that is not always the same
     for b in {w.block for w in windows}:
@@ -64,7 +64,7 @@ async def test_the_aa_interval_covers_one_on_the_real_engine(tmp_path: Path) -> 
     s = json.loads((cfg.out / "summary.json").read_text())
     assert s["aa_ci_halfwidth"] > 0 and set(s["loads"]) == {"1", "4"}
     for cell in s["loads"]["4"].values():
-        assert {"ratio_median", "ratio_ci_low", "ratio_ci_high", "verdict"} <= set(cell)
+        assert {"ratio", "ratio_ci_low", "ratio_ci_high", "verdict"} <= set(cell)
     assert {"loss_median", "loss_ci_low", "loss_ci_high"} <= set(s["worst_case"]["fixed-k0"])
     assert (cfg.out / "cells.csv").read_text().count("\n") == 61
 
@@ -74,7 +74,7 @@ async def test_non_table_policies_run_paired_with_a_fixed_k(tmp_path: Path) -> N
     its own blocks, paired with fixed-k3 in an order alternating with the round."""
     cfg = config(tmp_path, loads=[2], policies=["fixed-k3", "aa:fixed-k3", "nospec",
                                                 "sidecar-from-quarter"],
-                 min_blocks=2, max_blocks=2, prime_s=0.0, converge_s=3.0)
+                 blocks=2, prime_s=0.0, converge_s=3.0)
     windows, info = await bench(cfg)
     paired = [(w.round, w.group, w.position, w.policy) for w in windows if w.group != "tables"]
     assert sorted(paired) == [
@@ -87,6 +87,6 @@ async def test_non_table_policies_run_paired_with_a_fixed_k(tmp_path: Path) -> N
     assert {w.table for w in ref} == {"[[1, 16, 3]]"}  # the sidecar was frozen: no push
     assert len(list((tmp_path / "logs").glob("sidecar-*.log"))) == 1  # one process, paused
     assert "sidecar-from-quarter" in info.converge_s
-    a = analyze(windows, Settings(n_boot=200))
+    a = analyze(windows, Settings())
     assert {("nospec", 2), ("sidecar-from-quarter", 2)} <= set(a.comparisons)
     assert a.comparisons[("nospec", 2)].versus.startswith("fixed-k3")

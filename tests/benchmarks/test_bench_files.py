@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from pathlib import Path
@@ -99,6 +100,11 @@ def test_cells_round_trip_and_an_old_file_is_named(tmp_path: Path) -> None:
                 tokens_per_s=900.0, window_s=4.0, started_s=20.0)]
     write_windows(w, tmp_path / "cells.csv")
     assert read_windows(tmp_path / "cells.csv") == w
+    # a file from before the `dropped` column: every window read as kept
+    old = "\n".join(",".join(c for c in line.split(",")[:-1])
+                    for line in (tmp_path / "cells.csv").read_text().splitlines())
+    (tmp_path / "before.csv").write_text(old + "\n")
+    assert read_windows(tmp_path / "before.csv") == w
     (tmp_path / "old.csv").write_text("policy,load,repeat,tokens_per_s\ntuned,1,0,100.0\n")
     with pytest.raises(ValueError, match="old.csv: no 'block' column"):
         read_windows(tmp_path / "old.csv")
@@ -111,23 +117,33 @@ def test_summary_json_and_markdown_carry_every_interval(tmp_path: Path) -> None:
              "documented": {1: 100.0, 8: 180.0}, "tuned": {1: 99.0, 8: 199.0},
              "aa:fixed-k3": {1: 100.0, 8: 180.0}}
     windows = blocks(truth, 8, noise=0.02)
-    a = analyze(windows, Settings(n_boot=500), head_to_head=[("tuned", "documented")])
-    write(windows, a, tmp_path, "test", {"stop_reason": "test", "rounds": 8, "wall_s": 1.0})
+    a = analyze(windows, Settings(), head_to_head=[("tuned", "documented")])
+    windows.append(dataclasses.replace(windows[0], tokens_per_s=-5.0, dropped="implausible: test"))
+    design = {"kind": "fixed", "planned_blocks": 8, "basis": "test"}
+    write(windows, a, tmp_path, "test", {"stop_reason": "test", "rounds": 8, "wall_s": 1.0,
+                                         "design": design})
     s = json.loads((tmp_path / "summary.json").read_text())
-    assert s["aa_ci_halfwidth"] == pytest.approx(a.aa_halfwidth, abs=1e-4)
+    assert s["schema"] == 2 and s["aa_ci_halfwidth"] == pytest.approx(a.aa_halfwidth, abs=1e-4)
+    assert s["design"] == {**design, "achieved_blocks": {"1": 8, "8": 8}}
+    assert s["family"]["method"] == "holm" and s["family"]["family_wise_level"] == 0.05
+    assert s["family"]["size"] == a.family.size == 2 * 5
+    assert s["dropped_reasons"] == {"implausible: test": 1}
     for n in ("1", "8"):
         for p in ("fixed-k1", "fixed-k3", "documented", "tuned"):
             cell = s["loads"][n][p]
-            assert {"ratio_median", "ratio_ci_low", "ratio_ci_high", "verdict"} <= set(cell)
-            assert cell["ratio_ci_low"] <= cell["ratio_median"] <= cell["ratio_ci_high"]
+            assert {"ratio", "ratio_ci_low", "ratio_ci_high", "ci_level", "p_holm", "verdict",
+                    "n_blocks"} <= set(cell)
+            assert cell["ratio_ci_low"] <= cell["ratio"] <= cell["ratio_ci_high"]
     assert s["loads"]["8"]["documented"]["verdict"] == "worse"
     assert s["references"] == {"1": "fixed-k3", "8": "fixed-k1"}
     w = s["worst_case"]["documented"]
-    assert w["at_load"] == 8 and w["loss_ci_low"] <= w["loss_median"] <= w["loss_ci_high"]
+    assert w["at_load"] == 8 and w["loss_ci_low"] <= w["loss"] <= w["loss_ci_high"]
+    assert w["n_blocks"] == 8
     assert set(s["head_to_head"]["tuned / documented"]) == {"1", "8"}
     md = (tmp_path / "summary.md").read_text()
     assert md.index("Noise floor (A/A)") < md.index("Against the best fixed k")
-    assert "indistinguishable at this noise" in md and "intervals.png" in md
+    assert "Design: fixed" in md and "Holm" in md and "1 × implausible: test" in md
+    assert "intervals.png" in md
     assert (tmp_path / "intervals.png").stat().st_size > 10_000
 
 
@@ -211,6 +227,7 @@ def test_render_merges_benches_keeping_their_blocks_apart(tmp_path: Path) -> Non
     assert sorted({x.block for x in w}) == list(range(7)) and max(x.round for x in w) == 6
     s = json.loads((out / "summary.json").read_text())
     assert s["blocks"] == {"4": 7} and s["meta"]["merged_from"][0].endswith("a.csv")
+    assert s["design"]["kind"] == "adaptive"   # no design in the meta: said, not assumed
     assert main([str(out)]) == 0  # re-rendered from its own cells.csv and meta
     assert json.loads((out / "summary.json").read_text())["blocks"] == {"4": 7}
 

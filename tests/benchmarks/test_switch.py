@@ -28,4 +28,17 @@ def test_after_the_right_table_the_arms_are_compared_by_ratio() -> None:
     cycles = [{"arms": {"stale": arm(100, 100, 100), "best": arm(150, 110, 110),
                         "sidecar": arm(100, 110, 121)}}] * 3
     got = after(cycles, from_s=5.0, to_s=15.0)       # windows ending at 10 and 15 s
-    assert got["sidecar_over_best"]["median"] == 1.05 and got["sidecar_over_stale"]["median"] == 1.155
+    assert got["sidecar_over_best"]["estimate"] == 1.05 and got["sidecar_over_stale"]["estimate"] == 1.155
+    assert got["sidecar_over_best"]["ci_low"] == got["sidecar_over_best"]["ci_high"] == 1.05  # no spread
+
+
+def test_five_cycles_give_a_t_interval_not_min_and_max() -> None:
+    from benchmarks.switch import interval
+
+    got = interval([0.95, 1.02, 1.10, 0.98, 1.05])
+    assert got is not None and got["n"] == 5 and got["verdict_ready"]
+    assert (got["ci_low"], got["ci_high"]) != (0.95, 1.10)      # not [min, max]
+    assert got["ci_low"] < got["estimate"] < got["ci_high"] and got["statistic"] == "geometric mean"
+    assert interval([1.1, 1.2])["verdict_ready"] is False         # type: ignore[index]
+    mean = interval([-0.3, 0.4, 0.1, 0.2], ratio=False)
+    assert mean is not None and mean["estimate"] == 0.1 and mean["statistic"] == "mean"

@@ -90,6 +90,8 @@ async def test_an_implausible_window_is_measured_again_then_refused() -> None:
     engine = _Reads([5_000.0, 100.0, 100.0, 300.0])        # went down, then a good window
     m = await measure(engine, None, _Load(), 0.01)  # type: ignore[arg-type]
     assert m.tokens_per_s * m.window_s == pytest.approx(200.0) and engine.values == []
+    (bad, why), = m.discarded   # kept, with its reason, for cells.csv's `dropped`
+    assert bad.tokens_per_s < 0 and why.startswith("implausible engine count")
     with pytest.raises(ScrapeError, match="3 windows in a row could not be counted"):
         await measure(_Reads([9.0, 1.0] * 3), None, _Load(), 0.01)  # type: ignore[arg-type]
 

@@ -1,0 +1,223 @@
+"""Inference for paired blocks (pure, numpy only): t-intervals on log ratios, Holm, cross-fitting.
+
+Legend: y = log tokens/s of one window; in block b, d_b = y_b(P) - y_b(R) is the log ratio of
+policy P to the reference R. Over n blocks: mean d̄, standard error se = s/√n, df = n - 1.
+The ratio shown is exp(d̄), a geometric mean of the per-block ratios.
+
+Why a t-interval on log ratios and not a bootstrap of a median: at the block counts a bench can
+afford (6-30), the percentile bootstrap of a median covered 92-94% where it claimed 95%, and
+below 6 blocks it is [min, max]. The t-interval is exact for normal log ratios at every n and
+was checked on simulated blocks (benchmarks/calibration.py; its figures in
+benchmarks/results/calibration/calibration.json). Windows are log-normal-ish (a rate), so the
+log is where the noise is symmetric.
+
+Verdicts test against the practical threshold, not against zero (criterion.rs's rule): "better"
+needs H0: ratio <= 1 + threshold rejected, "worse" needs H0: ratio >= 1 - threshold rejected.
+The p of a comparison is twice the smaller of the two one-sided p's, so a level-α test of it
+rejects exactly when the (1 - α) interval lies wholly beyond the band.
+
+Every accepted verdict of a run is one family, corrected together by Holm's step-down method
+(family-wise error <= α for any dependence between the comparisons). The interval shown for a
+comparison is at the level Holm tested it at, so "the interval clears the band" and "the
+verdict is better or worse" always agree.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+Array = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+_NORMAL = NormalDist()
+MIN_BLOCKS = 4   # fewest blocks for a verdict: two per cross-fitting half (see crossfit_refs)
+
+
+# -- Student's t, from the regularized incomplete beta (numpy has no t distribution) ----------
+def _lgamma(x: Array) -> Array:
+    return np.asarray(np.frompyfunc(math.lgamma, 1, 1)(x), dtype=np.float64)
+
+
+def _betacf(a: Array, b: Array, x: Array, iters: int = 64) -> Array:
+    """Continued fraction of I_x(a, b) by the modified Lentz method (Numerical Recipes 6.4)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1, a - 1
+    c = np.ones_like(x)
+    d = 1 - qab * x / qap
+    d = 1 / np.where(np.abs(d) < tiny, tiny, d)
+    h = d.copy()
+    for m in range(1, iters + 1):
+        for aa in (m * (b - m) * x / ((qam + 2 * m) * (a + 2 * m)),
+                   -(a + m) * (qab + m) * x / ((a + 2 * m) * (qap + 2 * m))):
+            d = 1 + aa * d
+            d = 1 / np.where(np.abs(d) < tiny, tiny, d)
+            c = 1 + aa / c
+            c = np.where(np.abs(c) < tiny, tiny, c)
+            h = h * d * c
+    return h
+
+
+def betainc(a: Array, b: Array, x: Array) -> Array:
+    """Regularized incomplete beta I_x(a, b), elementwise."""
+    a, b, x = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (a, b, x)))
+    with np.errstate(all="ignore"):
+        xc = np.clip(x, 1e-300, 1 - 1e-16)
+        front = np.exp(_lgamma(a + b) - _lgamma(a) - _lgamma(b)
+                       + a * np.log(xc) + b * np.log1p(-xc))
+        direct = x < (a + 1) / (a + b + 2)
+        out = np.where(direct, front * _betacf(a, b, xc) / a,
+                       1 - front * _betacf(b, a, 1 - xc) / b)
+    return np.where(x <= 0, 0.0, np.where(x >= 1, 1.0, out))
+
+
+def t_sf(t: Array, df: Array) -> Array:
+    """P(T > t) for Student's t with df degrees of freedom (df > 0)."""
+    t, df = np.broadcast_arrays(np.asarray(t, dtype=np.float64), np.asarray(df, dtype=np.float64))
+    with np.errstate(all="ignore"):
+        tail = 0.5 * betainc(df / 2, np.full_like(df, 0.5), df / (df + t * t))
+    out = np.where(t > 0, tail, 1 - tail)
+    return np.where(np.isposinf(t), 0.0, np.where(np.isneginf(t), 1.0, out))
+
+
+def t_pdf(t: Array, df: Array) -> Array:
+    """Density of Student's t."""
+    out: Array = np.exp(_lgamma((df + 1) / 2) - _lgamma(df / 2) - 0.5 * np.log(df * np.pi)
+                        - (df + 1) / 2 * np.log1p(t * t / df))
+    return out
+
+
+def t_ppf(q: Array, df: Array) -> Array:
+    """The q quantile of Student's t (q in (0.5, 1)): Newton's method in log t, started from
+    the normal quantile with the first Cornish-Fisher terms."""
+    q, df = np.broadcast_arrays(np.asarray(q, dtype=np.float64), np.asarray(df, dtype=np.float64))
+    z = np.asarray(np.frompyfunc(lambda p: _NORMAL.inv_cdf(p), 1, 1)(q), dtype=np.float64)
+    t = np.maximum(z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2),
+                   1e-6)
+    u = np.log(t)
+    with np.errstate(all="ignore"):
+        for _ in range(30):
+            t = np.exp(u)
+            step = (t_sf(t, df) - (1 - q)) / (t_pdf(t, df) * t)
+            u = u + np.clip(step, -1.0, 1.0)
+            if np.all(np.abs(step) < 1e-12):
+                break
+    out: Array = np.exp(u)
+    return out
+
+
+# -- estimates ---------------------------------------------------------------------------------
+class LogRatio(NamedTuple):
+    """Mean log ratio over blocks, its standard error, degrees of freedom and block count."""
+
+    mean: Array
+    se: Array
+    df: Array
+    n: Array
+
+
+def estimate(d: Array) -> LogRatio:
+    """Over the last axis (blocks; NaN where a block lacks the pair)."""
+    d = np.asarray(d, dtype=np.float64)
+    held = ~np.isnan(d)
+    n = held.sum(axis=-1).astype(np.float64)
+    with np.errstate(all="ignore"):
+        mean = np.where(held, d, 0.0).sum(axis=-1) / n
+        dev = np.where(held, d - mean[..., None], 0.0)
+        sd = np.sqrt((dev * dev).sum(axis=-1) / (n - 1))
+    return LogRatio(mean, sd / np.sqrt(n), n - 1, n)
+
+
+def chain(x: LogRatio, y: LogRatio) -> LogRatio:
+    """log(P/Q) + log(Q/R) from independent blocks: variances add, Welch-Satterthwaite df."""
+    v1, v2 = x.se ** 2, y.se ** 2
+    with np.errstate(all="ignore"):
+        df = (v1 + v2) ** 2 / (v1 ** 2 / x.df + v2 ** 2 / y.df)
+    df = np.where(np.isfinite(df), df, np.minimum(x.df, y.df))
+    return LogRatio(x.mean + y.mean, np.sqrt(v1 + v2), df, np.minimum(x.n, y.n))
+
+
+def p_beyond(e: LogRatio, threshold: float) -> tuple[Array, Array]:
+    """(p, sign): p = 2·min(p_better, p_worse) against the band [1 - thr, 1 + thr], capped at 1;
+    sign +1 where "better" is the nearer claim, -1 for "worse". A zero spread (the reference
+    against itself) gives p = 1 inside the band."""
+    up, down = math.log1p(threshold), math.log1p(-threshold)
+    with np.errstate(all="ignore"):
+        p_up = t_sf((e.mean - up) / e.se, e.df)
+        p_down = t_sf((down - e.mean) / e.se, e.df)
+    p_up = np.where(np.isnan(p_up), np.where(e.mean > up, 0.0, 1.0), p_up)
+    p_down = np.where(np.isnan(p_down), np.where(e.mean < down, 0.0, 1.0), p_down)
+    p = np.minimum(1.0, 2 * np.minimum(p_up, p_down))
+    return p, np.where(p_up <= p_down, 1.0, -1.0)
+
+
+def holm(p: Array, alpha: float) -> tuple[Array, Array]:
+    """Holm's step-down over the last axis: (adjusted p, the level each comparison was tested
+    at). The j-th smallest p (0-based, of m) is tested at α/(m - j) while every smaller one was
+    rejected; from the first that is not, every later one keeps that level. NaN: not in the
+    family (too few blocks); it gets level α and adjusted p NaN."""
+    p = np.asarray(p, dtype=np.float64)
+    inside = ~np.isnan(p)
+    m = inside.sum(axis=-1, keepdims=True)
+    order = np.argsort(np.where(inside, p, np.inf), axis=-1, kind="stable")
+    ps = np.take_along_axis(np.where(inside, p, np.inf), order, axis=-1)
+    j = np.arange(p.shape[-1])
+    with np.errstate(all="ignore"):
+        adj_sorted = np.maximum.accumulate(np.minimum(1.0, (m - j) * ps), axis=-1)
+        level_sorted = alpha / np.maximum(m - j, 1)
+    stop = np.cumsum(~(ps <= level_sorted), axis=-1) > 0          # at or after the first keep
+    first = np.argmax(stop, axis=-1)[..., None]
+    held = np.take_along_axis(level_sorted, np.minimum(first, p.shape[-1] - 1), axis=-1)
+    level_sorted = np.where(stop, held, level_sorted)
+    adj, level = np.empty_like(p), np.empty_like(p)
+    np.put_along_axis(adj, order, adj_sorted, axis=-1)
+    np.put_along_axis(level, order, level_sorted, axis=-1)
+    return np.where(inside, adj, np.nan), np.where(inside, level, alpha)
+
+
+def bounds(e: LogRatio, alpha: Array | float) -> tuple[Array, Array, Array]:
+    """(mean, low, high): the mean and its two-sided (1 - alpha) t-interval, in e's unit."""
+    with np.errstate(all="ignore"):
+        half = t_ppf(1 - np.asarray(alpha) / 2, np.maximum(e.df, 1)) * e.se
+    half = np.where(e.se == 0, 0.0, half)
+    return e.mean, e.mean - half, e.mean + half
+
+
+def interval(e: LogRatio, alpha: Array | float) -> tuple[Array, Array, Array]:
+    """(ratio, low, high): exp of the mean log ratio and of its (1 - alpha) t-interval."""
+    mid, low, high = bounds(e, alpha)
+    return np.exp(mid), np.exp(low), np.exp(high)
+
+
+# -- the honest reference ----------------------------------------------------------------------
+def crossfit_refs(Y: Array, fixed: list[int], anchor: int) -> IntArray:
+    """Per block, the column of the reference it is compared with: the fixed k with the highest
+    mean log ratio to ``anchor``, chosen on the *other* half of the blocks (even/odd in the order
+    they ran). Chosen on the same blocks, the max of noisy fixed k's leans high and every policy
+    looks worse than it is (2-5% at 6-20 blocks, CV 5-15%); chosen on the other half, the
+    choice is independent of the blocks it is judged on.
+
+    Y: [..., blocks, policies] log tokens/s, NaN where absent. Returns [..., blocks] ints."""
+    nb = Y.shape[-2]
+    D = Y[..., fixed] - Y[..., [anchor]]                       # [..., blocks, F]
+    fold = np.arange(nb) % 2
+    refs = np.empty(Y.shape[:-2] + (nb,), dtype=np.int64)
+    for f in (0, 1):
+        other = D[..., fold != f, :] if nb >= MIN_BLOCKS else D
+        held = ~np.isnan(other)
+        with np.errstate(all="ignore"):
+            score = np.where(held, other, 0.0).sum(axis=-2) / held.sum(axis=-2)
+        best = np.asarray(fixed)[np.argmax(np.where(np.isnan(score), -np.inf, score), axis=-1)]
+        refs[..., fold == f] = best[..., None]
+    return refs
+
+
+def log_ratios_to(Y: Array, refs: IntArray) -> Array:
+    """d[..., b, p] = Y[..., b, p] - Y[..., b, refs[..., b]]: each window against its block's
+    reference."""
+    ref = np.take_along_axis(Y, refs[..., None], axis=-1)
+    out: Array = Y - ref
+    return out
