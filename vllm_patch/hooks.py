@@ -75,7 +75,15 @@ def engine_state(scheduler: Any, settings: PluginSettings) -> EngineState:
         startup_k=frozenset(table.dense[1:]) if table else frozenset({num_spec}),
         restrict_k=settings.restrict_k, counters=Counters(num_positions=num_spec),
         emulation=settings.emulate_acceptance if not settings.reject_all else (0.0,) * max(num_spec, 1),
-        emulation_enabled=settings.emulation_enabled, applied_version=1)
+        emulation_enabled=settings.emulation_enabled, applied_version=1, runner=runner())
+
+
+def runner() -> str:
+    """vLLM's model runner: V2 (full CUDA graphs per k of the startup table) when vLLM's switch
+    for it is on, else V1."""
+    import os
+
+    return "v2" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "0") not in ("", "0") else "v1"
 
 
 def install(scheduler: Any, engine: EngineState) -> None:
@@ -162,5 +170,8 @@ def count_step(counters: Counters, so: Any, num_generated: dict[str, int],
         counters.resume_request_steps.update(keys)
     counters.request_steps.update(keys)
     next_offered = dict.fromkeys([r for r, _ in decoding], k_now)
-    counters.record_step(len(scheduled), k_now, elapsed, sum(scheduled.values()))
+    # emitted: every token this step's requests sampled (1 + accepted drafts; 1 for a prefill
+    # that completed), i.e. what the step delivered, the numerator of realized goodput
+    emitted = sum(g for _, g in decoding)
+    counters.record_step(len(scheduled), k_now, elapsed, sum(scheduled.values()), emitted)
     return next_offered
