@@ -56,7 +56,10 @@ def settings(profile: Path, engine_url: str, admin_url: str | None = None,
     values: dict[str, Any] = dict(
         profile=profile, engine_url=engine_url, admin_url=admin_url or engine_url,
         admin_token=TOKEN, interval_s=0.05, rebuild_every_steps=100, timeout_s=2.0,
-        retry_attempts=3, listen_port=0, explore_every=7, hysteresis=1, model_name="tiny")
+        retry_attempts=3, listen_port=0, explore_every=7, hysteresis=1, model_name="tiny",
+        # these tests are about faults and mechanics, on the model's pushes; the decisions by
+        # measured goodput have their own (test_measured_decisions.py)
+        decide_by="model")
     values.update(overrides)
     return SidecarSettings(**values)
 
