@@ -35,7 +35,7 @@ class SidecarSettings(BaseSettings):
     rebuild_every_steps: int = Field(200, ge=1, description="rebuild after this many engine steps")
     prior_weight: float = Field(2000.0, ge=0, description="w: the prior counts as w observations")
     prior_decay: float = Field(1.0, gt=0, le=1, description="multiply w by this after each rebuild (0.5: halve; 1: off)")
-    explore_every: int = Field(150, ge=0, description="plugin exploration: every N steps a run of explore_run steps at another allowed k, the k's taking turns (0: off; with explore_run 3, 150 explores 2 steps in 100)")
+    explore_every: int = Field(300, ge=0, description="plugin exploration: every N steps a run of explore_run steps at another allowed k, the k's taking turns, so every k keeps live acceptance (0: off; with explore_run 3, 300 explores 1 step in 100, half of explore_share: the rest is the duels' room)")
     explore_run: int = Field(3, ge=1, description="steps in one exploration run (its middle steps are steady and timed)")
     hysteresis: int = Field(2, ge=0, description="plugin edge hysteresis band h, in requests (0: off)")
     allowed_k: str = Field("engine", description="'engine' (every k the engine runs without a penalty, as its plugin reports: the startup table's K values on vLLM's V2 runner, all 0..K on V1), 'startup' (the startup table's K values), 'all', or e.g. '0,1,3'")

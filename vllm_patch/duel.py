@@ -10,11 +10,12 @@ every run has the incumbent's steps just before and just after it at the same lo
 comparison whose drift cancels (sidecar/measured.py pairs them). A run keeps its k whatever B
 does, so all but its first step are steady, timed steps of that k.
 
-Budget: a run starts only if the explored steps of the runs started in the last
-``duel_horizon`` steps, plus this run, stay within ``duel_share`` of the horizon. So over any
-``duel_horizon`` consecutive steps at most duel_share of them explore (a burst up front, then
-nothing until the window frees), which lets a comparison finish in minutes instead of hours
-without exceeding the share. Pure, except for the small state a DuelClock keeps.
+Budget: a run starts only if the explored steps of the last ``duel_horizon`` steps, plus this
+run, stay within ``duel_share`` of the horizon; the rotation's steps are charged to the same
+budget (and skipped when it is spent). So over any ``duel_horizon`` consecutive steps at most
+duel_share of them explore, a duel's burst up front included, which lets a comparison finish
+in minutes instead of hours without exceeding the share. The sidecar runs the rotation below
+the share (1% by default) so a duel finds room at once. Pure, except for the small state a DuelClock keeps.
 """
 
 from __future__ import annotations
@@ -76,6 +77,14 @@ class DuelClock:
         self.run_k, self.run_left = ks[turn % len(ks)], run - 1
         self.starts.append((step, run))
         return self.run_k
+
+    def charge(self, step: int, share: float, horizon: int) -> bool:
+        """One step of the rotation (policy.py) against the same budget: False if it has no
+        room (the step then runs the table)."""
+        if not within_budget(self.starts, step, 1, share, horizon):
+            return False
+        self.starts.append((step, 1))
+        return True
 
     def reset(self) -> None:
         """A new policy: any run in progress ends (its challenger may no longer be asked for)."""

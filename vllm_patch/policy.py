@@ -111,6 +111,12 @@ class PolicyLookup(list[int]):
             else:
                 k, explored = choose_k(state.dense, int(i), engine.current_k, engine.steps,
                                        engine.policy, self._allowed)
+                if explored and not self._duel.charge(engine.steps, policy.duel_share,
+                                                      policy.duel_horizon):
+                    # the rotation shares the duels' budget: over the horizon, all exploration
+                    # together stays within duel_share
+                    k, explored = choose_k(state.dense, int(i), engine.current_k, engine.steps,
+                                           Policy(hysteresis=policy.hysteresis))
             engine.steps += 1
             if state.version != engine.applied_version:  # first step on a swapped table
                 # latency first: a reader that sees the new version must see its latency

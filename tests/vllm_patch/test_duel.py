@@ -69,3 +69,21 @@ def test_a_new_policy_ends_the_run_in_progress() -> None:
     assert ks[11] is None and ks[12] == 2 and ks[13] == 2   # after 2·6 table steps: a run
     clock.reset()
     assert clock.choose((), 4, 3, 15, 6, 0.5, 1000) is None
+
+
+def test_rotation_and_duels_share_one_budget() -> None:
+    """The rotation at its full 2% and duels switched on and off: together still at most 2% of
+    any 10,000 steps (the rotation's steps are charged to the duels' budget)."""
+    rotation = Policy(explore_every=150, explore_run=3, duel_share=0.02, duel_horizon=10_000)
+    dueling = Policy(explore_every=150, explore_run=3, duels=((1, 256, (1, 2)),), duel_run=16,
+                     duel_share=0.02, duel_horizon=10_000)
+    engine = engine_with(rotation, [[1, 256, 3]])
+    lookup = PolicyLookup(engine, lambda e: (_ for _ in ()).throw(e))
+    ks = []
+    for step in range(40_000):
+        engine.policy = dueling if (step // 7000) % 2 else rotation
+        ks.append(lookup[64])
+    explored = [k != 3 for k in ks]
+    worst = max(sum(explored[i:i + 10_000]) for i in range(0, 30_001, 100))
+    assert worst <= 200
+    assert sum(explored[7000:8000]) > 0  # the duels still got their runs
