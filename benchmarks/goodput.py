@@ -34,19 +34,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.engines import TOKEN, admin_client
+from benchmarks.engines import admin_client, max_model_len, spec_server
 from benchmarks.stateful import sidecar
 from benchmarks.switch import interval
 from benchmarks.window import measure, swap
+from benchmarks.workload import requests as request_pool
+from tuner import flags
 from tuner.engine_client import EngineClient
-from tuner.engine_defaults import plugin_env, resolve_model, vocab_size
-from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
+from tuner.engine_defaults import resolve_model, vocab_size
+from tuner.launcher import free_port, launch
 from tuner.load import Request, StationaryLoad
 from tuner.profile import Profile, load
 from tuner.prompts import repetitive
 from tuner.table import Table
-
-MAX_TOKENS = 48
 
 
 def wrong(profile: Profile, k: int, factor: float) -> Profile:
@@ -68,15 +68,15 @@ def wrong(profile: Profile, k: int, factor: float) -> Profile:
 
 
 async def fixed(url: str, engine: EngineClient, admin: EngineClient, requests: list[Request],
-                n: int, K: int, blocks: int, window_s: float, seed: int) -> dict[str, Any]:
-    """Every fixed k in shuffled blocks; per-block tokens/s per k."""
+                n: int, ks: list[int], blocks: int, window_s: float, seed: int) -> dict[str, Any]:
+    """Every fixed k of ``ks`` in shuffled blocks; per-block tokens/s per k."""
     n_max = (await admin.get_table()).max_num_seqs
     rng = random.Random(seed)
-    tps: dict[int, list[float]] = {k: [] for k in range(K + 1)}
+    tps: dict[int, list[float]] = {k: [] for k in ks}
     async with StationaryLoad(url, requests, n, 0.0, seed=seed) as traffic:
         await asyncio.sleep(2.0)
         for _ in range(blocks):
-            order = list(range(K + 1))
+            order = list(ks)
             rng.shuffle(order)
             for k in order:
                 await swap(admin, Table.from_list([[1, n_max, k]]), settle_steps=8)
@@ -156,26 +156,44 @@ def decisions(log: Path) -> dict[str, int]:
     return dict(count)
 
 
+def summary(runs: list[dict[str, Any]], loads: dict[int, dict[str, Any]], start: Table,
+            base: Profile, args: argparse.Namespace) -> dict[str, Any]:
+    matched = [r["match"] for r in runs]
+    return {"runs": runs, "match_rate": round(sum(matched) / len(matched), 3) if runs else None,
+            "within_180s": all(r["seconds_to_final"] <= 180 for r in runs),
+            "max_pushes_per_run": max((r["pushes"] for r in runs), default=0),
+            "loads": loads, "scale": args.scale, "start_table": start.to_list(),
+            "profile_table": base.table, "window_s": args.window_s, "blocks": args.blocks,
+            "follow_s": args.follow_s,
+            "command": "python -m benchmarks.goodput " + " ".join(sys.argv[1:])}
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
     base = load(Path(args.profile))
-    k_scaled, factor = (float(x) for x in args.scale.split(":"))
-    bad = wrong(base, int(k_scaled), factor)
+    if args.scale == "none":  # the profile as measured: its model's own error is the test
+        bad = base.model_copy(update={"table": base.build().table.to_list()})
+    else:
+        k_scaled, factor = (float(x) for x in args.scale.split(":"))
+        bad = wrong(base, int(k_scaled), factor)
     bad_path = out / "profile-wrong.json"
     bad.save(bad_path)
     start = Table.from_list(bad.table or [])
-    model = resolve_model(base.engine.model, None)
-    requests = [Request(p, MAX_TOKENS) for p in repetitive(64, vocab_size(model), seed=11)]
-    K, n_max = base.K, base.engine.max_num_seqs
+    model = resolve_model(base.engine.model, args.model)
+    extra = tuple(args.engine_arg or ())
+    long = repetitive(64, vocab_size(model), length=args.prompt_tokens, seed=11)
+    requests = request_pool("steady", long, args.prompt_tokens, args.max_tokens,
+                            max_model_len(extra), seed=0)
+    K = base.K
     admin_port = free_port()
-    cfg = ServerConfig(model=model, max_num_seqs=n_max, env=plugin_env(admin_port, token=TOKEN),
-                       speculative=SpeculativeSpec(num_speculative_tokens=K,
-                                                   table=Table.from_list([[1, n_max, K]])))
-    runs, loads = [], {}
+    cfg = spec_server(base, model, admin_port, flags.replay(args, K), extra)
+    runs: list[dict[str, Any]] = []
+    loads: dict[int, dict[str, Any]] = {}
     async with (launch(cfg, log_dir=out / "logs") as server, admin_client(admin_port) as admin,
                 EngineClient(engine_url=server.url) as engine):
         for n in (int(x) for x in args.loads.split(",")):
-            best = await fixed(server.url, engine, admin, requests, n, K, args.blocks,
+            ks = [int(x) for x in args.ks.split(",")] if args.ks else list(range(K + 1))
+            best = await fixed(server.url, engine, admin, requests, n, ks, args.blocks,
                                args.window_s, seed=n)
             loads[n] = best
             print(f"N={n}: best fixed k={best['best_fixed_k']} {best['best_fixed_ci']}, "
@@ -194,27 +212,29 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"N={n} run {r}: k {got['start_k']} -> {got['sidecar_k']} after "
                       f"{got['seconds_to_final']} s, {got['pushes']} pushes "
                       f"({'match' if runs[-1]['match'] else 'MISS'})", file=sys.stderr)
-    matched = [r["match"] for r in runs]
-    return {"runs": runs, "match_rate": round(sum(matched) / len(matched), 3) if runs else None,
-            "within_180s": all(r["seconds_to_final"] <= 180 for r in runs),
-            "max_pushes_per_run": max((r["pushes"] for r in runs), default=0),
-            "loads": loads, "scale": args.scale, "start_table": start.to_list(),
-            "profile_table": base.table, "window_s": args.window_s, "blocks": args.blocks,
-            "follow_s": args.follow_s,
-            "command": "python -m benchmarks.goodput " + " ".join(sys.argv[1:])}
+                # after every run: a run cut short by a time limit keeps what it has
+                (out / "goodput.json").write_text(json.dumps(summary(runs, loads, start, base,
+                                                                     args), indent=1))
+    return summary(runs, loads, start, base, args)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", required=True)
-    ap.add_argument("--scale", default="3:1.3", help="K:FACTOR, the profile's T(., K) times FACTOR")
+    ap.add_argument("--scale", default="3:1.3", help="K:FACTOR, the profile's T(., K) times "
+                    "FACTOR; 'none': the profile as measured")
+    ap.add_argument("--ks", help="the fixed k's measured (default 0..K)")
     ap.add_argument("--loads", default="2,4,8")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--blocks", type=int, default=6, help="fixed-k blocks per load")
     ap.add_argument("--window-s", type=float, default=3.0)
     ap.add_argument("--follow-s", type=float, default=180.0)
     ap.add_argument("--out", default="runs/goodput")
+    ap.add_argument("--model", help="model path (default: the profile's)")
+    ap.add_argument("--prompt-tokens", type=int, default=32)
+    ap.add_argument("--max-tokens", type=int, default=48, help="mean output length (0.5-1.5x)")
     ap.add_argument("--sidecar-arg", action="append", help="extra flag for the sidecar (repeat)")
+    flags.add_engine_flags(ap)
     args = ap.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     result = asyncio.run(run(args))
