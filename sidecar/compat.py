@@ -67,11 +67,18 @@ def resolve_allowed_k(spec: str, info: TableInfo | None,
                       num_speculative_tokens: int) -> set[int] | None:
     """The k the table may use: None means every k = 0..K.
 
-    'startup' is the engine's startup table's K values (GET /v1/table); without the admin
-    endpoint (dry-run next to a stock vLLM) they are unknown and every k is allowed.
+    'startup' is the engine's startup table's K values (GET /v1/table); 'engine' the k's the
+    plugin says its runner runs without a penalty (graph_k: the startup set on V2, every k on V1;
+    a plugin that predates graph_k: 'startup'); without the admin endpoint (dry-run next to a
+    stock vLLM) they are unknown and every k is allowed.
     """
     if spec == "all":
         return None
+    if spec == "engine":
+        if info is not None and info.graph_k is not None:
+            graph = set(info.graph_k)
+            return None if graph >= set(range(num_speculative_tokens + 1)) else graph
+        spec = "startup"
     if spec == "startup":
         return set(info.startup_k) if info is not None and info.startup_k else None
     ks = {int(x) for x in spec.split(",")}

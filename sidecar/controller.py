@@ -28,6 +28,7 @@ The clock is injected so tests can drive ticks directly.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -42,7 +43,8 @@ from sidecar.engine_table import EngineTable
 from sidecar.estimator import DRAW_PSEUDO, decay_prior, halve_live, observe
 from sidecar.guardrail import Guardrail, Sample, Verdict
 from sidecar.logs import Conditions
-from sidecar.rebuild import Choice, Inputs, choose, projected
+from sidecar.measured import MeasuredGoodput
+from sidecar.rebuild import Arbiter, Choice, Inputs, choose, projected
 from sidecar.resume import ResumeTracker
 from sidecar.settings import SidecarSettings
 from sidecar.stats import Stats
@@ -93,6 +95,11 @@ class Controller:
         self.state = checkpoint.restore(settings.checkpoint, self.prior, settings.prior_weight)
         self.w_T = settings.step_prior_weight
         self.live_T = LiveStepTimes()
+        # realized goodput from the plugin's step ring (sidecar/measured.py): what decides at
+        # the buckets the engine serves, once tighter than the model (sidecar/arbiter.py)
+        self.goodput = MeasuredGoodput()
+        self.ring_started_at: float | None = None  # the engine run the ring's seqs belong to
+        self.pairs_seen = 0  # paired runs at the last rebuild: new ones may settle a duel
         self.recent = RecentWindow(settings.change_window)
         self.guard = Guardrail(window=settings.guard_window, drop=settings.guard_drop,
                                hold_s=settings.guard_hold_s)
@@ -161,12 +168,13 @@ class Controller:
                 await self.engine.sync()
             if kind != "ok":
                 return None
+            await self._read_ring()
             if self.pending_rollback is not None:
                 return await self.rollback(self.pending_rollback)
             trigger = self._detect_change()  # first: a due rebuild must not use stale counts
             if trigger is None and self.steps_since_rebuild >= self.settings.rebuild_every_steps:
                 trigger = "scheduled"
-            trigger = trigger or self._guard_disagrees()
+            trigger = trigger or self._measured_settles() or self._guard_disagrees()
             return await self.rebuild(trigger) if trigger else None
         finally:
             self.tick_ended = self.clock()
@@ -263,6 +271,34 @@ class Controller:
         self._guard_sample(d, engine_steps)
         self._check_drift()
 
+    async def _read_ring(self) -> None:
+        """The plugin's per-step ring since the last step read: realized goodput per cell and
+        the paired duel runs (nothing without the plugin, or with decide_by=model)."""
+        if self.settings.decide_by != "measured" or not self.engine.has_admin:
+            return
+        try:
+            stats = await self.client.get_stats(since=self.goodput.last_seq)
+        except EngineUnavailable as exc:
+            self.conditions.set("ring", "unreadable", "the plugin's step ring cannot be read; "
+                                "deciding by the model until it can", error=str(exc))
+            return
+        self.conditions.ok("ring", "the plugin's step ring is readable again")
+        if stats.started_at != self.ring_started_at:  # a new engine run numbers from 1 again
+            restarted = self.ring_started_at is not None
+            self.goodput.restart()
+            self.ring_started_at = stats.started_at
+            if restarted:  # read past the old run's last seq: its whole ring again
+                stats = await self.client.get_stats(since=0)
+        self.goodput.ingest(stats.recent_steps)
+
+    def _measured_settles(self) -> str | None:
+        """New paired runs since the last rebuild: a duel may be settled (the rebuild says)."""
+        pairs = sum(len(p) for p in self.goodput.pairs.values())
+        if self.settings.decide_by != "measured" or pairs == self.pairs_seen:
+            return None
+        self.pairs_seen = pairs
+        return "measured"
+
     def _guard_sample(self, d: interval.SnapshotDelta, engine_steps: float) -> None:
         """One sample of realized goodput for the guardrail: tokens per second this interval."""
         now, before = self.last_scrape_ok_at, self.prev_scrape_ok_at
@@ -345,6 +381,7 @@ class Controller:
             # let a prior of 1.0 win back the estimate within seconds (the CPU switch bench:
             # k=3 pushed at B <= 19 under acceptance ~0, 10-15 s after every switch)
             self._rebase_prior()
+            self.goodput.forget()  # what each k delivered under the old traffic
             # the window that detects a change can straddle it (part old traffic, part new):
             # the next rebuilds settle the prior on the new traffic alone (_finish)
             self.rebase_left = REBASE_REBUILDS
@@ -391,12 +428,16 @@ class Controller:
     def blend(self) -> Blend:
         return self.live_T.blend(self.T_dense, self.sigma_dense, self.w_T, self.settings.step_cv)
 
-    def choose(self, old: Table | None) -> Choice:
+    def choose(self, old: Table | None, trigger: str = "scheduled") -> Choice:
         """The table a rebuild would push against ``old`` (sidecar/rebuild.py)."""
         s = self.settings
+        arbiter = None if s.decide_by != "measured" else Arbiter(
+            self.goodput, dict(self.goodput.served), s.model_error, s.min_served, s.max_pairs,
+            s.duel_width, everywhere=trigger == "change")
         inputs = Inputs(tie=s.tie, confidence=s.confidence, allowed_k=self.allowed_k,
                         cliffs=self.cliffs, prior_steps=self.w_T,
-                        measured=self.live_T.measured(self.T_dense.shape[0], self.w_T))
+                        measured=self.live_T.measured(self.T_dense.shape[0], self.w_T),
+                        arbiter=arbiter)
         return choose(self.blend(), self.T_dense, self.state, old, self.K, inputs)
 
     async def rebuild(self, trigger: str = "scheduled") -> Decision:
@@ -405,7 +446,7 @@ class Controller:
         self._check_foreign()
         known = fresh or self.engine.info
         old = known.parsed_table() if known is not None else None
-        choice = self.choose(old)
+        choice = self.choose(old, trigger)
         until = self.guard.is_held(choice.table, self.clock())
         if until is not None and choice.table != old:
             outcome: Outcome = "unchanged"
@@ -415,6 +456,10 @@ class Controller:
             outcome, reason = await self.engine.push(choice.table, fresh)
         if outcome == "pushed" and old is not None and self.settings.guard_window:
             self.guard.start(old, choice.table)
+        if outcome == "pushed":
+            self.goodput.mark()  # served since this push: the buckets a next push may change
+            choice = dataclasses.replace(choice, duels=())  # the new k's have no verdicts yet
+        await self.engine.set_duels(choice.duels)
         return self._decide(choice, old, outcome, reason, trigger)
 
     async def rollback(self, verdict: Verdict) -> Decision:
@@ -445,7 +490,8 @@ class Controller:
             old_table=old.to_list() if old else None, new_table=choice.table.to_list(),
             engine_version=info.version if info is not None else None,
             gains=range_gains(choice.G, old, choice.table, self.K), drift=self.drift_cells,
-            trigger=trigger, changes=[c for c in choice.changes if c.kept] or choice.changes)
+            trigger=trigger, changes=[c for c in choice.changes if c.kept] or choice.changes,
+            calls=list(choice.calls), duels=[[lo, hi, list(ks)] for lo, hi, ks in choice.duels])
         self._finish(decision, choice.table)
         return decision
 

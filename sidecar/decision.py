@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from tuner.table import Table
 
-__all__ = ["BIAS_NOTE", "Decision", "DriftCell", "RangeChange", "RangeGain", "Outcome", "Source",
+__all__ = ["BIAS_NOTE", "Call", "Decision", "DriftCell", "Figures", "RangeChange", "RangeGain", "Outcome", "Source",
            "StepEvidence", "range_gains"]
 
 Outcome = Literal["pushed", "dry_run", "held", "unchanged", "rejected", "failed", "rolled_back"]
@@ -64,6 +64,17 @@ class StepEvidence(_Record):
     prior_steps: float   # w_T: the profile's weight in steps
 
 
+class Figures(_Record):
+    """G(k_new)/G(k_old) over a range with its interval: the model's, or the measured one
+    (paired runs of realized goodput, sidecar/measured.py)."""
+
+    ratio: float
+    low: float
+    high: float
+    pairs: int = 0
+    steps: int = 0
+
+
 class RangeChange(_Record):
     """A run of batch sizes where the rebuild's choice differs from the engine's table."""
 
@@ -78,6 +89,27 @@ class RangeChange(_Record):
     # a remnant narrower than the minimum width, merged into its neighbour's k (a near-tie
     # either way) because the push happened anyway (sidecar/rebuild.py, step 5)
     merged: bool = False
+    # at a bucket the engine served: which decided (sidecar/arbiter.py) and both sides' figures
+    decided_by: Literal["model", "measured"] = "model"
+    model: Figures | None = None
+    measured: Figures | None = None
+
+
+class Call(_Record):
+    """One challenger k against the engine's k (k_old) at one bucket the engine served, and
+    where the comparison stands (sidecar/arbiter.py): switch (k wins beyond the tie), keep (k
+    cannot win: worse beyond its interval), tie (indistinguishable after the most pairs we
+    spend), open (a duel is running or due)."""
+
+    bucket: int
+    batch_size_start: int
+    batch_size_end: int
+    k_old: int
+    k: int
+    decided_by: Literal["model", "measured"]
+    status: Literal["switch", "keep", "tie", "open"]
+    model: Figures
+    measured: Figures | None = None
 
 
 class Decision(_Record):
@@ -102,6 +134,8 @@ class Decision(_Record):
     trigger: str = "scheduled"   # scheduled | change | guardrail | rollback
     a_raw: list[float] | None = None   # â before the non-increasing projection
     changes: list[RangeChange] = []
+    calls: list[Call] = []                         # at the buckets served since the last push
+    duels: list[tuple[int, int, list[int]]] = []   # asked of the plugin after this rebuild
 
 
 def range_gains(G: npt.NDArray[np.float64], old: Table | None, new: Table,

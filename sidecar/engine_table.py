@@ -55,6 +55,7 @@ class EngineTable:
         self.last_ok_at: float | None = None  # when the admin endpoint last answered
         self.hold_until: float | None = None
         self.hold_version: int | None = None
+        self.duels: tuple[tuple[int, int, tuple[int, ...]], ...] = ()  # asked of the plugin
 
     # -- every admin call after the start goes through here ------------------------------
     async def _call(self, call: Awaitable[R], doing: str) -> R:
@@ -111,12 +112,34 @@ class EngineTable:
         if served != "unknown":  # a plugin that predates the field
             compat.check_served_name(self.settings.model_name, served)
 
+    def policy_fields(self) -> dict[str, object]:
+        """The policy this sidecar keeps in the engine: the rotation from the settings, and the
+        duels its last rebuild asked for (sidecar/arbiter.py; while any is set, the plugin runs
+        them instead of the rotation)."""
+        s = self.settings
+        return {"explore_every": s.explore_every, "explore_run": s.explore_run,
+                "hysteresis": s.hysteresis,
+                "duels": [[lo, hi, list(ks)] for lo, hi, ks in self.duels],
+                "duel_run": s.duel_run, "duel_share": s.explore_share,
+                "duel_horizon": s.explore_horizon}
+
+    async def set_duels(self, duels: tuple[tuple[int, int, tuple[int, ...]], ...]) -> None:
+        """Ask the plugin for these duels (nothing in dry-run, or when they are already set)."""
+        if duels == self.duels or self.settings.dry_run or not self.has_admin:
+            return
+        self.duels = duels
+        try:
+            await self._call(self.client.put_policy(**self.policy_fields()), "setting the duels")
+        except EngineUnavailable as exc:  # AdminRejected included: the next rebuild asks again
+            self.duels = ()
+            log.warning("duels not set; the plugin keeps its exploration",
+                        extra={"error": str(exc)})
+        else:
+            log.info("duels", extra={"duels": [[lo, hi, list(ks)] for lo, hi, ks in duels]})
+
     async def put_policy(self) -> bool:
         try:
-            await self._call(self.client.put_policy(explore_every=self.settings.explore_every,
-                                                    explore_run=self.settings.explore_run,
-                                                    hysteresis=self.settings.hysteresis),
-                             "setting the policy")
+            await self._call(self.client.put_policy(**self.policy_fields()), "setting the policy")
         except AdminRejected as exc:
             self.stats.failures["policy_rejected"] += 1
             log.error("policy rejected; the engine keeps its own", extra={"error": str(exc)})
@@ -201,10 +224,7 @@ class EngineTable:
                 log.error("the restarted engine does not match the profile; not pushing",
                           extra={"differences": diffs})
                 return
-            await self._call(self.client.put_policy(explore_every=self.settings.explore_every,
-                                                    explore_run=self.settings.explore_run,
-                                                    hysteresis=self.settings.hysteresis),
-                             "setting the policy")
+            await self._call(self.client.put_policy(**self.policy_fields()), "setting the policy")
             if (self.desired is not None and info.parsed_table() != self.desired
                     and not self.holding()):
                 info = await self._call(self.client.put_table(self.desired), "pushing the table")

@@ -19,6 +19,12 @@
    into the neighbour whose k does better there (merge_remnants), logged as a ``merged``
    change: in the demo a guardrail rebuild turned [5, 9] k=3 into k=0 at 6..9 only and pushed
    [[1,4,2],[5,5,3],[6,16,0]], a range of one batch size split on a near-tie.
+
+With ``by_measure`` (the default), steps 3-5 apply only to a rebuild after a detected change of
+traffic (or with no engine table to compare with); otherwise the table changes only at the
+buckets the engine served since the last push, each decided by measured goodput where the
+measurement is tighter than the model, else by the model with its error (sidecar/arbiter.py).
+A bucket not served keeps its k: an edge is never moved on evidence from elsewhere.
 """
 
 from __future__ import annotations
@@ -29,8 +35,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from sidecar.decision import RangeChange, StepEvidence
+from sidecar.arbiter import Verdicts, arbitrate
+from sidecar.decision import Call, RangeChange, StepEvidence
 from sidecar.estimator import DRAW_PSEUDO, EstimatorState, estimate
+from sidecar.measured import MeasuredGoodput
 from sidecar.step_times import Blend
 from tuner.confidence import Change, choose_confident, confident_changes, merge_remnants
 from tuner.goodput import Cliff
@@ -52,6 +60,19 @@ class Inputs:
     width: int = 4
     replicates: int = 200
     measured: tuple[tuple[int, int], ...] = ()   # (first, last) B of each measured bucket
+    # decisions by measured goodput (sidecar/arbiter.py); None: the model alone everywhere
+    arbiter: Arbiter | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Arbiter:
+    goodput: MeasuredGoodput
+    served: dict[int, int]       # steps per bucket since the last push
+    model_error: float
+    min_served: int
+    max_pairs: int
+    duel_width: int
+    everywhere: bool = False     # a change of traffic: the model may move every range
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +83,8 @@ class Choice:
     a_used: FloatArray      # â after the projection
     a_raw: FloatArray
     changes: list[RangeChange]
+    calls: tuple[Call, ...] = ()
+    duels: tuple[tuple[int, int, tuple[int, ...]], ...] = ()
 
 
 def projected(state: EstimatorState) -> tuple[FloatArray, FloatArray]:
@@ -89,10 +112,15 @@ def choose(blend: Blend, T_prof: FloatArray, state: EstimatorState, old: Table |
                                  cliffs=inputs.cliffs, width=inputs.width,
                                  replicates=inputs.replicates, measured=inputs.measured,
                                  pseudo=DRAW_PSEUDO)
+    arb = inputs.arbiter
     if old is None:
-        return Choice(confident.table, confident.table, confident.G, a_used, a_raw, [])
+        duels = _verdicts(arb, confident.ks, confident.G_reps, inputs).duels if arb else ()
+        return Choice(confident.table, confident.table, confident.G, a_used, a_raw, [], (), duels)
     max_b = blend.T.shape[0]
     old_ks = old.dense(max_b, num_speculative_tokens)[1:]
+    if arb is not None and not arb.everywhere:
+        return _by_measure(blend, T_prof, old, old_ks, confident.G, confident.G_reps,
+                           confident.table, confident.ks, a_used, a_raw, inputs, arb)
     ks, found = confident_changes(confident.G_reps, old_ks, confident.ks, inputs.tie,
                                   inputs.confidence)
     if inputs.allowed_k is not None:  # a k no longer allowed (e.g. below --min-k) always goes
@@ -123,4 +151,39 @@ def choose(blend: Blend, T_prof: FloatArray, state: EstimatorState, old: Table |
     # the engine's table may reach past max_num_seqs or carry gaps: keep it as it is if equal
     if table == Table.from_dense(old_ks):
         table = old
-    return Choice(table, confident.table, confident.G, a_used, a_raw, changes)
+    duels = _verdicts(arb, ks, confident.G_reps, inputs).duels if arb else ()
+    return Choice(table, confident.table, confident.G, a_used, a_raw, changes, (), duels)
+
+
+def _verdicts(arb: Arbiter, ks: npt.NDArray[np.int64], G_reps: FloatArray,
+              inputs: Inputs) -> Verdicts:
+    return arbitrate(np.asarray(ks), G_reps, arb.goodput, arb.served, inputs.allowed_k,
+                     tie=inputs.tie, confidence=inputs.confidence, model_error=arb.model_error,
+                     min_served=arb.min_served, max_pairs=arb.max_pairs,
+                     duel_width=arb.duel_width)
+
+
+def _by_measure(blend: Blend, T_prof: FloatArray, old: Table, old_ks: list[int], G: FloatArray,
+                G_reps: FloatArray, proposed: Table, model_ks: npt.NDArray[np.int64],
+                a_used: FloatArray, a_raw: FloatArray, inputs: Inputs, arb: Arbiter) -> Choice:
+    """Only the served buckets change, each as sidecar/arbiter.py decides; a k no longer
+    allowed still goes (to the model's choice there)."""
+    verdicts = _verdicts(arb, np.asarray(old_ks), G_reps, inputs)
+    ks = verdicts.ks
+    if inputs.allowed_k is not None:
+        banned = np.isin(np.asarray(old_ks), sorted(inputs.allowed_k), invert=True)
+        ks[banned] = model_ks[banned]
+    changes = []
+    for c in verdicts.switches():
+        used = c.measured if c.decided_by == "measured" and c.measured is not None else c.model
+        changes.append(RangeChange(
+            batch_size_start=c.batch_size_start, batch_size_end=c.batch_size_end, k_old=c.k_old,
+            k_new=c.k, gain=round(used.ratio - 1.0, 6), gain_low=round(used.low - 1.0, 6),
+            kept=True, decided_by=c.decided_by, model=c.model, measured=c.measured,
+            step_times=[_evidence(blend, T_prof, c.batch_size_start, c.batch_size_end, k,
+                                  inputs.prior_steps) for k in (c.k_old, c.k)]))
+    table = Table.from_dense(ks.tolist())
+    if table == Table.from_dense(old_ks):
+        table = old
+    return Choice(table, proposed, G, a_used, a_raw, changes, tuple(verdicts.calls),
+                  verdicts.duels)

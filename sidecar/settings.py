@@ -35,11 +35,19 @@ class SidecarSettings(BaseSettings):
     rebuild_every_steps: int = Field(200, ge=1, description="rebuild after this many engine steps")
     prior_weight: float = Field(2000.0, ge=0, description="w: the prior counts as w observations")
     prior_decay: float = Field(1.0, gt=0, le=1, description="multiply w by this after each rebuild (0.5: halve; 1: off)")
-    explore_every: int = Field(150, ge=0, description="plugin exploration: every N steps a run of explore_run steps at another allowed k, the k's taking turns (0: off; with explore_run 3, 150 explores 2 steps in 100)")
+    explore_every: int = Field(300, ge=0, description="plugin exploration: every N steps a run of explore_run steps at another allowed k, the k's taking turns, so every k keeps live acceptance (0: off; with explore_run 3, 300 explores 1 step in 100, half of explore_share: the rest is the duels' room)")
     explore_run: int = Field(3, ge=1, description="steps in one exploration run (its middle steps are steady and timed)")
     hysteresis: int = Field(2, ge=0, description="plugin edge hysteresis band h, in requests (0: off)")
-    allowed_k: str = Field("startup", description="'startup' (K values of the engine's startup table), 'all', or e.g. '0,1,3'")
+    allowed_k: str = Field("engine", description="'engine' (every k the engine runs without a penalty, as its plugin reports: the startup table's K values on vLLM's V2 runner, all 0..K on V1), 'startup' (the startup table's K values), 'all', or e.g. '0,1,3'")
     min_k: int = Field(0, ge=0, description="never choose fewer drafts than this: an EAGLE-style drafter whose state goes stale at K=0 can lose acceptance when drafting resumes (the 'resume' condition says so)")
+    decide_by: Literal["measured", "model"] = Field("measured", description="at the buckets the engine serves, compare k's by measured goodput (paired duels of the plugin's step ring) once the measurement is tighter than the model ('measured'), or by the model alone everywhere ('model')")
+    model_error: float = Field(0.05, ge=0, description="the model's own error on a goodput ratio (log scale, one sigma), beyond what its draws show: the H200's 32B model was ~5% off; the measurement decides once its interval is narrower than the model's widened one")
+    duel_run: int = Field(16, ge=4, le=256, description="steps of one duel run at a challenger k (all but the first are steady, timed steps)")
+    explore_share: float = Field(0.02, ge=0, le=0.5, description="duels explore at most this share of the steps in any explore_horizon steps")
+    explore_horizon: int = Field(10000, ge=100, description="the window, in engine steps, over which explore_share holds (a burst up front, then nothing until it frees)")
+    duel_width: int = Field(2, ge=1, description="challengers dueled at once per bucket (the most promising first)")
+    max_pairs: int = Field(40, ge=5, description="paired runs after which an unresolved challenger is called indistinguishable and its duel ends")
+    min_served: int = Field(32, ge=1, description="steps a bucket must serve since the last push before its k is decided there")
     tie: float = Field(0.005, ge=0, description="keep the previous B's k unless another is this much better")
     confidence: float = Field(0.9, ge=0.5, lt=1, description="a rebuild changes a range's k only when its gain beats the tie at this confidence (lower bound)")
     step_prior_weight: float = Field(100.0, ge=0, description="w_T: the profile's step time counts as this many live steps of a (B bucket, k) cell")
@@ -69,15 +77,15 @@ class SidecarSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _check(self) -> SidecarSettings:
-        if self.allowed_k not in ("startup", "all"):
+        if self.allowed_k not in ("engine", "startup", "all"):
             try:
                 ks = [int(x) for x in self.allowed_k.split(",")]
             except ValueError:
-                raise ValueError(f"allowed_k={self.allowed_k!r}: use 'startup', 'all' or "
+                raise ValueError(f"allowed_k={self.allowed_k!r}: use 'engine', 'startup', 'all' or "
                                  "comma-separated integers like '0,1,3'") from None
             if not ks or min(ks) < 0:
                 raise ValueError(f"allowed_k={self.allowed_k!r}: K values must be >= 0")
-        if self.min_k and self.allowed_k not in ("startup", "all") and all(
+        if self.min_k and self.allowed_k not in ("engine", "startup", "all") and all(
                 int(x) < self.min_k for x in self.allowed_k.split(",")):
             raise ValueError(f"min_k={self.min_k} excludes every k of allowed_k={self.allowed_k!r}")
         return self

@@ -32,13 +32,20 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field
 from tuner.table import Table
 
 __all__ = ["NO_STEPS", "EmulationBody", "EmulationReply", "ErrorReply", "PolicyBody", "PolicyReply",
-           "StatsReply", "TableBody", "TableReply", "check_exploration", "check_rates"]
+           "StatsReply", "TableBody", "TableReply", "check_exploration", "check_rates",
+           "step_bucket"]
 
 
 # GET /v1/stats?since=NO_STEPS: past any step's seq (the plugin takes up to 18 digits), so the
 # reply carries the counters without the per-step ring (~300 kB): what a poller that only counts
 # should ask for
 NO_STEPS = 10**18 - 1
+
+
+def step_bucket(batch_size: int) -> int:
+    """The batch-size bucket of the plugin's step counters: exact up to 16, then the next
+    multiple of 8 (a bounded label count). The plugin counts by it, the sidecar reads by it."""
+    return batch_size if batch_size <= 16 else -(-batch_size // 8) * 8
 
 
 class _Body(BaseModel):
@@ -91,6 +98,11 @@ class PolicyBody(_Body):
 
     explore_every: StrictInt | None = Field(default=None, ge=0, le=1_000_000)
     explore_run: StrictInt | None = Field(default=None, ge=1, le=64)
+    # duels (vllm_patch/duel.py): [[start_bs, end_bs, [challenger k, ...]], ...]; [] ends them
+    duels: tuple[tuple[StrictInt, StrictInt, tuple[StrictInt, ...]], ...] | None = None
+    duel_run: StrictInt | None = Field(default=None, ge=2, le=256)
+    duel_share: StrictFloat | None = Field(default=None, ge=0.0, le=0.5)
+    duel_horizon: StrictInt | None = Field(default=None, ge=100, le=10_000_000)
     hysteresis: StrictInt | None = Field(default=None, ge=0, le=1_000_000)
     baseline: Literal["nightjar", "none"] | None = None  # benchmarks only; "none" turns it off
 
@@ -129,6 +141,11 @@ class TableReply(_Reply):
     # capture sizes (none on CPU) and the scheduler's token budget; None: not reported
     cudagraph_capture_sizes: list[int] | None = None
     max_num_batched_tokens: int | None = None
+    # the model runner ("v1", "v2"; None: not reported) and the k's it runs without a penalty:
+    # V2 captures full CUDA graphs only for the startup table's k's, V1 (piecewise graphs under
+    # a DSD table) and CPU run every k alike
+    runner: str | None = None
+    graph_k: list[int] | None = None
 
     def parsed_table(self) -> Table | None:
         return None if self.table is None else Table.from_list(self.table)
@@ -139,6 +156,10 @@ class PolicyReply(_Reply):
     hysteresis: int
     explore_run: int = 1
     baseline: str | None = None
+    duels: list[tuple[int, int, list[int]]] = []
+    duel_run: int = 16
+    duel_share: float = 0.02
+    duel_horizon: int = 10_000
 
 
 class EmulationReply(_Reply):
@@ -174,9 +195,12 @@ class StatsReply(_Reply):
     scheduled_tokens: int | None = None
     step_times: list[tuple[int, int, float, int]] = []
     # the last engine steps, oldest first (GET /v1/stats?since=SEQ: only seq > SEQ):
-    # (seq, batch_size, k_verified, k_drafted, seconds, tokens). A step's time is verify(the
-    # previous step's k) + draft(this step's k); a steady step has both equal
-    recent_steps: list[tuple[int, int, int, int, float, int]] = []
+    # (seq, batch_size, k_verified, k_drafted, seconds, tokens, emitted). A step's time is
+    # verify(the previous step's k) + draft(this step's k); a steady step has both equal;
+    # emitted: the tokens the step's requests sampled (1 + accepted drafts each). A plugin that
+    # predates `emitted` sends six fields
+    recent_steps: list[tuple[int, int, int, int, float, int, int]
+                       | tuple[int, int, int, int, float, int]] = []
     transition_steps: int = 0  # steps whose verified and drafted k differ (not in step_times)
     # request-steps verified right after a K=0 stretch (of >= 4 steps), per position: a drafter
     # whose state went stale while nothing was drafted shows here below the steady acceptance

@@ -75,7 +75,7 @@ def steady_steps(stats: StatsReply | None, after: int, k: int, batch: int | None
     if stats is None:
         return []
     out = []
-    for seq, b, k_verified, k_drafted, seconds, tokens in stats.recent_steps:
+    for seq, b, k_verified, k_drafted, seconds, tokens, *_ in stats.recent_steps:
         if seq <= after or k_verified != k or k_drafted != k:
             continue
         if batch is not None and b != batch:

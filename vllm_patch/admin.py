@@ -10,7 +10,9 @@ bodies and replies are the models of tuner/admin_api.py):
 | PUT  /v1/table         | {"table": [[s, e, K], ...]}              | swap at the next step; TableReply    |
 | GET  /v1/policy        |                                          | PolicyReply                          |
 | PUT  /v1/policy        | {"explore_every"?, "explore_run"?,       | PolicyReply (422: explore_run must   |
-|                        |  "hysteresis"?, "baseline"?}             |  stay < explore_every)               |
+|                        |  "hysteresis"?, "baseline"?, "duels"?,   |  stay < explore_every; a duel's      |
+|                        |  "duel_run"?, "duel_share"?,             |  range or k outside the engine's)    |
+|                        |  "duel_horizon"?}                        |                                      |
 | GET  /v1/stats         | ?since=SEQ (optional)                    | StatsReply; recent_steps: seq > SEQ  |
 | GET  /v1/emulation     |                                          | EmulationReply                       |
 | PUT  /v1/emulation     | {"rates": [a1, a2, ...]}                 | 409 unless enabled at startup        |
@@ -75,7 +77,16 @@ def table_reply(engine: EngineState) -> dict[str, Any]:
             "restrict_k": engine.restrict_k, "swap_latency_s": swap_latency(engine),
             "cudagraph_capture_sizes": (list(engine.cudagraph_capture_sizes)
                                         if engine.cudagraph_capture_sizes is not None else None),
-            "max_num_batched_tokens": engine.max_num_batched_tokens}
+            "max_num_batched_tokens": engine.max_num_batched_tokens,
+            "runner": engine.runner, "graph_k": sorted(graph_k(engine))}
+
+
+def graph_k(engine: EngineState) -> set[int]:
+    """The k's this engine runs without a penalty: the startup table's on the V2 runner (full
+    CUDA graphs are captured per k of that table), every k = 0..K otherwise."""
+    if engine.runner == "v2" or engine.restrict_k:
+        return set(engine.startup_k)
+    return set(range(engine.num_speculative_tokens + 1))
 
 
 def stats_reply(engine: EngineState, since: int | None = None) -> dict[str, Any]:
@@ -149,23 +160,44 @@ def put_policy(engine: EngineState, body: bytes) -> dict[str, Any]:
         baseline = old.baseline if p.baseline is None else (None if p.baseline == "none" else p.baseline)
         new = Policy(old.explore_every if p.explore_every is None else p.explore_every,
                      old.hysteresis if p.hysteresis is None else p.hysteresis, baseline,
-                     old.explore_run if p.explore_run is None else p.explore_run)
+                     old.explore_run if p.explore_run is None else p.explore_run,
+                     old.duels if p.duels is None else p.duels,
+                     old.duel_run if p.duel_run is None else p.duel_run,
+                     old.duel_share if p.duel_share is None else p.duel_share,
+                     old.duel_horizon if p.duel_horizon is None else p.duel_horizon)
         try:
             check_exploration(new.explore_every, new.explore_run)
         except ValueError as exc:  # the field this body set (a default may be the other side)
             raise HttpError(422, str(exc),
                             "explore_run" if p.explore_run is not None else "explore_every") from None
+        check_duels(engine, new.duels)
         if baseline != old.baseline:
             engine.bandit = None  # a fresh bandit each time the baseline is switched on
         engine.policy = new
     return policy_reply(engine)
 
 
+def check_duels(engine: EngineState, duels: tuple[tuple[int, int, tuple[int, ...]], ...]) -> None:
+    """Each duel a range inside 1..max_num_seqs and k's this engine may run; 422 naming it."""
+    allowed = set(engine.startup_k) if engine.restrict_k else set(
+        range(engine.num_speculative_tokens + 1))
+    for i, (lo, hi, ks) in enumerate(duels):
+        if not 1 <= lo <= hi <= engine.max_num_seqs:
+            raise HttpError(422, f"duels[{i}]: range {lo}..{hi} must lie in 1..max_num_seqs="
+                                 f"{engine.max_num_seqs} with start <= end", "duels")
+        bad = sorted(set(ks) - allowed)
+        if bad:
+            raise HttpError(422, f"duels[{i}]: k={bad} not runnable here (allowed: "
+                                 f"{sorted(allowed)})", "duels")
+
+
 def policy_reply(engine: EngineState) -> dict[str, Any]:
     """GET /v1/policy (PolicyReply)."""
     p = engine.policy
     return {"explore_every": p.explore_every, "explore_run": p.explore_run,
-            "hysteresis": p.hysteresis, "baseline": p.baseline}
+            "hysteresis": p.hysteresis, "baseline": p.baseline,
+            "duels": [[lo, hi, list(ks)] for lo, hi, ks in p.duels], "duel_run": p.duel_run,
+            "duel_share": p.duel_share, "duel_horizon": p.duel_horizon}
 
 
 def put_emulation(engine: EngineState, body: bytes) -> dict[str, Any]:

@@ -75,7 +75,15 @@ def engine_state(scheduler: Any, settings: PluginSettings) -> EngineState:
         startup_k=frozenset(table.dense[1:]) if table else frozenset({num_spec}),
         restrict_k=settings.restrict_k, counters=Counters(num_positions=num_spec),
         emulation=settings.emulate_acceptance if not settings.reject_all else (0.0,) * max(num_spec, 1),
-        emulation_enabled=settings.emulation_enabled, applied_version=1)
+        emulation_enabled=settings.emulation_enabled, applied_version=1, runner=runner())
+
+
+def runner() -> str:
+    """vLLM's model runner: V2 (full CUDA graphs per k of the startup table) when vLLM's switch
+    for it is on, else V1."""
+    import os
+
+    return "v2" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "0") not in ("", "0") else "v1"
 
 
 def install(scheduler: Any, engine: EngineState) -> None:
@@ -104,9 +112,13 @@ def install(scheduler: Any, engine: EngineState) -> None:
         result = orig_update(scheduler_output, model_runner_output)
         if num_generated is not None:
             try:
+                # what the step delivered: the same lengths after vLLM trimmed the tokens a
+                # finishing request sampled past its max_tokens or stop
+                emitted = sum(generated_lengths(scheduler_output, model_runner_output).values())
                 with engine.lock:
                     marks["offered"] = count_step(engine.counters, scheduler_output,
-                                                  num_generated, marks["offered"], elapsed)
+                                                  num_generated, marks["offered"], elapsed,
+                                                  emitted)
                 reward_bandit(engine, marks, num_generated, elapsed)
             except Exception as exc:
                 guard("update_from_output", exc)
@@ -140,7 +152,8 @@ def generated_lengths(so: Any, mro: Any) -> dict[str, int]:
 
 
 def count_step(counters: Counters, so: Any, num_generated: dict[str, int],
-               offered: dict[str, int], elapsed: float | None) -> dict[str, int]:
+               offered: dict[str, int], elapsed: float | None,
+               emitted: int | None = None) -> dict[str, int]:
     """Count this step's request-steps; return the K offered to each request for the next step.
 
     Runs between two engine steps for every request in the batch, hence the shape: one
@@ -162,5 +175,9 @@ def count_step(counters: Counters, so: Any, num_generated: dict[str, int],
         counters.resume_request_steps.update(keys)
     counters.request_steps.update(keys)
     next_offered = dict.fromkeys([r for r, _ in decoding], k_now)
-    counters.record_step(len(scheduled), k_now, elapsed, sum(scheduled.values()))
+    # emitted: every token this step's requests kept (1 + accepted drafts; 1 for a prefill
+    # that completed), i.e. what the step delivered, the numerator of realized goodput
+    if emitted is None:
+        emitted = sum(g for _, g in decoding)
+    counters.record_step(len(scheduled), k_now, elapsed, sum(scheduled.values()), emitted)
     return next_offered

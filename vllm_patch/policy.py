@@ -9,7 +9,9 @@ cycle c run at allowed[c % len(allowed)] (allowed: the startup table's K set und
 else 0..K), so the k's take turns and each gets live step times and acceptance at the loads that
 occur. A run keeps its k whatever B does, so its middle steps are steady (verify and draft the
 same k); a cycle whose k is the table's k at that B runs the table. Exploration steps never
-become the hysteresis memory (current_k).
+become the hysteresis memory (current_k). While the sidecar has set duels (vllm_patch/duel.py),
+those replace the rotation: runs of one challenger at the batch sizes it asked about, paced by a
+share of steps over a horizon.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Callable
 from typing import SupportsIndex, overload
 
 from vllm_patch.bandit import Bandit
+from vllm_patch.duel import DuelClock
 from vllm_patch.state import EngineState, Policy
 
 log = logging.getLogger("vllm.tabletune")
@@ -65,6 +68,21 @@ class PolicyLookup(list[int]):
         self._engine = engine
         self._on_error = on_error
         self._allowed = allowed_k(engine)  # fixed at startup: K, restrict_k and startup_k are
+        self._duel = DuelClock()
+        self._duel_policy: Policy | None = None  # the policy the duel clock runs for
+
+    def _duel_k(self, dense: tuple[int, ...], batch_size: int, policy: Policy) -> tuple[int, bool]:
+        if policy is not self._duel_policy:  # a new policy (rebound, never mutated): new runs
+            self._duel.reset()
+            self._duel_policy = policy
+        table_k, _ = choose_k(dense, batch_size, self._engine.current_k, self._engine.steps,
+                              Policy(hysteresis=policy.hysteresis))
+        allowed = set(self._allowed)
+        k = self._duel.choose(policy.duels, batch_size, table_k, self._engine.steps,
+                              policy.duel_run, policy.duel_share, policy.duel_horizon)
+        if k is None or k == table_k or k not in allowed:
+            return table_k, False
+        return k, True
 
     def _bandit(self) -> Bandit:
         engine = self._engine
@@ -85,11 +103,20 @@ class PolicyLookup(list[int]):
         state = engine.table
         try:
             assert state is not None
-            if engine.policy.baseline == "nightjar":
+            policy = engine.policy
+            if policy.baseline == "nightjar":
                 k, explored = self._bandit().choose(int(i)), False
+            elif policy.duels:
+                k, explored = self._duel_k(state.dense, int(i), policy)
             else:
                 k, explored = choose_k(state.dense, int(i), engine.current_k, engine.steps,
                                        engine.policy, self._allowed)
+                if explored and not self._duel.charge(engine.steps, policy.duel_share,
+                                                      policy.duel_horizon):
+                    # the rotation shares the duels' budget: over the horizon, all exploration
+                    # together stays within duel_share
+                    k, explored = choose_k(state.dense, int(i), engine.current_k, engine.steps,
+                                           Policy(hysteresis=policy.hysteresis))
             engine.steps += 1
             if state.version != engine.applied_version:  # first step on a swapped table
                 # latency first: a reader that sees the new version must see its latency

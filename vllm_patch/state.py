@@ -15,6 +15,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuner.admin_api import step_bucket
 from tuner.table import Table
 
 
@@ -32,13 +33,20 @@ class Policy:
     hysteresis: int = 0     # keep the current K while B is within h of its range's edge
     baseline: str | None = None  # "nightjar": the per-batch-size bandit baseline decides K
     explore_run: int = 3    # < explore_every; the middle steps of a run are steady steps
+    # duels (vllm_patch/duel.py): while set, exploration runs only at these batch-size ranges,
+    # only these challenger k's, in runs of duel_run steps, within duel_share of the steps of
+    # any duel_horizon steps; the explore_every rotation is off meanwhile
+    duels: tuple[tuple[int, int, tuple[int, ...]], ...] = ()
+    duel_run: int = 16
+    duel_share: float = 0.02
+    duel_horizon: int = 10_000
 
 
 # Per-step samples kept for GET /v1/stats: 8192 steps are 80-400 s of 10-50 ms GPU steps, so a
 # consumer polling with ?since= every few seconds misses none (a gap in seq shows if it did).
 RECENT_STEPS = 8192
-# (seq, batch_size, k_verified, k_drafted, seconds, tokens): see Counters.record_step
-StepSample = tuple[int, int, int, int, float, int]
+# (seq, batch_size, k_verified, k_drafted, seconds, tokens, emitted): see Counters.record_step
+StepSample = tuple[int, int, int, int, float, int, int]
 
 
 # a K=0 stretch this long (steps) counts as one after which drafting "resumes"
@@ -61,11 +69,6 @@ def accepted_per_pos(request_steps: Counter[tuple[int, int, int]], n: int) -> li
         for i in range(min(a, n) if k else 0):
             out[i] += count
     return out
-
-
-def step_bucket(batch_size: int) -> int:
-    """Step-time bucket: exact up to 16, then the next multiple of 8 (bounded label count)."""
-    return batch_size if batch_size <= 16 else -(-batch_size // 8) * 8
 
 
 @dataclass(slots=True)
@@ -130,8 +133,11 @@ class Counters:
             per_k[k] += n
         return per_k
 
-    def record_step(self, batch_size: int, k: int, seconds: float | None, tokens: int = 0) -> None:
-        """One engine step that scheduled `batch_size` requests (`tokens` tokens) and drafts `k`.
+    def record_step(self, batch_size: int, k: int, seconds: float | None, tokens: int = 0,
+                    emitted: int = 0) -> None:
+        """One engine step that scheduled `batch_size` requests (`tokens` tokens), emitted
+        `emitted` tokens (one per request that sampled, plus its accepted drafts: what the
+        step delivered) and drafts `k`.
 
         vLLM drafts at the end of step t and verifies at t+1, so a step's time is
         verify(k_verified = the previous step's k) + draft(k). Only a steady step (both equal)
@@ -148,7 +154,8 @@ class Counters:
             self.transition_steps += 1
         if seconds is None:
             return
-        self.recent_steps.append((self.num_steps, batch_size, k_verified, k, seconds, tokens))
+        self.recent_steps.append((self.num_steps, batch_size, k_verified, k, seconds, tokens,
+                                  emitted))
         if k_verified == k:
             key = (step_bucket(batch_size), k)
             self.step_seconds[key] = self.step_seconds.get(key, 0.0) + seconds
@@ -193,3 +200,4 @@ class EngineState:
     cudagraph_capture_sizes: tuple[int, ...] | None = None
     max_num_batched_tokens: int | None = None
     bandit: Any = None  # vllm_patch.bandit.Bandit while the nightjar baseline is on
+    runner: str | None = None  # "v1" or "v2" (vLLM's model runner), None when unknown

@@ -11,6 +11,9 @@
 #                profile: this session's tune if there is one, else the committed one under
 #                benchmarks/results/ with its table rebuilt by this tuner; it stops itself inside BENCH_S (default 560 s, server start
 #                included) and goes on from an earlier call's blocks in the same runs/ folder
+#   goodput      does the sidecar end on the k that measures best? (benchmarks/goodput.py) from the
+#                committed profile as measured: the fixed k's KS in BLOCKS paired blocks at each of
+#                LOADS, then RUNS fresh sidecars from the profile's table, FOLLOW_S each
 #   hooks        the plugin's per-step Python cost on this machine's CPU (no server)
 #   ab           throughput with vs without the plugin on the setting's target (ngram, K=3): two
 #                vLLM starts in the order AB_ORDER (off,on; run a second GPU with on,off)
@@ -105,6 +108,14 @@ for stage in "$@"; do case $stage in
      | grep -v "^(APIServer\|^(EngineCore" | tail -60
   keep $R/bench/cells.csv $R/bench/summary.md $R/bench/summary.json $R/bench/intervals.png
   need $R/bench/summary.json ;;
+ goodput)
+  timeout $(( ${GOODPUT_S:-540} + 25 )) python3 -m benchmarks.goodput --profile "$DONE/profile.json" \
+     --model "$MODEL" --scale none --ks "${KS:-1,2,3}" --loads "${LOADS:-128}" --runs "${RUNS:-1}" \
+     --blocks "${BLOCKS:-3}" --window-s "${WINDOW_S:-7}" --follow-s "${FOLLOW_S:-180}" \
+     --prompt-tokens 96 --max-tokens 128 --emulate "$EMULATE" --emulate-with $BY \
+     --out $R/goodput "${ENGINE[@]}" 2>&1 | grep -v "^(APIServer\|^(EngineCore" | tail -30
+  tar czf "$O/goodput-logs.tgz" -C $R/goodput logs 2>/dev/null
+  keep $R/goodput/goodput.json; need $R/goodput/goodput.json ;;
  hooks)
   python3 -m benchmarks.overhead --hooks-only --out $R/overhead | tail -12
   keep $R/overhead/overhead.json; need $R/overhead/overhead.json ;;

@@ -56,7 +56,10 @@ def settings(profile: Path, engine_url: str, admin_url: str | None = None,
     values: dict[str, Any] = dict(
         profile=profile, engine_url=engine_url, admin_url=admin_url or engine_url,
         admin_token=TOKEN, interval_s=0.05, rebuild_every_steps=100, timeout_s=2.0,
-        retry_attempts=3, listen_port=0, explore_every=7, hysteresis=1, model_name="tiny")
+        retry_attempts=3, listen_port=0, explore_every=7, hysteresis=1, model_name="tiny",
+        # these tests are about faults and mechanics, on the model's pushes; the decisions by
+        # measured goodput have their own (test_measured_decisions.py)
+        decide_by="model")
     values.update(overrides)
     return SidecarSettings(**values)
 
@@ -84,6 +87,8 @@ class FakeEngine:
     started_at: float | None = 1_795_950_000.0
     stats_age_s: float | None = 0.0
     stalled: list[str] | None = None  # plugin lines served while its stats fetch fails
+    ring: list[tuple[int, int, int, int, float, int, int]] = field(default_factory=list)
+    policy: dict[str, Any] = field(default_factory=dict)  # the last PUT /v1/policy body
 
     def __post_init__(self) -> None:
         table = self.table
@@ -139,6 +144,38 @@ class FakeEngine:
             cell = self.step_time.setdefault((B, k), [0.0, 0.0])
             cell[0] += steps * step_ms / 1000
             cell[1] += steps
+
+    def serve(self, steps: int, B: int, rates: dict[int, float], step_ms: dict[int, float],
+              a: tuple[float, ...] = (0.9, 0.8, 0.7), noise: float = 0.03, seed: int = 0) -> None:
+        """``steps`` engine steps at batch size B, each at the table's k or the k a duel asks for
+        (the plugin's own DuelClock), into the step ring and the counters: a step at k takes
+        step_ms[k] and emits rates[k] tokens per second of it (realized goodput), both with
+        ``noise`` (log sd)."""
+        import numpy as np
+
+        from tuner.table import Table
+        from vllm_patch.duel import DuelClock
+
+        rng = np.random.default_rng(seed + len(self.ring))
+        if not hasattr(self, "_duel_clock"):
+            self._duel_clock, self._duel_policy = DuelClock(), None
+        duels = tuple((lo, hi, tuple(ks)) for lo, hi, ks in self.policy.get("duels", []))
+        if duels != self._duel_policy:
+            self._duel_clock.reset()
+            self._duel_policy = duels
+        run = self.policy.get("duel_run", 16)
+        share = self.policy.get("duel_share", 0.02)
+        horizon = self.policy.get("duel_horizon", 10_000)
+        for _ in range(steps):
+            seq = len(self.ring) + 1
+            table_k = Table.from_list(self.table).k_at(B, self.K)
+            k = self._duel_clock.choose(duels, B, table_k, seq, run, share, horizon)
+            k = table_k if k is None else k
+            prev = self.ring[-1][3] if self.ring else k
+            seconds = step_ms[k] / 1000 * float(np.exp(rng.normal(0, noise)))
+            emitted = int(round(rates[k] * seconds * float(np.exp(rng.normal(0, noise)))))
+            self.ring.append((seq, B, prev, k, seconds, B, emitted))
+            self.run(1, a, B, step_ms[k], k)
 
     # -- exposition ----------------------------------------------------------------------------
     def _labels(self) -> str:
@@ -239,15 +276,18 @@ class FakeEngine:
     async def get_stats(self, request: web.Request) -> web.Response:
         if self.admin_down:
             return web.json_response({"error": "down"}, status=503)
+        since = int(request.query.get("since", 0))
         return web.json_response({"model_name": self.served_model_name, "started_at": 0.0,
                                   "num_speculative_tokens": self.K,
-                                  "max_num_seqs": self.max_num_seqs})
+                                  "max_num_seqs": self.max_num_seqs,
+                                  "recent_steps": [s for s in self.ring if s[0] > since]})
 
     async def put_policy(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.policy_puts.append(body)
         if self.admin_down:
             return web.json_response({"error": "down"}, status=503)
+        self.policy = {**self.policy, **body}
         return web.json_response({"explore_every": body.get("explore_every", 0),
                                   "hysteresis": body.get("hysteresis", 0)})
 

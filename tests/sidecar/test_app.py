@@ -169,7 +169,7 @@ async def test_sigterm_stops_the_process_with_state_saved(tmp_path: Path) -> Non
         env = {**os.environ, "TABLETUNE_SIDECAR_ADMIN_TOKEN": TOKEN}
         proc = await asyncio.create_subprocess_exec(
             *sidecar_cmd(write_profile(tmp_path / "p.json"), fake.url, port,
-                         "--checkpoint", str(ckpt), "--access-log"),
+                         "--checkpoint", str(ckpt), "--access-log", "--decide-by", "model"),
             cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         try:
             async def is_ready() -> bool:  # ready: the baseline scrape is done

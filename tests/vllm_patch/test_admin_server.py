@@ -271,7 +271,9 @@ def test_stats_since_returns_only_newer_steps(admin: Admin) -> None:
 def test_policy_exploration_fields(admin: Admin) -> None:
     url = f"http://127.0.0.1:{admin.port}/v1/policy"
     assert put(url, b'{"explore_every": 50}') == {"explore_every": 50, "explore_run": 3,
-                                                  "hysteresis": 0, "baseline": None}
+                                                  "hysteresis": 0, "baseline": None, "duels": [],
+                                                  "duel_run": 16, "duel_share": 0.02,
+                                                  "duel_horizon": 10_000}
     assert put(url, b'{"explore_run": 5}')["explore_run"] == 5
     for body, field in ((b'{"explore_every": 5}', "explore_every"), (b'{"explore_run": 50}', "explore_run"),
                         (b'{"explore_run": 0}', "explore_run")):
@@ -279,3 +281,19 @@ def test_policy_exploration_fields(admin: Admin) -> None:
         assert status == 422 and reply["field"] == field, reply
     assert admin.engine.policy.explore_every == 50 and admin.engine.policy.explore_run == 5
     assert put(url, b'{"explore_every": 2, "explore_run": 1}')["explore_every"] == 2
+
+
+def test_policy_duels_are_checked_against_the_engine(admin: Admin) -> None:
+    url = f"http://127.0.0.1:{admin.port}/v1/policy"
+    reply = put(url, b'{"duels": [[9, 16, [1, 2]]], "duel_run": 12, "duel_share": 0.05}')
+    assert reply["duels"] == [[9, 16, [1, 2]]] and reply["duel_run"] == 12
+    assert admin.engine.policy.duels == ((9, 16, (1, 2)),) and admin.engine.policy.explore_run == 3
+    n = admin.engine.max_num_seqs
+    K = admin.engine.num_speculative_tokens
+    for body in (f'{{"duels": [[0, 4, [1]]]}}', f'{{"duels": [[1, {n + 1}, [1]]]}}',
+                 f'{{"duels": [[5, 4, [1]]]}}', f'{{"duels": [[1, 4, [{K + 1}]]]}}',
+                 '{"duel_share": 0.9}', '{"duel_run": 1}', '{"duels": [[1, 4, ["1"]]]}'):
+        status, reply = admin.request(put_head(len(body), "/v1/policy"), body.encode())
+        assert status == 422 and reply["field"].startswith("duel"), (body, reply)
+    assert admin.engine.policy.duels == ((9, 16, (1, 2)),)  # a refused body changed nothing
+    assert put(url, b'{"duels": []}')["duels"] == []

@@ -1,0 +1,247 @@
+"""Does the sidecar end on the k that measures best? (issue: decide by measured goodput)
+
+Start from a profile made wrong by a known amount that acceptance cannot reveal (one k's step
+times scaled by ``--scale K:FACTOR``), on one vLLM with the plugin, at each steady load N of
+closed-loop clients:
+
+1. the fixed k's 0..K in ``--blocks`` shuffled blocks of ``--window-s`` windows (engine-clock
+   throughput, benchmarks/window.py); per pair of k's the ratio per block, median with a 95%
+   interval. The *best set* is every k that no other k beats beyond its interval (more than one
+   k when they are indistinguishable at this noise); ``best_fixed_k`` is the one with the
+   highest median, ``best_fixed_ci`` its interval over the runner-up;
+2. ``--runs`` times: the wrong profile's own table pushed, a fresh `tabletune sidecar` (its
+   defaults, all k allowed) started beside the engine, the load served for ``--follow-s``;
+   the engine's table polled every 0.5 s and the plugin's step ring read for the batch size the
+   load runs at (the mode over the last 60 s). ``sidecar_k`` is the final table's k there,
+   ``seconds_to_final`` when that k last changed, ``pushes`` the table versions the sidecar wrote.
+
+A run matches when sidecar_k is in the best set. ``goodput.json``:
+``{"runs": [{"load", "run", "best_fixed_k", "best_fixed_ci", "sidecar_k", "seconds_to_final",
+"pushes", ...}], "match_rate", ...}``.
+
+    python -m benchmarks.goodput --profile PROFILE --scale 3:1.3 --loads 2,4,8 --runs 3 --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.engines import admin_client, max_model_len, spec_server
+from benchmarks.stateful import sidecar
+from benchmarks.switch import interval
+from benchmarks.window import measure, swap
+from benchmarks.workload import requests as request_pool
+from tuner import flags
+from tuner.engine_client import EngineClient
+from tuner.engine_defaults import resolve_model, vocab_size
+from tuner.launcher import free_port, launch
+from tuner.load import Request, StationaryLoad
+from tuner.profile import Profile, load
+from tuner.prompts import repetitive
+from tuner.table import Table
+
+
+def wrong(profile: Profile, k: int, factor: float) -> Profile:
+    """The profile with T(·, k) scaled by ``factor`` (cells and samples) and its table rebuilt."""
+    def scaled(x: Any) -> Any:
+        if x.k != k:
+            return x
+        update: dict[str, Any] = {"client_ms": x.client_ms * factor,
+                                  "engine_ms": None if x.engine_ms is None else x.engine_ms * factor}
+        for f in ("ci_low_ms", "ci_high_ms"):
+            if getattr(x, f, None) is not None:
+                update[f] = getattr(x, f) * factor
+        if getattr(x, "steps_ms", None):
+            update["steps_ms"] = [v * factor for v in x.steps_ms]
+        return x.model_copy(update=update)
+    out = profile.model_copy(update={"cells": [scaled(c) for c in profile.cells],
+                                     "samples": [scaled(s) for s in profile.samples]})
+    return out.model_copy(update={"table": out.build().table.to_list()})
+
+
+async def fixed(url: str, engine: EngineClient, admin: EngineClient, requests: list[Request],
+                n: int, ks: list[int], blocks: int, window_s: float, seed: int) -> dict[str, Any]:
+    """Every fixed k of ``ks`` in shuffled blocks; per-block tokens/s per k."""
+    n_max = (await admin.get_table()).max_num_seqs
+    rng = random.Random(seed)
+    tps: dict[int, list[float]] = {k: [] for k in ks}
+    async with StationaryLoad(url, requests, n, 0.0, seed=seed) as traffic:
+        await asyncio.sleep(2.0)
+        for _ in range(blocks):
+            order = list(ks)
+            rng.shuffle(order)
+            for k in order:
+                await swap(admin, Table.from_list([[1, n_max, k]]), settle_steps=8)
+                tps[k].append((await measure(engine, admin, traffic, window_s)).tokens_per_s)
+        traffic.check()
+    ratios = {f"{a}/{b}": interval([x / y for x, y in zip(tps[a], tps[b], strict=True)])
+              for a in tps for b in tps if a != b}
+    best_set = [a for a in tps if all((ratios[f"{a}/{b}"] or {}).get("ci_high", 1.0) >= 1.0
+                                      for b in tps if b != a)]
+    medians = {k: sorted(v)[len(v) // 2] for k, v in tps.items()}
+    order = sorted(medians, key=lambda k: -medians[k])
+    best, runner_up = order[0], order[1]
+    ci = ratios[f"{best}/{runner_up}"] or {}
+    return {"tokens_per_s": tps, "ratios": ratios, "best_set": best_set, "best_fixed_k": best,
+            "runner_up": runner_up, "best_fixed_ci": [ci.get("ci_low"), ci.get("ci_high")]}
+
+
+async def sidecar_run(url: str, admin: EngineClient, requests: list[Request], n: int,
+                      start: Table, profile_path: Path, log_dir: Path, follow_s: float,
+                      seed: int, args: tuple[str, ...]) -> dict[str, Any]:
+    """A fresh sidecar from the wrong table under load n: its table over time, the load's B."""
+    await admin.put_table(start)
+    await admin.put_policy(explore_every=0, duels=[])
+    seq = (await admin.get_stats()).engine_steps
+    batch: collections.deque[tuple[float, int]] = collections.deque()
+    timeline: list[tuple[float, list[list[int]]]] = []
+    async with (StationaryLoad(url, requests, n, 0.0, seed=seed) as traffic,
+                sidecar(profile_path, log_dir, url, admin.admin_url, args)):
+        t0 = time.monotonic()
+        version = (await admin.get_table()).version
+        versions = 0
+        while (t := time.monotonic() - t0) < follow_s:
+            info = await admin.get_table()
+            if info.version != version:
+                version, versions = info.version, versions + 1
+                timeline.append((round(t, 2), info.table or []))
+            stats = await admin.get_stats(since=seq)
+            for s in stats.recent_steps:
+                batch.append((t, int(s[1])))
+                seq = max(seq, int(s[0]))
+            while batch and batch[0][0] < t - 60.0:
+                batch.popleft()
+            await asyncio.sleep(0.5)
+        traffic.check()
+        final = Table.from_list((await admin.get_table()).table or start.to_list())
+    B = collections.Counter(b for _, b in batch).most_common(1)[0][0] if batch else n
+    k_final = final.k_at(B)
+    seconds = 0.0
+    for t, table in timeline:
+        if Table.from_list(table).k_at(B) != k_at_before(timeline, t, start, B):
+            seconds = t
+    return {"batch_size": B, "start_k": start.k_at(B), "sidecar_k": k_final,
+            "seconds_to_final": seconds, "pushes": versions, "final_table": final.to_list(),
+            "timeline": timeline}
+
+
+def k_at_before(timeline: list[tuple[float, list[list[int]]]], t: float, start: Table,
+                B: int) -> int:
+    """The table's k at B just before time t."""
+    before = [table for s, table in timeline if s < t]
+    return Table.from_list(before[-1]).k_at(B) if before else start.k_at(B)
+
+
+def decisions(log: Path) -> dict[str, int]:
+    """Pushes in a sidecar log by who decided their changes (measured / model)."""
+    count: collections.Counter[str] = collections.Counter()
+    if not log.exists():
+        return {}
+    for line in log.read_text().splitlines():
+        try:
+            d = json.loads(line).get("decision")
+        except json.JSONDecodeError:
+            continue
+        if d and d.get("outcome") == "pushed":
+            for c in d.get("changes", []):
+                count[c.get("decided_by", "model")] += 1
+    return dict(count)
+
+
+def summary(runs: list[dict[str, Any]], loads: dict[int, dict[str, Any]], start: Table,
+            base: Profile, args: argparse.Namespace) -> dict[str, Any]:
+    matched = [r["match"] for r in runs]
+    return {"runs": runs, "match_rate": round(sum(matched) / len(matched), 3) if runs else None,
+            "within_180s": all(r["seconds_to_final"] <= 180 for r in runs),
+            "max_pushes_per_run": max((r["pushes"] for r in runs), default=0),
+            "loads": loads, "scale": args.scale, "start_table": start.to_list(),
+            "profile_table": base.table, "window_s": args.window_s, "blocks": args.blocks,
+            "follow_s": args.follow_s,
+            "command": "python -m benchmarks.goodput " + " ".join(sys.argv[1:])}
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    out = Path(args.out)
+    base = load(Path(args.profile))
+    if args.scale == "none":  # the profile as measured: its model's own error is the test
+        bad = base.model_copy(update={"table": base.build().table.to_list()})
+    else:
+        k_scaled, factor = (float(x) for x in args.scale.split(":"))
+        bad = wrong(base, int(k_scaled), factor)
+    bad_path = out / "profile-wrong.json"
+    bad.save(bad_path)
+    start = Table.from_list(bad.table or [])
+    model = resolve_model(base.engine.model, args.model)
+    extra = tuple(args.engine_arg or ())
+    long = repetitive(64, vocab_size(model), length=args.prompt_tokens, seed=11)
+    requests = request_pool("steady", long, args.prompt_tokens, args.max_tokens,
+                            max_model_len(extra), seed=0)
+    K = base.K
+    admin_port = free_port()
+    cfg = spec_server(base, model, admin_port, flags.replay(args, K), extra)
+    runs: list[dict[str, Any]] = []
+    loads: dict[int, dict[str, Any]] = {}
+    async with (launch(cfg, log_dir=out / "logs") as server, admin_client(admin_port) as admin,
+                EngineClient(engine_url=server.url) as engine):
+        for n in (int(x) for x in args.loads.split(",")):
+            ks = [int(x) for x in args.ks.split(",")] if args.ks else list(range(K + 1))
+            best = await fixed(server.url, engine, admin, requests, n, ks, args.blocks,
+                               args.window_s, seed=n)
+            loads[n] = best
+            print(f"N={n}: best fixed k={best['best_fixed_k']} {best['best_fixed_ci']}, "
+                  f"best set {best['best_set']}", file=sys.stderr)
+            for r in range(args.runs):
+                logs = out / "logs" / f"n{n}-run{r}"
+                logs.mkdir(parents=True, exist_ok=True)
+                got = await sidecar_run(server.url, admin, requests, n, start, bad_path, logs,
+                                        args.follow_s, seed=100 * n + r,
+                                        args=tuple(args.sidecar_arg or ()))
+                log = next(logs.glob("sidecar-*.log"), None)
+                runs.append({"load": n, "run": r, "best_fixed_k": best["best_fixed_k"],
+                             "best_fixed_ci": best["best_fixed_ci"], "best_set": best["best_set"],
+                             **got, "decided_by": decisions(log) if log else {},
+                             "match": got["sidecar_k"] in best["best_set"]})
+                print(f"N={n} run {r}: k {got['start_k']} -> {got['sidecar_k']} after "
+                      f"{got['seconds_to_final']} s, {got['pushes']} pushes "
+                      f"({'match' if runs[-1]['match'] else 'MISS'})", file=sys.stderr)
+                # after every run: a run cut short by a time limit keeps what it has
+                (out / "goodput.json").write_text(json.dumps(summary(runs, loads, start, base,
+                                                                     args), indent=1))
+    return summary(runs, loads, start, base, args)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", required=True)
+    ap.add_argument("--scale", default="3:1.3", help="K:FACTOR, the profile's T(., K) times "
+                    "FACTOR; 'none': the profile as measured")
+    ap.add_argument("--ks", help="the fixed k's measured (default 0..K)")
+    ap.add_argument("--loads", default="2,4,8")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--blocks", type=int, default=6, help="fixed-k blocks per load")
+    ap.add_argument("--window-s", type=float, default=3.0)
+    ap.add_argument("--follow-s", type=float, default=180.0)
+    ap.add_argument("--out", default="runs/goodput")
+    ap.add_argument("--model", help="model path (default: the profile's)")
+    ap.add_argument("--prompt-tokens", type=int, default=32)
+    ap.add_argument("--max-tokens", type=int, default=48, help="mean output length (0.5-1.5x)")
+    ap.add_argument("--sidecar-arg", action="append", help="extra flag for the sidecar (repeat)")
+    flags.add_engine_flags(ap)
+    args = ap.parse_args()
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    result = asyncio.run(run(args))
+    (Path(args.out) / "goodput.json").write_text(json.dumps(result, indent=1))
+    print(json.dumps({k: result[k] for k in ("match_rate", "within_180s", "max_pushes_per_run")}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

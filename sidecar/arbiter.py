@@ -1,0 +1,132 @@
+"""Who decides at a bucket the engine serves: the measurement, or the model (pure).
+
+The model (G = B·τ(â)/T̂, tuner/goodput.py) ranks k's through two estimates, each with an
+error the confidence draws only partly see: on the H200's 32B model it ranked k=3 2.6% above
+k=2 at B=128 while the engine's throughput put k=2 3-4% ahead, an error of ~5% against
+differences of 1-4%. The plugin measures what each k delivers (sidecar/measured.py), so at a
+bucket with live steps:
+
+- per challenger c of the incumbent k (the engine's k there), two figures for G(c)/G(k): the
+  model's, its interval widened by ``model_error`` (the error the model's own draws do not
+  show), and the paired measurement's confidence sequence;
+- the measurement decides once its interval is no wider than the model's; until then the
+  model does, with its widened interval;
+- c replaces k only if the deciding interval's lower end beats the tie; with several
+  challengers the level is split among them (Bonferroni), so one bucket's verdict errs at most
+  at 1 - confidence whatever the number of k's;
+- a challenger neither side rules out is "open": the sidecar asks the plugin for duels there
+  (vllm_patch/duel.py), the most promising first, until the measurement resolves it (a win,
+  a loss, or ``max_pairs`` pairs: indistinguishable at this noise).
+
+Buckets the engine did not serve since the last push are not decided here: their k stays (an
+edge is never moved on evidence from elsewhere).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from sidecar.decision import Call, Figures
+from sidecar.measured import Comparison, MeasuredGoodput
+from sidecar.step_times import rows_of
+
+__all__ = ["Verdicts", "arbitrate"]
+
+FloatArray = npt.NDArray[np.float64]
+Decider = Literal["measured", "model"]
+Status = Literal["switch", "keep", "tie", "open"]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdicts:
+    ks: npt.NDArray[np.int64]                 # the dense table after the switches
+    calls: list[Call]                          # every challenger at every served bucket
+    duels: tuple[tuple[int, int, tuple[int, ...]], ...]
+
+    def switches(self) -> list[Call]:
+        return [c for c in self.calls if c.status == "switch"]
+
+
+def _model(G_reps: FloatArray, rows: npt.NDArray[np.int64], k: int, c: int, z: float,
+           model_error: float) -> Figures:
+    """The model's G(c)/G(k) over the bucket's rows: median of the draws, its spread widened
+    by the model's own error (log scale)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.mean(np.log(G_reps[:, rows - 1, c] / G_reps[:, rows - 1, k]), axis=1)
+    logs = logs[np.isfinite(logs)]
+    if not logs.size:  # a k the model cannot price here: no evidence either way
+        return Figures(ratio=1.0, low=0.0, high=1e9)
+    mid, sd = float(np.median(logs)), float(np.std(logs))
+    half = z * math.hypot(sd, model_error)
+    return Figures(ratio=round(math.exp(mid), 5), low=round(math.exp(mid - half), 5),
+                   high=round(math.exp(mid + half), 5))
+
+
+def _measured(c: Comparison | None) -> Figures | None:
+    return None if c is None else Figures(ratio=round(c.ratio, 5), low=round(c.low, 5),
+                                          high=round(c.high, 5), pairs=c.pairs, steps=c.steps)
+
+
+def _half(f: Figures) -> float:
+    return (math.log(f.high) - math.log(f.low)) / 2.0 if f.low > 0 else math.inf
+
+
+def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: MeasuredGoodput,
+              served: Mapping[int, int], allowed: set[int] | None, *, tie: float,
+              confidence: float, model_error: float, min_served: int, max_pairs: int,
+              duel_width: int) -> Verdicts:
+    """Per served bucket, the k to run and who decided it; the duels still worth running."""
+    max_b, num_k = G_reps.shape[1], G_reps.shape[2]
+    ks = np.asarray(old_ks, dtype=np.int64).copy()
+    calls: list[Call] = []
+    duels = []
+    ks_allowed = sorted(allowed) if allowed is not None else list(range(num_k))
+    for bucket in sorted(b for b, n in served.items() if n >= min_served):
+        rows = rows_of(bucket, max_b)
+        if not rows.size:
+            continue
+        k = int(np.bincount(ks[rows - 1], minlength=num_k).argmax())  # the incumbent
+        rivals = [c for c in ks_allowed if c != k]
+        if not rivals:
+            continue
+        alpha = (1.0 - confidence) / len(rivals)       # Bonferroni over the challengers
+        z = NormalDist().inv_cdf(1.0 - alpha / 2.0)
+        here: list[Call] = []
+        for c in rivals:
+            model = _model(G_reps, rows, k, c, z, model_error)
+            meas = _measured(measured.compare(bucket, c, k, alpha))
+            decided_by: Decider = ("measured" if meas is not None and _half(meas) <= _half(model)
+                                   else "model")
+            used = meas if decided_by == "measured" and meas is not None else model
+            if used.low > 1.0 + tie:
+                status: Status = "switch"
+            elif meas is not None and (meas.high < 1.0 + tie or meas.pairs >= max_pairs):
+                status = "keep" if meas.high < 1.0 + tie else "tie"
+            elif model.high < 1.0 + tie:
+                status = "keep"   # worse even allowing for the model's error: not worth a duel
+            else:
+                status = "open"
+            here.append(Call(bucket=bucket, batch_size_start=int(rows[0]),
+                             batch_size_end=int(rows[-1]), k_old=k, k=c, decided_by=decided_by,
+                             status=status, model=model, measured=meas))
+        winners = [c for c in here if c.status == "switch"]
+        if winners:
+            best = max(winners, key=lambda c: (c.measured or c.model).low)
+            ks[rows - 1] = best.k
+            # the runner-up winners are not pushed: open until measured against the new k
+            here = [c if c is best or c.status != "switch" else c.model_copy(update={"status": "open"})
+                    for c in here]
+        else:
+            open_ = sorted((c for c in here if c.status == "open"),
+                           key=lambda c: -(c.measured or c.model).high)[:duel_width]
+            if open_:
+                duels.append((int(rows[0]), int(rows[-1]), tuple(c.k for c in open_)))
+        calls += here
+    return Verdicts(ks, calls, tuple(duels))

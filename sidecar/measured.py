@@ -1,0 +1,231 @@
+"""Realized goodput: what each k delivered at the loads the engine served (pure).
+
+The plugin's step ring (GET /v1/stats?since=SEQ) holds every engine step as
+(seq, B, k verified, k drafted, seconds, tokens, emitted): `emitted` is what the step's requests
+sampled, one token each plus their accepted drafts, so emitted / seconds is goodput as the engine
+realized it, with no model of τ or T in between. Only steady steps (k verified == k drafted)
+speak for one k; the transition steps at the edges of a run are left out.
+
+Comparing two k's by their cell means would compare different minutes of traffic (the H200's
+32B steps drift by a few percent over a minute, as much as the differences sought). So k's are
+compared in pairs: a short run of a challenger (a duel run, vllm_patch/duel.py, or any short
+stretch of another k) against the steps of the k on either side of it at the same bucket, the
+last m before and the first m after (m the run's own steady steps): linear drift cancels, and
+each run gives one log ratio log(u_run / u_around), u = Σ emitted / Σ seconds.
+
+The ratios of one (bucket, k, k') form a sample whose mean gets a confidence *sequence*
+(a normal-mixture boundary, Robbins 1970; Howard et al. 2021): valid at every look, so a sidecar
+that checks after every scrape and stops exploring when the interval resolves does not inflate
+its error rate the way re-testing a fixed-n interval does:
+
+    |mean_n - μ| <= s/n · sqrt((n + ρ)·(log((n + ρ)/ρ) + 2·log(2/α)))      (eq. CS)
+
+with s the pairs' standard deviation (floored: a few pairs can agree by chance) and ρ the pair
+count where the boundary is tightest. Its coverage is checked by simulation in the tests.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tuner.admin_api import step_bucket
+
+__all__ = ["Comparison", "MeasuredGoodput", "confidence_sequence", "pairs_in"]
+
+Step = Sequence[float]  # (seq, B, k verified, k drafted, seconds, tokens, emitted)
+
+MIN_RUN_STEPS = 4     # a run with fewer steady steps is too short to pair (a 3-step rotation run)
+MAX_RUN_STEPS = 256   # longer stretches of another k are the table's, not a run
+MIN_PAIRS = 5         # fewer pairs give no comparison (with 3, eq. CS erred in 5.2% of null runs)
+MIN_PAIR_SD = 0.004   # floor of the pairs' log-ratio spread: 3 pairs may agree by chance
+RHO = 10.0            # eq. CS is tightest near this many pairs
+KEEP_PAIRS = 400      # per (bucket, k, k'): older pairs fall out
+TAIL_STEPS = 1024     # ring steps kept to pair a run whose reference is still coming
+
+
+def confidence_sequence(mean: float, sd: float, n: int, alpha: float) -> tuple[float, float]:
+    """eq. CS: (low, high) for the mean of n i.i.d. values, valid at every n (two-sided)."""
+    s = max(sd, MIN_PAIR_SD)
+    half = s / n * math.sqrt((n + RHO) * (math.log((n + RHO) / RHO) + 2.0 * math.log(2.0 / alpha)))
+    return mean - half, mean + half
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """k over k' at one bucket: the ratio of realized goodput and its interval (eq. CS)."""
+
+    bucket: int
+    k: int
+    ref: int
+    ratio: float
+    low: float
+    high: float
+    pairs: int
+    steps: int          # the challenger's steady steps behind the pairs
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval's width on the log scale (comparable with a model's z·σ)."""
+        return (math.log(self.high) - math.log(self.low)) / 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Segment:
+    k: int
+    steps: tuple[Step, ...]
+
+    @property
+    def first(self) -> int:
+        return int(self.steps[0][0])
+
+    @property
+    def last(self) -> int:
+        return int(self.steps[-1][0])
+
+
+def _segments(steps: Sequence[Step]) -> list[_Segment]:
+    """Maximal stretches of steady steps at one k with no step missing between them beyond
+    the two transition steps a k change brings (a gap in seq: the ring or a scrape lost some)."""
+    out: list[_Segment] = []
+    run: list[Step] = []
+    prev_seq = None
+    for s in steps:
+        seq, kv, kd = int(s[0]), int(s[2]), int(s[3])
+        broken = prev_seq is not None and seq != prev_seq + 1
+        prev_seq = seq
+        if kv != kd or broken or (run and int(run[-1][3]) != kd):
+            if run:
+                out.append(_Segment(int(run[-1][3]), tuple(run)))
+            run = []
+            if kv != kd:
+                continue
+        run.append(s)
+    if run:
+        out.append(_Segment(int(run[-1][3]), tuple(run)))
+    return out
+
+
+def _rate(steps: Iterable[Step]) -> tuple[float, float]:
+    seconds = emitted = 0.0
+    for s in steps:
+        seconds += float(s[4])
+        emitted += float(s[6])
+    return emitted, seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    bucket: int
+    k: int
+    ref: int
+    log_ratio: float
+    steps: int
+    first: int   # seq of the run's first steady step (each run is paired once)
+
+
+def pairs_in(steps: Sequence[Step], done: set[int]) -> list[Pair]:
+    """Every run in ``steps`` with at least as many steps of one other k on both sides of it,
+    not in ``done`` (first seqs already paired); a run whose after-side is still short waits."""
+    segs = _segments(steps)
+    out = []
+    for before, run, after in zip(segs, segs[1:], segs[2:]):
+        if before.k != after.k or run.k == before.k or run.first in done:
+            continue
+        if run.first - before.last > 2 or after.first - run.last > 2:
+            continue  # steps lost around the run: no pair across the gap
+        m = len(run.steps)
+        if not MIN_RUN_STEPS <= m <= MAX_RUN_STEPS:
+            continue
+        if len(before.steps) < m or len(after.steps) < m:
+            # the after-side still being served, or not a short run inside another k's steps
+            # (the table's steps between two runs)
+            continue
+        bucket = step_bucket(int(np.median([s[1] for s in run.steps])))
+        around = [s for s in (*before.steps[-m:], *after.steps[:m]) if step_bucket(int(s[1])) == bucket]
+        mine = [s for s in run.steps if step_bucket(int(s[1])) == bucket]
+        if len(around) < m // 2 or len(mine) < MIN_RUN_STEPS:
+            continue  # the load moved across buckets during the run
+        (e_run, t_run), (e_ref, t_ref) = _rate(mine), _rate(around)
+        if min(e_run, e_ref, t_run, t_ref) <= 0:
+            continue
+        out.append(Pair(bucket, run.k, before.k, math.log((e_run / t_run) / (e_ref / t_ref)),
+                        len(mine), run.first))
+    return out
+
+
+@dataclass(slots=True)
+class MeasuredGoodput:
+    """Per (bucket, k): steady steps, seconds, emitted tokens; per (bucket, k, k'): the paired
+    log ratios; per bucket: the steps served since the last ``mark``."""
+
+    cells: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    pairs: dict[tuple[int, int, int], deque[tuple[float, int]]] = field(default_factory=dict)
+    served: dict[int, int] = field(default_factory=dict)
+    last_seq: int = 0
+    tail: list[Step] = field(default_factory=list)
+    done: set[int] = field(default_factory=set)
+
+    def ingest(self, steps: Sequence[Step]) -> int:
+        """Add the ring's steps newer than the last seen (a six-field step, from a plugin that
+        predates `emitted`, is skipped); the number of pairs found."""
+        new = [s for s in steps if int(s[0]) > self.last_seq and len(s) >= 7]
+        if not new:
+            return 0
+        self.last_seq = int(new[-1][0])
+        for s in new:
+            bucket = step_bucket(int(s[1]))
+            self.served[bucket] = self.served.get(bucket, 0) + 1
+            if int(s[2]) == int(s[3]):
+                cell = self.cells.setdefault((bucket, int(s[3])), [0.0, 0.0, 0.0])
+                cell[0] += 1
+                cell[1] += float(s[4])
+                cell[2] += float(s[6])
+        self.tail = [*self.tail, *new][-TAIL_STEPS:]
+        found = pairs_in(self.tail, self.done)
+        for p in found:
+            self.pairs.setdefault((p.bucket, p.k, p.ref), deque(maxlen=KEEP_PAIRS)).append(
+                (p.log_ratio, p.steps))
+            self.done.add(p.first)
+        oldest = int(self.tail[0][0])
+        self.done = {seq for seq in self.done if seq >= oldest}
+        return len(found)
+
+    def restart(self) -> None:
+        """A new engine run: its seq starts again from 1; what was measured stays."""
+        self.last_seq, self.tail, self.done = 0, [], set()
+
+    def forget(self) -> None:
+        """A change of traffic: what was measured described the old traffic."""
+        self.cells.clear()
+        self.pairs.clear()
+        self.served.clear()
+
+    def mark(self) -> None:
+        """A push: from here on, `served` counts the steps under the new table."""
+        self.served.clear()
+
+    def rate(self, bucket: int, k: int) -> tuple[float, float] | None:
+        """(tokens per engine-second, steady steps) of one cell, or None."""
+        cell = self.cells.get((bucket, k))
+        if not cell or cell[1] <= 0:
+            return None
+        return cell[2] / cell[1], cell[0]
+
+    def compare(self, bucket: int, k: int, ref: int, alpha: float) -> Comparison | None:
+        """Goodput of k over ref at ``bucket`` from every pair of the two (either way round)."""
+        values = [v for v, _ in self.pairs.get((bucket, k, ref), ())]
+        values += [-v for v, _ in self.pairs.get((bucket, ref, k), ())]
+        if len(values) < MIN_PAIRS:
+            return None
+        steps = sum(n for _, n in self.pairs.get((bucket, k, ref), ()))
+        steps += sum(n for _, n in self.pairs.get((bucket, ref, k), ()))
+        x = np.asarray(values)
+        mean, sd = float(np.mean(x)), float(np.std(x, ddof=1))
+        low, high = confidence_sequence(mean, sd, len(x), alpha)
+        return Comparison(bucket, k, ref, math.exp(mean), math.exp(low), math.exp(high),
+                          len(x), steps)

@@ -1,0 +1,79 @@
+"""Who decides at a served bucket (sidecar/arbiter.py): pure, on synthetic model draws."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from sidecar.arbiter import arbitrate
+from sidecar.measured import MeasuredGoodput
+
+
+def draws(ratio: dict[int, float], max_b: int = 16, reps: int = 200, sd: float = 0.01) -> np.ndarray:
+    """G replicates [R, B, K+1] where G(k)/G(0) = ratio[k] at every B, with draw noise sd."""
+    rng = np.random.default_rng(0)
+    base = np.array([ratio[k] for k in sorted(ratio)])
+    return base[None, None, :] * np.exp(rng.normal(0, sd, (reps, max_b, len(ratio))))
+
+
+def measured_with(bucket: int, k: int, ref: int, log_ratio: float, n: int = 12,
+                  sd: float = 0.01) -> MeasuredGoodput:
+    m = MeasuredGoodput()
+    rng = np.random.default_rng(1)
+    m.pairs[(bucket, k, ref)] = __import__("collections").deque(
+        (float(v), 15) for v in rng.normal(log_ratio, sd, n))
+    return m
+
+
+def decide(G: np.ndarray, m: MeasuredGoodput, served: dict[int, int], old: list[int], **kw: float) -> object:
+    opts = dict(tie=0.005, confidence=0.9, model_error=0.05, min_served=32, max_pairs=40,
+                duel_width=2) | kw
+    return arbitrate(np.array(old), G, m, served, None, **opts)  # type: ignore[arg-type]
+
+
+def test_the_model_alone_switches_only_beyond_its_own_error() -> None:
+    old = [3] * 16
+    # k=2 20% better by the model: beyond a 5% model error with confidence -> switch, by model
+    v = decide(draws({0: 1.0, 1: 1.1, 2: 1.2, 3: 1.0}), MeasuredGoodput(), {12: 100}, old)
+    assert v.ks[11] == 2 and list(v.ks[:11]) == [3] * 11 and list(v.ks[12:]) == [3] * 4
+    (s,) = v.switches()
+    assert s.decided_by == "model" and s.measured is None and s.batch_size_start == 12
+    # 3% better by the model: inside its error -> no switch; a duel is asked for instead
+    v = decide(draws({0: 0.5, 1: 0.97, 2: 1.03, 3: 1.0}), MeasuredGoodput(), {12: 100}, old)
+    assert list(v.ks) == old and v.duels == ((12, 12, (2, 1)),)
+    assert {c.k: c.status for c in v.calls} == {0: "keep", 1: "open", 2: "open"}
+
+
+def test_a_tighter_measurement_overrides_the_model_either_way() -> None:
+    old = [3] * 16
+    G = draws({0: 0.5, 1: 0.9, 2: 0.974, 3: 1.0})  # the model: k=3 2.6% above k=2
+    m = measured_with(12, 2, 3, math.log(1.04))        # measured: k=2 4% above k=3
+    v = decide(G, m, {12: 100}, old)
+    assert v.ks[11] == 2
+    (s,) = v.switches()
+    assert s.decided_by == "measured" and s.measured is not None and s.measured.low > 1.005
+    assert s.model.ratio < 1.0
+    # the other way: the model says k=2 is 20% better, the measurement says 2% worse
+    G = draws({0: 0.5, 1: 0.9, 2: 1.2, 3: 1.0})
+    v = decide(G, measured_with(12, 2, 3, math.log(0.98)), {12: 100}, old)
+    assert list(v.ks) == old
+    call = next(c for c in v.calls if c.k == 2)
+    assert call.decided_by == "measured" and call.status == "keep"
+
+
+def test_unserved_buckets_and_thin_service_decide_nothing() -> None:
+    old = [1] * 4 + [3] * 12
+    G = draws({0: 0.5, 1: 0.9, 2: 1.3, 3: 1.0})       # the model: k=2 far better everywhere
+    v = decide(G, MeasuredGoodput(), {12: 100, 2: 10}, old)   # B=2 served only 10 steps
+    assert list(v.ks[:4]) == [1] * 4 and v.ks[11] == 2 and v.ks[12] == 3
+    assert {c.bucket for c in v.calls} == {12}
+
+
+def test_an_unresolved_tie_ends_its_duel_after_max_pairs() -> None:
+    old = [3] * 16
+    G = draws({0: 0.5, 1: 0.8, 2: 1.0, 3: 1.0})
+    m = measured_with(12, 2, 3, 0.0, n=40, sd=0.02)
+    v = decide(G, m, {12: 100}, old)
+    assert list(v.ks) == old and v.duels == ()
+    assert next(c for c in v.calls if c.k == 2).status in ("tie", "keep")

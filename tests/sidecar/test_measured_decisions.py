@@ -1,0 +1,85 @@
+"""Decisions by measured goodput (sidecar/arbiter.py) against the fake engine, whose step ring
+realizes a goodput the profile does not predict (the H200's case: the model ranked k=3 2.6%
+above k=2 at B=128 while the engine delivered 3-4% more at k=2).
+
+The fake runs the plugin's own DuelClock, so the duels the sidecar asks for happen as they
+would in the engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.sidecar.fake_engine import FakeEngine
+from tests.sidecar.test_controller import controller_for
+from tests.sidecar.test_controller_online import Clock
+from tuner.table import Table
+
+A = (0.72, 0.53, 0.37)  # the H200 run's â
+# the profile: k=3 ranks first at every B by the model (G(3)/G(2) = 1.026 at B=12)
+STEP_MS = {B: [8.0, 8.6, 10.0, 11.35] for B in (1, 8, 12, 16)}
+START = [[1, 4, 1], [5, 16, 3]]   # k=1 at B <= 4, where the model says k=3 wins by ~20%
+B = 12
+# realized at B=12: k=2 delivers 4% more than k=3 (tokens per engine-second)
+RATES = {0: 900.0, 1: 2000.0, 2: 2496.0, 3: 2400.0}
+
+
+def options(**extra: Any) -> dict[str, Any]:
+    return dict(profile={"a": A, "step_ms": STEP_MS}, allowed_k="all", decide_by="measured",
+                rebuild_every_steps=200, guard_window=0, change_window=50, duel_run=8,
+                explore_share=0.25, explore_horizon=1000, min_served=32, **extra)
+
+
+async def serve(c: Any, fake: FakeEngine, clock: Clock, seconds: int) -> list[Any]:
+    decisions = []
+    for _ in range(seconds):
+        fake.serve(60, B, RATES, {k: STEP_MS[B][k] for k in range(4)}, a=A)
+        clock.now += 1
+        d = await c.tick()
+        if d is not None:
+            decisions.append(d)
+    return decisions
+
+
+async def test_measured_goodput_overrides_the_model_where_it_measured(tmp_path: Path) -> None:
+    clock = Clock()
+    fake = FakeEngine(table=[list(r) for r in START])
+    async with controller_for(fake, tmp_path, clock=clock, **options()) as (c, fake):
+        assert await c.tick() is None
+        decisions = await serve(c, fake, clock, 60)
+        pushed = [d for d in decisions if d.outcome == "pushed"]
+        assert len(pushed) == 1, [(d.trigger, d.outcome, d.new_table) for d in decisions]
+        push = pushed[0]
+        # only the served bucket moved, to k=2, and the line says why: measured, both figures
+        assert Table.from_list(fake.table).k_at(B, 3) == 2
+        assert fake.table == [[1, 4, 1], [5, 11, 3], [12, 12, 2], [13, 16, 3]]
+        (change,) = push.changes
+        assert (change.batch_size_start, change.batch_size_end, change.k_old, change.k_new) == (12, 12, 3, 2)
+        assert change.decided_by == "measured" and change.measured is not None and change.model is not None
+        assert change.model.ratio < 1.0 < change.measured.low   # the model said k=3; measured k=2
+        assert 1.02 < change.measured.ratio < 1.06 and change.measured.pairs >= 5
+        # the duels asked for: only at the served bucket, k=2 first (the most promising)
+        asked = [p["duels"] for p in fake.policy_puts if p.get("duels")]
+        assert asked and all(len(d) == 1 and d[0][:2] == [12, 12] for d in asked)
+        assert asked[0][0][2][0] == 2 and 0 not in asked[0][0][2]  # k=0: ruled out by the model
+        # then it never flips back on the model alone, and the duels end
+        later = await serve(c, fake, clock, 40)
+        assert all(d.outcome != "pushed" for d in later)
+        assert fake.table == [[1, 4, 1], [5, 11, 3], [12, 12, 2], [13, 16, 3]]
+        last = later[-1]
+        calls = {call.k: call for call in last.calls}
+        assert calls[3].status == "keep" and calls[3].decided_by == "measured"
+        assert fake.policy.get("duels") == []
+
+
+async def test_the_model_alone_moves_unserved_buckets_but_measured_mode_does_not(tmp_path: Path) -> None:
+    """The same traffic with decide_by=model: the model's rule moves B <= 4 (never served) to
+    k=3 and keeps k=3 at B=12, where the engine delivers less than k=2."""
+    clock = Clock()
+    fake = FakeEngine(table=[list(r) for r in START])
+    async with controller_for(fake, tmp_path, clock=clock,
+                              **options() | {"decide_by": "model"}) as (c, fake):
+        assert await c.tick() is None
+        await serve(c, fake, clock, 20)
+        assert Table.from_list(fake.table).k_at(2, 3) == 3
+        assert Table.from_list(fake.table).k_at(B, 3) == 3

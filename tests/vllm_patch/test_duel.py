@@ -1,0 +1,89 @@
+"""Duels: runs at the asked batch sizes, paired by table steps, within their budget."""
+
+from __future__ import annotations
+
+import random
+
+from tuner.table import Table
+from vllm_patch.duel import DuelClock
+from vllm_patch.policy import PolicyLookup
+from vllm_patch.state import Counters, EngineState, Policy, TableState
+
+
+def engine_with(policy: Policy, table: list[list[int]], K: int = 3, n: int = 256) -> EngineState:
+    t = Table.from_list(table)
+    dense = tuple(t.dense(n, K))
+    return EngineState(table=TableState(t, dense, 1, 0.0), policy=policy, num_speculative_tokens=K,
+                       max_num_seqs=n, model_name="m", startup_k=frozenset({3}), restrict_k=False,
+                       counters=Counters(num_positions=K))
+
+
+def run_steps(engine: EngineState, batch_sizes: list[int]) -> list[int]:
+    lookup = PolicyLookup(engine, lambda e: (_ for _ in ()).throw(e))
+    return [lookup[b] for b in batch_sizes]
+
+
+def test_the_budget_holds_over_every_window_of_the_horizon() -> None:
+    policy = Policy(duels=((100, 140, (1, 2)),), duel_run=16, duel_share=0.02, duel_horizon=10_000)
+    engine = engine_with(policy, [[1, 256, 3]])
+    rng = random.Random(0)
+    ks = run_steps(engine, [rng.randint(110, 130) for _ in range(30_000)])
+    explored = [k != 3 for k in ks]
+    assert engine.counters.explore_steps == sum(explored)
+    worst = max(sum(explored[i:i + 10_000]) for i in range(0, 20_001, 250))
+    assert 150 <= worst <= 200  # 2% of 10,000, spent up front, then nothing until it frees
+    assert sum(explored[:2000]) >= 150  # a burst: the comparison can finish in minutes
+
+
+def test_runs_alternate_challengers_and_keep_table_steps_around_them() -> None:
+    policy = Policy(duels=((1, 64, (1, 2)),), duel_run=8, duel_share=0.5, duel_horizon=1000)
+    engine = engine_with(policy, [[1, 256, 3]])
+    ks = run_steps(engine, [32] * 200)
+    runs: list[tuple[int, int, int]] = []  # (start, length, k) of every non-table stretch
+    i = 0
+    while i < len(ks):
+        j = i
+        while j < len(ks) and ks[j] == ks[i]:
+            j += 1
+        if ks[i] != 3:
+            runs.append((i, j - i, ks[i]))
+        i = j
+    assert runs and all(length == 8 for _, length, _ in runs)
+    assert [k for _, _, k in runs][:4] == [1, 2, 1, 2]
+    gaps = [b[0] - (a[0] + a[1]) for a, b in zip(runs, runs[1:])]
+    assert min(gaps) >= 16  # the incumbent's steps before and after each run: its own pair
+
+
+def test_no_duel_outside_its_range_and_none_at_the_tables_own_k() -> None:
+    policy = Policy(duels=((100, 140, (3, 1)),), duel_run=4, duel_share=0.5, duel_horizon=1000)
+    engine = engine_with(policy, [[1, 64, 3], [65, 256, 1]])
+    assert run_steps(engine, [8] * 200) == [3] * 200   # outside the range: the table
+    ks = run_steps(engine, [120] * 200)                  # inside: k=3 only (1 is the table's)
+    assert set(ks) == {1, 3} and ks.count(3) > 0
+
+
+def test_a_new_policy_ends_the_run_in_progress() -> None:
+    clock = DuelClock()
+    duels = ((1, 8, (2,)),)
+    ks = [clock.choose(duels, 4, 3, s, 6, 0.5, 1000) for s in range(15)]
+    assert ks[11] is None and ks[12] == 2 and ks[13] == 2   # after 2·6 table steps: a run
+    clock.reset()
+    assert clock.choose((), 4, 3, 15, 6, 0.5, 1000) is None
+
+
+def test_rotation_and_duels_share_one_budget() -> None:
+    """The rotation at its full 2% and duels switched on and off: together still at most 2% of
+    any 10,000 steps (the rotation's steps are charged to the duels' budget)."""
+    rotation = Policy(explore_every=150, explore_run=3, duel_share=0.02, duel_horizon=10_000)
+    dueling = Policy(explore_every=150, explore_run=3, duels=((1, 256, (1, 2)),), duel_run=16,
+                     duel_share=0.02, duel_horizon=10_000)
+    engine = engine_with(rotation, [[1, 256, 3]])
+    lookup = PolicyLookup(engine, lambda e: (_ for _ in ()).throw(e))
+    ks = []
+    for step in range(40_000):
+        engine.policy = dueling if (step // 7000) % 2 else rotation
+        ks.append(lookup[64])
+    explored = [k != 3 for k in ks]
+    worst = max(sum(explored[i:i + 10_000]) for i in range(0, 30_001, 100))
+    assert worst <= 200
+    assert sum(explored[7000:8000]) > 0  # the duels still got their runs

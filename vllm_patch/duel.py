@@ -1,0 +1,91 @@
+"""Duels: exploration aimed at the comparisons the sidecar cannot settle by model.
+
+The rotation of policy.py (every ``explore_every`` steps a run of ``explore_run`` at the next
+allowed k) gives each k live steps everywhere, but thinly: on the H200's 32B model it gave a k
+about one timed step a minute at B=128, and a 3-step run times only its middle steps. A duel is
+what the sidecar asks for once it knows where the question is: at batch sizes
+``start_bs..end_bs`` (the bucket the engine serves), runs of ``duel_run`` steps at each
+challenger k in turn, separated by at least 2·``duel_run`` steps of the table, so
+every run has the incumbent's steps just before and just after it at the same load: a paired
+comparison whose drift cancels (sidecar/measured.py pairs them). A run keeps its k whatever B
+does, so all but its first step are steady, timed steps of that k.
+
+Budget: a run starts only if the explored steps of the last ``duel_horizon`` steps, plus this
+run, stay within ``duel_share`` of the horizon; the rotation's steps are charged to the same
+budget (and skipped when it is spent). So over any ``duel_horizon`` consecutive steps at most
+duel_share of them explore, a duel's burst up front included, which lets a comparison finish
+in minutes instead of hours without exceeding the share. The sidecar runs the rotation below
+the share (1% by default) so a duel finds room at once. Pure, except for the small state a DuelClock keeps.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+Duel = tuple[int, int, tuple[int, ...]]  # (start_bs, end_bs, challenger k's)
+
+
+def duel_at(duels: tuple[Duel, ...], batch_size: int) -> int | None:
+    """The index of the duel whose range holds ``batch_size``, or None."""
+    for i, (lo, hi, ks) in enumerate(duels):
+        if lo <= batch_size <= hi and ks:
+            return i
+    return None
+
+
+def within_budget(starts: deque[tuple[int, int]], step: int, run: int, share: float,
+                  horizon: int) -> bool:
+    """May a run of ``run`` steps start at ``step``? ``starts``: (step, length) of earlier runs,
+    oldest first; those older than the horizon are dropped here."""
+    while starts and starts[0][0] <= step - horizon:
+        starts.popleft()
+    return sum(n for _, n in starts) + run <= share * horizon
+
+
+@dataclass(slots=True)
+class DuelClock:
+    """Which k each step runs under the duels: the run in progress, the gap since the last one,
+    whose turn it is per duel, and the runs inside the budget's horizon."""
+
+    run_k: int | None = None
+    run_left: int = 0
+    gap: int = 0               # steps of the table since the last run ended
+    turns: dict[int, int] = field(default_factory=dict)
+    starts: deque[tuple[int, int]] = field(default_factory=deque)
+
+    def choose(self, duels: tuple[Duel, ...], batch_size: int, table_k: int, step: int,
+               run: int, share: float, horizon: int) -> int | None:
+        """The k a duel makes this step run, or None for the table's own."""
+        if self.run_left > 0:
+            self.run_left -= 1
+            if self.run_left == 0:
+                self.gap = 0
+            return self.run_k
+        self.gap += 1
+        index = duel_at(duels, batch_size)
+        # the table's steps on either side of a run are its reference: 2·run of them between
+        # two runs, so no table step is the reference of two runs (independent pairs)
+        if index is None or self.gap <= 2 * run or not within_budget(self.starts, step, run, share,
+                                                                  horizon):
+            return None
+        ks = [k for k in duels[index][2] if k != table_k]
+        if not ks:
+            return None
+        turn = self.turns.get(index, 0)
+        self.turns[index] = turn + 1
+        self.run_k, self.run_left = ks[turn % len(ks)], run - 1
+        self.starts.append((step, run))
+        return self.run_k
+
+    def charge(self, step: int, share: float, horizon: int) -> bool:
+        """One step of the rotation (policy.py) against the same budget: False if it has no
+        room (the step then runs the table)."""
+        if not within_budget(self.starts, step, 1, share, horizon):
+            return False
+        self.starts.append((step, 1))
+        return True
+
+    def reset(self) -> None:
+        """A new policy: any run in progress ends (its challenger may no longer be asked for)."""
+        self.run_k, self.run_left, self.gap = None, 0, 0
