@@ -9,7 +9,7 @@ change is not a regression. The trial fails when
 
     mean log G_after - mean log G_before < log(1 - drop)   and   Welch t < -z
 
-both a practical and a statistical bound (MEASUREMENT.md, rule 5). A failed trial rolls the
+both a practical and a statistical bound (docs/measurement.md, rule 5). A failed trial rolls the
 engine back to the table before the push and holds the pushed table out for ``hold_s``. A
 detected change of traffic (sidecar/change.py) cancels the trial and the holds: goodput
 before and after a push under different traffic says nothing about the table.
