@@ -6,11 +6,13 @@ very different acceptance), on one vLLM with the plugin, under a stationary load
 closed-loop clients; throughput from the engine's counters (benchmarks/window.py).
 
 1. Acceptance under A and under B (plugin counters), and each one's own table from the profile.
-2. The gap, paired: `--blocks` blocks under B traffic, each running A's table (stale) and B's
-   table (best) in alternating order; their ratio per block, median with a 95% interval.
+2. The gap, paired: `--blocks` blocks under B traffic, each running A's table (stale), B's
+   table by the profile and every fixed k in a rotating order; "best" is the one of B's table
+   and the fixed k's with the highest median (the best fixed k, all k allowed, where it beats
+   the profile's choice). The cycles measure it again in their own arms.
 3. The switch, in paired cycles: each cycle runs three arms in a rotating order, each arm A for
    `--adapt-s` from A's table, then the switch to B and `--follow-s` of windows: `stale` (A's
-   table stays), `best` (B's table pushed at the switch) and `sidecar` (a fresh sidecar
+   table stays), `best` (the best table of step 2 pushed at the switch) and `sidecar` (a fresh sidecar
    process from A's table, started with A's traffic). Every arm starts B's load the same way,
    so the transient of a new load (all clients prefilling at once) falls on all three alike.
    Per cycle: `seconds_to_right_table` (the sidecar arm: from the switch until the engine's
@@ -87,21 +89,24 @@ async def acceptance(url: str, engine: EngineClient, admin: EngineClient, reques
 
 
 async def gap(url: str, engine: EngineClient, admin: EngineClient, requests: list[Request],
-              n: int, temp_b: float, tables: tuple[Table, Table], blocks: int,
+              n: int, temp_b: float, stale: Table, candidates: dict[str, Table], blocks: int,
               window_s: float) -> dict[str, Any]:
-    """Stale (A's table) and best (B's table) under B traffic, in paired alternating blocks."""
-    stale, best = [], []
+    """Under B traffic, in paired blocks (rotating order): A's table (stale) and every candidate
+    for "best" (B's table by the profile, and each fixed k: the best fixed k, not only the best
+    allowed one). The best is the candidate with the highest median here; the cycles measure it
+    again in their own arms, so it is chosen on these blocks and judged on others."""
+    names = ["stale", *candidates]
+    tables = {"stale": stale, **candidates}
+    tps: dict[str, list[float]] = {name: [] for name in names}
     async with StationaryLoad(url, requests, n, temp_b, seed=5) as traffic:
         await asyncio.sleep(1.0)
         for b in range(blocks):
-            order = (0, 1) if b % 2 == 0 else (1, 0)
-            got: dict[int, float] = {}
-            for i in order:
-                await swap(admin, tables[i], settle_steps=8)
-                got[i] = (await measure(engine, admin, traffic, window_s)).tokens_per_s
-            stale.append(got[0])
-            best.append(got[1])
-    return {"stale_tps": stale, "best_tps": best}
+            for name in rotated(tuple(names), b):
+                await swap(admin, tables[name], settle_steps=8)
+                tps[name].append((await measure(engine, admin, traffic, window_s)).tokens_per_s)
+    best = max(candidates, key=lambda c: statistics.median(tps[c]))
+    return {"stale_tps": tps["stale"], "best_tps": tps[best], "best_name": best,
+            "best_table": tables[best].to_list(), "candidates_tps": tps}
 
 
 async def right_table_after(admin: EngineClient, table_b: Table, n: int, t0: float,
@@ -223,8 +228,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         a_a = await acceptance(server.url, engine, admin, requests, n, temps[0])
         a_b = await acceptance(server.url, engine, admin, requests, n, temps[1])
         table_a, table_b = profile.build(a_a).table, profile.build(a_b).table
-        paired = await gap(server.url, engine, admin, requests, n, temps[1], (table_a, table_b),
+        candidates = {"table_b": table_b} | {f"fixed-k{k}": Table.from_list([[1, n_max, k]])
+                                             for k in range(K + 1)}
+        paired = await gap(server.url, engine, admin, requests, n, temps[1], table_a, candidates,
                            args.blocks, args.window_s)
+        # the best arm runs the best fixed k when one beat B's own table: recovery_30s is then
+        # against the best fixed k (all k allowed), not only the profile's choice
+        table_b = Table.from_list(paired["best_table"])
         cycles = []
         side = functools.partial(sidecar, Path(args.profile), out / "logs", server.url,
                                  admin.admin_url, tuple(args.sidecar_arg or ()))
