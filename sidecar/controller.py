@@ -90,7 +90,9 @@ class Controller:
         self.T_dense = interpolate_step_times(profile.grid, profile.step_time_matrix(), n)
         self.sigma_dense = interpolate_step_times(profile.grid, profile.step_time_sigma(), n)
         self.cliffs = cliffs(profile.grid, profile.step_time_matrix(monotone=False))
-        self.state = checkpoint.restore(settings.checkpoint, self.prior, settings.prior_weight)
+        self.profile_sha256 = checkpoint.profile_id(profile)  # what the checkpoint belongs to
+        self.state = checkpoint.restore(settings.checkpoint, self.prior, settings.prior_weight,
+                                        self.profile_sha256)
         self.w_T = settings.step_prior_weight
         self.live_T = LiveStepTimes()
         self.recent = RecentWindow(settings.change_window)
@@ -476,7 +478,7 @@ class Controller:
         if self.settings.checkpoint is None:
             return
         try:
-            checkpoint.save(self.settings.checkpoint, self.state, self.clock())
+            checkpoint.save(self.settings.checkpoint, self.state, self.clock(), self.profile_sha256)
         except OSError as exc:
             self.stats.failures["checkpoint"] += 1
             self.conditions.set("checkpoint", "failing", "cannot write the checkpoint",
