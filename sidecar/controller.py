@@ -36,7 +36,7 @@ from collections.abc import Callable
 import numpy as np
 
 from sidecar import checkpoint, compat, interval
-from sidecar.change import MIN_CHANGE_DRAFTS, RecentWindow, acceptance_change, step_time_changes
+from sidecar.change import MIN_CHANGE_DRAFTS, RecentWindow, acceptance_change, step_time_changes_robust
 from sidecar.decision import BIAS_NOTE, Decision, DriftCell, Outcome, Source, range_gains
 from sidecar.engine_table import EngineTable
 from sidecar.estimator import DRAW_PSEUDO, decay_prior, halve_live, observe
@@ -325,10 +325,8 @@ class Controller:
         acc, dra = self.recent.counts()
         found = acceptance_change(acc, dra, projected(self.state)[0], z=s.change_z,
                                   min_delta=s.change_min_delta)
-        recent_T = self.recent.step_time()
-        older = {cell: (self.live_T.seconds.get(cell, 0.0) - sec, self.live_T.steps.get(cell, 0.0) - n)
-                 for cell, (sec, n) in recent_T.items()}
-        slow = step_time_changes(recent_T, older, ratio=s.change_step_ratio)
+        slow = step_time_changes_robust(self.recent, self.live_T.seconds, self.live_T.steps,
+                                        ratio=s.change_step_ratio)
         if found is None and not slow:
             return None
         if found is not None:  # keep only the newest counts; the prior's weight at most this
@@ -351,7 +349,8 @@ class Controller:
             # the next rebuilds settle the prior on the new traffic alone (_finish)
             self.rebase_left = REBASE_REBUILDS
         if slow:
-            self.live_T.replace({(c.batch_size, c.k): recent_T[(c.batch_size, c.k)] for c in slow})
+            newer = self.recent.newer_step_time()  # the level the change test found
+            self.live_T.replace({(c.batch_size, c.k): newer[(c.batch_size, c.k)] for c in slow})
         self.recent.clear()
         self.stats.changes += 1
         log.info("traffic change", extra={
