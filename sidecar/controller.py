@@ -37,7 +37,7 @@ from collections.abc import Callable
 import numpy as np
 
 from sidecar import checkpoint, compat, interval
-from sidecar.change import MIN_CHANGE_DRAFTS, RecentWindow, acceptance_change, step_time_changes
+from sidecar.change import MIN_CHANGE_DRAFTS, RecentWindow, acceptance_change, step_time_changes_robust
 from sidecar.decision import BIAS_NOTE, Decision, DriftCell, Outcome, Source, range_gains
 from sidecar.engine_table import EngineTable
 from sidecar.estimator import DRAW_PSEUDO, decay_prior, halve_live, observe
@@ -92,7 +92,9 @@ class Controller:
         self.T_dense = interpolate_step_times(profile.grid, profile.step_time_matrix(), n)
         self.sigma_dense = interpolate_step_times(profile.grid, profile.step_time_sigma(), n)
         self.cliffs = cliffs(profile.grid, profile.step_time_matrix(monotone=False))
-        self.state = checkpoint.restore(settings.checkpoint, self.prior, settings.prior_weight)
+        self.profile_sha256 = checkpoint.profile_id(profile)  # what the checkpoint belongs to
+        self.state = checkpoint.restore(settings.checkpoint, self.prior, settings.prior_weight,
+                                        self.profile_sha256)
         self.w_T = settings.step_prior_weight
         self.live_T = LiveStepTimes()
         # realized goodput from the plugin's step ring (sidecar/measured.py): what decides at
@@ -359,10 +361,8 @@ class Controller:
         acc, dra = self.recent.counts()
         found = acceptance_change(acc, dra, projected(self.state)[0], z=s.change_z,
                                   min_delta=s.change_min_delta)
-        recent_T = self.recent.step_time()
-        older = {cell: (self.live_T.seconds.get(cell, 0.0) - sec, self.live_T.steps.get(cell, 0.0) - n)
-                 for cell, (sec, n) in recent_T.items()}
-        slow = step_time_changes(recent_T, older, ratio=s.change_step_ratio)
+        slow = step_time_changes_robust(self.recent, self.live_T.seconds, self.live_T.steps,
+                                        ratio=s.change_step_ratio)
         if found is None and not slow:
             return None
         if found is not None:  # keep only the newest counts; the prior's weight at most this
@@ -386,7 +386,8 @@ class Controller:
             # the next rebuilds settle the prior on the new traffic alone (_finish)
             self.rebase_left = REBASE_REBUILDS
         if slow:
-            self.live_T.replace({(c.batch_size, c.k): recent_T[(c.batch_size, c.k)] for c in slow})
+            newer = self.recent.newer_step_time()  # the level the change test found
+            self.live_T.replace({(c.batch_size, c.k): newer[(c.batch_size, c.k)] for c in slow})
         self.recent.clear()
         self.stats.changes += 1
         log.info("traffic change", extra={
@@ -522,7 +523,7 @@ class Controller:
         if self.settings.checkpoint is None:
             return
         try:
-            checkpoint.save(self.settings.checkpoint, self.state, self.clock())
+            checkpoint.save(self.settings.checkpoint, self.state, self.clock(), self.profile_sha256)
         except OSError as exc:
             self.stats.failures["checkpoint"] += 1
             self.conditions.set("checkpoint", "failing", "cannot write the checkpoint",

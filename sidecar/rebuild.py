@@ -42,6 +42,7 @@ from sidecar.measured import MeasuredGoodput
 from sidecar.step_times import Blend
 from tuner.confidence import Change, choose_confident, confident_changes, merge_remnants
 from tuner.goodput import Cliff
+from tuner.incumbent import drop_futile
 from tuner.monotone import nonincreasing
 from tuner.table import Table
 
@@ -123,6 +124,8 @@ def choose(blend: Blend, T_prof: FloatArray, state: EstimatorState, old: Table |
                            confident.table, confident.ks, a_used, a_raw, inputs, arb)
     ks, found = confident_changes(confident.G_reps, old_ks, confident.ks, inputs.tie,
                                   inputs.confidence)
+    # but no incumbent whose extra drafts buy nothing (acceptance ~0): tuner/incumbent.py
+    ks, found = drop_futile(ks, found, blend.T, blend.sigma, a_used, inputs.tie, inputs.confidence)
     if inputs.allowed_k is not None:  # a k no longer allowed (e.g. below --min-k) always goes
         banned = np.isin(np.asarray(old_ks), sorted(inputs.allowed_k), invert=True)
         ks[banned] = confident.ks[banned]

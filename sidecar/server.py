@@ -95,7 +95,8 @@ def state_of(c: Controller) -> dict[str, Any]:
         "recent_decisions": [{"time": d.time, "outcome": d.outcome, "trigger": d.trigger,
                               "old_table": d.old_table, "new_table": d.new_table,
                               "reason": d.reason} for d in c.decisions],
-        "prior_acceptance": c.prior.tolist(),
+        "prior_acceptance": c.prior.tolist(),  # the profile's; estimator.prior may be rebased
+        "profile_sha256": c.profile_sha256,    # what the checkpoint says it belongs to
     }
 
 

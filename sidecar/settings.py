@@ -27,7 +27,7 @@ class SidecarSettings(BaseSettings):
 
     profile: Path = Field(description="tuner profile (JSON) with step times and prior acceptance")
     engine_url: str = Field("http://127.0.0.1:8000", description="vLLM base URL (its /metrics is scraped)")
-    admin_url: str = Field("http://127.0.0.1:8500", description="plugin admin endpoint (table, policy)")
+    admin_url: str = Field("http://127.0.0.1:8500", description="plugin admin endpoint (table, policy); unix:/path for its Unix-domain socket (TABLETUNE_ADMIN_UDS)")
     admin_token: SecretStr | None = Field(None, description="bearer token for the admin endpoint")
     admin_token_file: Path | None = Field(None, description="file holding the admin token")
     model_name: str | None = Field(None, description="vLLM's served model name (its /metrics label model_name): only those series are read; checked against the engine at start")

@@ -84,6 +84,11 @@ class EngineClient:
                  timeout_s: float = 5.0, attempts: int = 3, max_wait_s: float = 1.0,
                  max_body_bytes: int = 4 * 1024 * 1024) -> None:
         self.engine_url, self.admin_url = engine_url.rstrip("/"), admin_url.rstrip("/")
+        # "unix:/path": the admin endpoint's Unix-domain socket (TABLETUNE_ADMIN_UDS), which no
+        # TCP client can crowd out (vllm_patch/admin_server.py)
+        self._uds = self.admin_url[len("unix:"):] if self.admin_url.startswith("unix:") else None
+        self._admin_base = "http://localhost" if self._uds else self.admin_url
+        self._admin_session: aiohttp.ClientSession | None = None
         self._token = token
         self.timeout_s, self.attempts, self.max_wait_s = timeout_s, attempts, max_wait_s
         self.max_body_bytes = max_body_bytes
@@ -95,38 +100,49 @@ class EngineClient:
         self._session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=self.timeout_s),
             connector=aiohttp.TCPConnector(limit=0, force_close=True))
+        if self._uds is not None:
+            self._admin_session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+                connector=aiohttp.UnixConnector(path=self._uds, force_close=True))
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> None:
-        if self._session is not None:
-            await self._session.close()
+        for session in (self._session, self._admin_session):
+            if session is not None:
+                await session.close()
 
     def __repr__(self) -> str:  # no token here, ever
         return f"EngineClient({self.engine_url!r}, {self.admin_url!r})"
 
     # -- requests ----------------------------------------------------------------------
-    async def _once(self, method: str, url: str, body: Any = None) -> str:
-        assert self._session is not None, "use EngineClient as an async context manager"
+    def _shown(self, url: str, admin: bool) -> str:
+        """The URL as the caller gave it (unix:/path/v1/table, not http://localhost/...)."""
+        return self.admin_url + url[len(self._admin_base):] if admin else url
+
+    async def _once(self, method: str, url: str, body: Any = None, admin: bool = False) -> str:
+        session = self._admin_session if admin and self._admin_session else self._session
+        assert session is not None, "use EngineClient as an async context manager"
+        shown = self._shown(url, admin)
         headers = {}
         if method != "GET" and self._token:
             headers["Authorization"] = f"Bearer {self._token}"
-        async with self._session.request(method, url, json=body, headers=headers) as reply:
+        async with session.request(method, url, json=body, headers=headers) as reply:
             size = reply.content_length
             if size is not None and size > self.max_body_bytes:
-                raise _TooLarge(f"{url}: reply of {size} bytes exceeds {self.max_body_bytes}")
+                raise _TooLarge(f"{shown}: reply of {size} bytes exceeds {self.max_body_bytes}")
             raw = await reply.content.read(self.max_body_bytes + 1)
             if len(raw) > self.max_body_bytes:
-                raise _TooLarge(f"{url}: reply exceeds {self.max_body_bytes} bytes")
+                raise _TooLarge(f"{shown}: reply exceeds {self.max_body_bytes} bytes")
             text = raw.decode(reply.get_encoding() if reply.charset else "utf-8", errors="replace")
             if reply.status >= 500:
                 raise _ServerError(f"{reply.status} {text[:200]}")
             if reply.status >= 400:
-                raise AdminRejected(method, url, reply.status, *_error_body(text))
+                raise AdminRejected(method, shown, reply.status, *_error_body(text))
             return text
 
     async def _request(self, method: str, url: str, body: Any = None,
-                       attempts: int | None = None) -> str:
+                       attempts: int | None = None, admin: bool = False) -> str:
         retrying = AsyncRetrying(
             stop=stop_after_attempt(attempts or self.attempts),
             wait=wait_exponential_jitter(initial=0.1, max=self.max_wait_s, jitter=0.1),
@@ -134,16 +150,16 @@ class EngineClient:
         try:
             async for attempt in retrying:
                 with attempt:
-                    return await self._once(method, url, body)
+                    return await self._once(method, url, body, admin)
         except TRANSIENT as exc:
-            raise EngineUnavailable(f"{method} {url}: {_describe(exc)}") from exc
+            raise EngineUnavailable(f"{method} {self._shown(url, admin)}: {_describe(exc)}") from exc
         except _TooLarge as exc:
             raise ReplyTooLarge(f"{method} {exc}") from None
         raise AssertionError("tenacity ended without a result or an error")
 
     async def _admin(self, model: type[R], method: str, route: str, body: Any = None) -> R:
         url = self.admin_url + route
-        text = await self._request(method, url, body)
+        text = await self._request(method, self._admin_base + route, body, admin=True)
         try:
             return model.model_validate_json(text)
         except ValidationError as exc:

@@ -10,12 +10,24 @@ client went away. Here one thread serves every connection and each limit is expl
 |----------------------------------|----------------------------------|----------------------------|
 | request line and headers         | aiohttp's parser (Content-Length | 400, JSON body, one line   |
 |                                  | digits only)                     |                            |
-| headers unfinished, idle         | Limits.read_timeout_s            | connection closed          |
-| keep-alive                       |                                  |                            |
+| no complete request since the    | Limits.idle_timeout_s            | connection closed          |
+| connect or the last reply        |                                  |                            |
 | body unfinished                  | Limits.read_timeout_s            | 408; nothing changed       |
 | body size                        | Limits.max_body_bytes            | 413; nothing changed       |
 | reply not taken by the client    | Limits.write_timeout_s           | connection aborted         |
-| open connections                 | Limits.max_connections           | new ones closed at accept  |
+| open connections, per listener   | Limits.max_connections (at most  | new ones closed at accept  |
+|                                  | a quarter of RLIMIT_NOFILE)      |                            |
+
+Stalled connections must not lock a client out (issue #27.2: with 32 slots, 300 stalled
+sockets, half silent and half in their headers, refused 9 of 10 good requests over 30 s). An
+idle connection costs a protocol object and a parser, no thread, so the limit is high (1024),
+and one that has not sent a complete request within 2 s is closed. Closing the oldest idle
+connection to admit a new one was tried and dropped: asyncio accepts a burst of connections
+before it reads any, so under a reconnecting flood above the limit the good connection was
+evicted by those accepted after it before its request was read. Above the limit the answer is
+``uds``: the endpoint also listens on a Unix-domain socket (mode 0660), a listener with its own
+connections that no TCP client can reach; the sidecar in the
+same pod uses it through a shared emptyDir (deploy/base/deployment.yaml).
 
 A client that half-closes (shuts down its write side) still gets its reply, so a short body
 followed by a half-close is a 408, never an applied table; an idle connection that gets a FIN
@@ -28,6 +40,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import resource
+import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,7 +50,6 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.web_protocol import RequestHandler
 
 from vllm_patch import admin
 from vllm_patch.admin import HttpError
@@ -50,10 +64,11 @@ class Limits:
     """The server's bounds (module docstring); tests shorten the timeouts."""
 
     max_body_bytes: int = MAX_BODY_BYTES
-    read_timeout_s: float = 5.0    # headers, body, and idle keep-alive
+    idle_timeout_s: float = 2.0    # no complete request yet: from the connect or the last reply
+    read_timeout_s: float = 5.0    # the body
     write_timeout_s: float = 5.0   # the reply
-    max_connections: int = 32      # admin clients are a handful: sidecar, tuner, /metrics, a human
-    backlog: int = 64
+    max_connections: int = 1024    # per listener; idle ones are cheap (module docstring)
+    backlog: int = 1024            # the kernel caps it at net.core.somaxconn
 
 
 class QuietLog:
@@ -71,7 +86,11 @@ class QuietLog:
                 *args)
 
 
-class _Connection(RequestHandler):
+# web.RequestHandler is public (aiohttp.web.__all__) but not documented for subclassing; what
+# is overridden is asyncio's Protocol interface (connection_lost, eof_received) and handle_error,
+# and no public setting of web.Server gives a close callback, a writable half-close or a JSON
+# reply to a request the parser refused.
+class _Connection(web.RequestHandler):
     """aiohttp's per-connection protocol, with three changes: it reports its close (the connection
     count), it keeps a half-closed connection writable while its request is handled, and a
     malformed request is one log line."""
@@ -130,26 +149,48 @@ class _Refused(asyncio.Protocol):
         transport.close()
 
 
+class _Listener:
+    """One listening socket's connections, oldest first, and its limit."""
+
+    def __init__(self, name: str, limit: int) -> None:
+        self.name, self.limit = name, limit
+        self.connections: dict[_Connection, None] = {}  # insertion order: oldest first
+
+    def admit(self, quiet: QuietLog) -> bool:
+        """Room for one more? At the limit a new connection is closed at accept."""
+        if len(self.connections) < self.limit:
+            return True
+        quiet("limit", "refused a connection on %s: %d open, the limit is %d", self.name,
+              len(self.connections), self.limit)
+        return False
+
+
 class AdminServer:
     """The admin endpoint: start() binds (raising OSError), close() stops everything it made."""
 
     def __init__(self, engine: EngineState, token: str | None, limits: Limits = Limits()) -> None:
         self.engine, self.token, self.limits = engine, token, limits
-        self.open_connections = 0
         self.quiet = QuietLog()
+        self.listeners: list[_Listener] = []
+        self.uds: str | None = None
         self._loop = asyncio.new_event_loop()
         self._loop.set_exception_handler(self._loop_error)
         self._thread = threading.Thread(target=self._loop.run_forever, name="tabletune-admin",
                                         daemon=True)
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._web: web.Server | None = None
 
+    @property
+    def open_connections(self) -> int:
+        return sum(len(lst.connections) for lst in self.listeners)
+
     # -- lifecycle (called from any thread) ------------------------------------------------
-    def start(self, host: str, port: int) -> None:
-        """Bind host:port and serve on the daemon thread; OSError (everything closed) if not."""
+    def start(self, host: str, port: int, uds: str | None = None) -> None:
+        """Bind host:port (and the Unix socket ``uds``) and serve on the daemon thread; OSError
+        (everything closed) if not."""
         self._thread.start()
         try:
-            asyncio.run_coroutine_threadsafe(self._start(host, port), self._loop).result(10.0)
+            asyncio.run_coroutine_threadsafe(self._start(host, port, uds), self._loop).result(10.0)
         except BaseException:
             self.close()
             raise
@@ -167,16 +208,27 @@ class AdminServer:
         if not self._thread.is_alive():  # a loop still running cannot be closed
             self._loop.close()
 
-    async def _start(self, host: str, port: int) -> None:
+    async def _start(self, host: str, port: int, uds: str | None) -> None:
         # The connection settings go to _Connection (see _protocol), which this server's own
         # protocol factory would otherwise build; it only tracks connections and shuts them down.
         self._web = web.Server(self._handle, loop=self._loop)
-        self._server = await self._loop.create_server(self._protocol, host, port,
-                                                      backlog=self.limits.backlog)
+        limit = _connection_limit(self.limits.max_connections)
+        tcp = _Listener(f"{host}:{port}", limit)
+        self.listeners.append(tcp)
+        self._servers.append(await self._loop.create_server(
+            lambda: self._protocol(tcp), host, port, backlog=self.limits.backlog))
+        if uds is not None:
+            _remove_stale_socket(uds)
+            unix = _Listener(uds, limit)
+            self.listeners.append(unix)
+            self._servers.append(await self._loop.create_unix_server(
+                lambda: self._protocol(unix), uds, backlog=self.limits.backlog))
+            self.uds = uds
+            os.chmod(uds, 0o660)  # the pod's group (fsGroup) may connect, nobody else
 
     async def _stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         if self._web is not None:
             await self._web.shutdown(timeout=1.0)
         tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
@@ -184,21 +236,20 @@ class AdminServer:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.sleep(0)  # let the transports' close callbacks run before the loop stops
+        if self.uds is not None:
+            _remove_stale_socket(self.uds)
 
     # -- connections ------------------------------------------------------------------------
-    def _protocol(self) -> asyncio.BaseProtocol:
-        if self.open_connections >= self.limits.max_connections:
-            self.quiet("limit", "refused a connection: %d open, the limit is %d",
-                       self.open_connections, self.limits.max_connections)
+    def _protocol(self, listener: _Listener) -> asyncio.BaseProtocol:
+        if not listener.admit(self.quiet):
             return _Refused()
         assert self._web is not None
-        self.open_connections += 1
-        return _Connection(self._closed, self.quiet, self._web, loop=self._loop,
-                           access_log=None, logger=log, keepalive_timeout=self.limits.read_timeout_s,
+        conn = _Connection(lambda: listener.connections.pop(conn, None), self.quiet, self._web,
+                           loop=self._loop, access_log=None, logger=log,
+                           keepalive_timeout=self.limits.idle_timeout_s,
                            lingering_time=self.limits.read_timeout_s)
-
-    def _closed(self) -> None:
-        self.open_connections -= 1
+        listener.connections[conn] = None
+        return conn
 
     def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         exc = context.get("exception")
@@ -281,16 +332,32 @@ class AdminServer:
             self.quiet("gone", "client %s went away before its reply (%s)", request.remote, exc)
 
 
+def _connection_limit(wanted: int) -> int:
+    """``wanted``, but at most a quarter of the process's file descriptors: the engine needs
+    the rest, and an accept() that fails for want of one pauses asyncio's accepting for 1 s."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return wanted if soft == resource.RLIM_INFINITY else max(1, min(wanted, soft // 4))
+
+
+def _remove_stale_socket(path: str) -> None:
+    """A socket file left by an engine that died (bind would fail on it); never another file."""
+    try:
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 def serve(engine: EngineState, host: str, port: int, token: str | None,
-          limits: Limits = Limits()) -> AdminServer | None:
+          limits: Limits = Limits(), uds: str | None = None) -> AdminServer | None:
     """Start the admin server on a daemon thread; None (and a log line) if it cannot bind."""
     server = AdminServer(engine, token, limits)
     try:
-        server.start(host, port)
+        server.start(host, port, uds)
     except OSError as exc:
-        log.error("TableTune admin endpoint could not bind %s:%d (%s); vLLM keeps serving "
-                  "without it", host, port, exc)
+        log.error("TableTune admin endpoint could not bind %s:%d%s (%s); vLLM keeps serving "
+                  "without it", host, port, f" and {uds}" if uds else "", exc)
         return None
-    log.info("TableTune admin endpoint on http://%s:%d (token %s)", host, port,
-             "required" if token else "not configured")
+    log.info("TableTune admin endpoint on http://%s:%d%s (token %s)", host, port,
+             f" and unix:{uds}" if uds else "", "required" if token else "not configured")
     return server

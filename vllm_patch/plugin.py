@@ -94,7 +94,8 @@ def _on_scheduler(scheduler: Any, settings: Any) -> None:
              engine.num_speculative_tokens, engine.max_num_seqs,
              engine.table.table.to_list() if engine.table else None, engine.policy)
     if settings.admin_port:
-        admin_server.serve(engine, settings.admin_host, settings.admin_port, settings.admin_token)
+        admin_server.serve(engine, settings.admin_host, settings.admin_port, settings.admin_token,
+                           uds=settings.admin_uds)
 
 
 def _publish_metrics(settings: Any) -> None:

@@ -6,6 +6,8 @@ Nothing listens unless TABLETUNE_ADMIN_PORT is set; the default bind is loopback
 |----------------------------------|------------------------------------------------------------|
 | TABLETUNE_ADMIN_PORT             | admin HTTP port (unset: no admin endpoint, no extra series) |
 | TABLETUNE_ADMIN_HOST             | bind address (default 127.0.0.1)                           |
+| TABLETUNE_ADMIN_UDS              | also listen on this Unix-domain socket (mode 0660), a path  |
+|                                  | on a volume the sidecar shares; only with ADMIN_PORT        |
 | TABLETUNE_ADMIN_TOKEN[_FILE]     | bearer token required for every mutating call              |
 | TABLETUNE_EXPLORE_EVERY          | every N steps an exploration run at another k (0 = off)    |
 | TABLETUNE_EXPLORE_RUN            | steps per exploration run (default 3, < EXPLORE_EVERY)     |
@@ -32,6 +34,7 @@ class PluginSettings:
     admin_port: int | None
     admin_host: str
     admin_token: str | None
+    admin_uds: str | None
     explore_every: int
     explore_run: int
     hysteresis: int
@@ -98,6 +101,7 @@ def from_env(env: dict[str, str] | None = None) -> PluginSettings:
         admin_port=_int(env, "TABLETUNE_ADMIN_PORT", 0) if port else None,
         admin_host=env.get("TABLETUNE_ADMIN_HOST", "127.0.0.1"),
         admin_token=_token(env),
+        admin_uds=env.get("TABLETUNE_ADMIN_UDS", "").strip() or None,
         explore_every=explore_every, explore_run=explore_run,
         hysteresis=_int(env, "TABLETUNE_HYSTERESIS", 0),
         restrict_k=env.get("TABLETUNE_RESTRICT_K", "0") == "1",

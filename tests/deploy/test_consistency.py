@@ -173,14 +173,21 @@ def check_pod(group: list[m.Container], services: list[dict[str, Any]], monkeypa
 
     # Engine URL and admin URL: loopback, the engine's port, the plugin's admin port.
     engine_url, admin_url = urlsplit(s.engine_url), urlsplit(s.admin_url)
-    assert engine_url.hostname == LOOPBACK and admin_url.hostname == LOOPBACK, where
+    assert engine_url.hostname == LOOPBACK, where
+    env = engine.env()
+    if admin_url.scheme == "unix":  # the plugin's socket, on one emptyDir both containers mount
+        assert admin_url.path == env["TABLETUNE_ADMIN_UDS"], where
+        (m_side, v_side), (m_eng, v_eng) = (c.mount_for(admin_url.path) for c in (sidecar, engine))
+        assert v_side["name"] == v_eng["name"] and "emptyDir" in v_side, where
+        assert m_side["mountPath"] == m_eng["mountPath"] and not m_side.get("readOnly"), where
+    else:
+        assert admin_url.hostname == LOOPBACK and admin_url.port == ADMIN_PORT, where
     args = engine.spec.get("args")
     if engine.spec.get("ports"):
         assert engine_url.port in [p["containerPort"] for p in engine.spec["ports"]], where
     if args and m.arg_value(args, "--port"):
         assert int(m.arg_value(args, "--port") or 0) == engine_url.port
-    env = engine.env()
-    assert int(env["TABLETUNE_ADMIN_PORT"]) == admin_url.port == ADMIN_PORT
+    assert int(env["TABLETUNE_ADMIN_PORT"]) == ADMIN_PORT
     assert env.get("TABLETUNE_ADMIN_HOST", LOOPBACK) == LOOPBACK, f"{where}: admin endpoint off loopback"
     for c in group:
         assert ADMIN_PORT not in [p["containerPort"] for p in c.spec.get("ports", [])], where

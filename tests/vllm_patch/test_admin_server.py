@@ -24,7 +24,7 @@ from vllm_patch.policy import PolicyLookup
 from vllm_patch.state import EngineState
 
 GOOD = json.dumps({"table": [[1, 16, 2]]}).encode()
-LIMITS = Limits(read_timeout_s=0.3, write_timeout_s=0.3, max_connections=8)
+LIMITS = Limits(idle_timeout_s=0.3, read_timeout_s=0.3, write_timeout_s=0.3, max_connections=8)
 
 
 @dataclass
@@ -244,7 +244,7 @@ def test_a_port_in_use_is_none_and_closes_everything(admin: Admin) -> None:
 def test_a_client_that_closes_frees_its_slot_at_once() -> None:
     """Keep-alive clients that read their reply and close: the server must not hold their
     connections until its (here long) idle timeout, or the limit would refuse the next ones."""
-    with running(Limits(read_timeout_s=60, max_connections=4)) as admin:
+    with running(Limits(idle_timeout_s=60, read_timeout_s=60, max_connections=4)) as admin:
         for _ in range(12):
             with admin.connect() as s:
                 s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
