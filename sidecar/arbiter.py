@@ -25,7 +25,7 @@ edge is never moved on evidence from elsewhere).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Literal
@@ -81,8 +81,10 @@ def _half(f: Figures) -> float:
 def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: MeasuredGoodput,
               served: Mapping[int, int], allowed: set[int] | None, *, tie: float,
               confidence: float, model_error: float, min_served: int, max_pairs: int,
-              duel_width: int) -> Verdicts:
-    """Per served bucket, the k to run and who decided it; the duels still worth running."""
+              duel_width: int, futile: Callable[[int, int, int, int], bool] | None = None) -> Verdicts:
+    """Per served bucket, the k to run and who decided it; the duels still worth running.
+    ``futile(start, end, k, c)``: the incumbent k's extra drafts over a smaller c buy nothing
+    and c is no slower (tuner/incumbent.py): c replaces it without waiting for a duel."""
     max_b, num_k = G_reps.shape[1], G_reps.shape[2]
     ks = np.asarray(old_ks, dtype=np.int64).copy()
     calls: list[Call] = []
@@ -105,7 +107,8 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
             decided_by: Decider = ("measured" if meas is not None and _half(meas) <= _half(model)
                                    else "model")
             used = meas if decided_by == "measured" and meas is not None else model
-            if used.low > 1.0 + tie:
+            if used.low > 1.0 + tie or (c < k and futile is not None
+                                         and futile(int(rows[0]), int(rows[-1]), k, c)):
                 status: Status = "switch"
             elif meas is not None and (meas.high < 1.0 + tie or meas.pairs >= max_pairs):
                 status = "keep" if meas.high < 1.0 + tie else "tie"

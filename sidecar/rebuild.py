@@ -42,7 +42,7 @@ from sidecar.measured import MeasuredGoodput
 from sidecar.step_times import Blend
 from tuner.confidence import Change, choose_confident, confident_changes, merge_remnants
 from tuner.goodput import Cliff
-from tuner.incumbent import drop_futile
+from tuner.incumbent import drop_futile, is_futile
 from tuner.monotone import nonincreasing
 from tuner.table import Table
 
@@ -159,11 +159,18 @@ def choose(blend: Blend, T_prof: FloatArray, state: EstimatorState, old: Table |
 
 
 def _verdicts(arb: Arbiter, ks: npt.NDArray[np.int64], G_reps: FloatArray,
-              inputs: Inputs) -> Verdicts:
+              inputs: Inputs, blend: Blend | None = None, a_used: FloatArray | None = None) -> Verdicts:
+    futile = None
+    if blend is not None and a_used is not None:
+        T, sigma, a = blend.T, blend.sigma, a_used
+
+        def futile(start: int, end: int, k: int, c: int) -> bool:
+            return is_futile(Change(start, end, k, c, 0.0, 0.0, False), T, sigma, a,
+                             inputs.tie, inputs.confidence)
     return arbitrate(np.asarray(ks), G_reps, arb.goodput, arb.served, inputs.allowed_k,
                      tie=inputs.tie, confidence=inputs.confidence, model_error=arb.model_error,
                      min_served=arb.min_served, max_pairs=arb.max_pairs,
-                     duel_width=arb.duel_width)
+                     duel_width=arb.duel_width, futile=futile)
 
 
 def _by_measure(blend: Blend, T_prof: FloatArray, old: Table, old_ks: list[int], G: FloatArray,
@@ -171,7 +178,7 @@ def _by_measure(blend: Blend, T_prof: FloatArray, old: Table, old_ks: list[int],
                 a_used: FloatArray, a_raw: FloatArray, inputs: Inputs, arb: Arbiter) -> Choice:
     """Only the served buckets change, each as sidecar/arbiter.py decides; a k no longer
     allowed still goes (to the model's choice there)."""
-    verdicts = _verdicts(arb, np.asarray(old_ks), G_reps, inputs)
+    verdicts = _verdicts(arb, np.asarray(old_ks), G_reps, inputs, blend, a_used)
     ks = verdicts.ks
     if inputs.allowed_k is not None:
         banned = np.isin(np.asarray(old_ks), sorted(inputs.allowed_k), invert=True)

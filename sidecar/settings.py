@@ -45,7 +45,7 @@ class SidecarSettings(BaseSettings):
     duel_run: int = Field(16, ge=4, le=256, description="steps of one duel run at a challenger k (all but the first are steady, timed steps)")
     explore_share: float = Field(0.02, ge=0, le=0.5, description="duels explore at most this share of the steps in any explore_horizon steps")
     explore_horizon: int = Field(10000, ge=100, description="the window, in engine steps, over which explore_share holds (a burst up front, then nothing until it frees)")
-    duel_width: int = Field(2, ge=1, description="challengers dueled at once per bucket (the most promising first)")
+    duel_width: int = Field(1, ge=1, description="challengers dueled at once per bucket, the most promising (highest upper bound) first: one spends the whole exploration burst where it can settle (on the H200, 7 pairs split with a second challenger left k=2's +3.4% just short of the tie)")
     max_pairs: int = Field(40, ge=5, description="paired runs after which an unresolved challenger is called indistinguishable and its duel ends")
     min_served: int = Field(32, ge=1, description="steps a bucket must serve since the last push before its k is decided there")
     tie: float = Field(0.005, ge=0, description="keep the previous B's k unless another is this much better")

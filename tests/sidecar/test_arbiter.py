@@ -77,3 +77,16 @@ def test_an_unresolved_tie_ends_its_duel_after_max_pairs() -> None:
     v = decide(G, m, {12: 100}, old)
     assert list(v.ks) == old and v.duels == ()
     assert next(c for c in v.calls if c.k == 2).status in ("tie", "keep")
+
+
+def test_a_futile_incumbent_goes_without_waiting_for_a_duel() -> None:
+    """Acceptance ~0 (the demo after its switch): k=3's drafts buy nothing and k=0 is no slower
+    (tuner/incumbent.py); the model's own ratio is inside its error, yet k=0 replaces k=3."""
+    old = [3] * 16
+    G = draws({0: 1.01, 1: 1.0, 2: 1.0, 3: 1.0})
+    v = decide(G, MeasuredGoodput(), {12: 100}, old)
+    assert list(v.ks) == old
+    v = arbitrate(np.array(old), G, MeasuredGoodput(), {12: 100}, None, tie=0.005, confidence=0.9,
+                  model_error=0.05, min_served=32, max_pairs=40, duel_width=1,
+                  futile=lambda start, end, k, c: c == 0)
+    assert v.ks[11] == 0 and [c.k for c in v.switches()] == [0]
