@@ -81,7 +81,8 @@ def _half(f: Figures) -> float:
 def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: MeasuredGoodput,
               served: Mapping[int, int], allowed: set[int] | None, *, tie: float,
               confidence: float, model_error: float, min_served: int, max_pairs: int,
-              duel_width: int, futile: Callable[[int, int, int, int], bool] | None = None) -> Verdicts:
+              duel_width: int, futile: Callable[[int, int, int, int], bool] | None = None,
+              previous: tuple[tuple[int, int, tuple[int, ...]], ...] = ()) -> Verdicts:
     """Per served bucket, the k to run and who decided it; the duels still worth running.
     ``futile(start, end, k, c)``: the incumbent k's extra drafts over a smaller c buy nothing
     and c is no slower (tuner/incumbent.py): c replaces it without waiting for a duel."""
@@ -127,8 +128,13 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
             here = [c if c is best or c.status != "switch" else c.model_copy(update={"status": "open"})
                     for c in here]
         else:
+            # a challenger already dueled here keeps its turn while open: re-sorting near-equal
+            # upper bounds every rebuild would reset the plugin's runs (the H200 run flipped
+            # [2, 1] / [1, 2] four times in 40 s)
+            before = next((ks_ for lo, hi, ks_ in previous if (lo, hi) == (rows[0], rows[-1])), ())
             open_ = sorted((c for c in here if c.status == "open"),
-                           key=lambda c: -(c.measured or c.model).high)[:duel_width]
+                           key=lambda c: (c.k not in before, before.index(c.k) if c.k in before
+                                          else 0, -(c.measured or c.model).high))[:duel_width]
             if open_:
                 duels.append((int(rows[0]), int(rows[-1]), tuple(c.k for c in open_)))
         calls += here

@@ -434,7 +434,7 @@ class Controller:
         s = self.settings
         arbiter = None if s.decide_by != "measured" else Arbiter(
             self.goodput, dict(self.goodput.served), s.model_error, s.min_served, s.max_pairs,
-            s.duel_width, everywhere=trigger == "change")
+            s.duel_width, everywhere=trigger == "change", duels=self.engine.duels)
         inputs = Inputs(tie=s.tie, confidence=s.confidence, allowed_k=self.allowed_k,
                         cliffs=self.cliffs, prior_steps=self.w_T,
                         measured=self.live_T.measured(self.T_dense.shape[0], self.w_T),

@@ -74,6 +74,7 @@ class Arbiter:
     max_pairs: int
     duel_width: int
     everywhere: bool = False     # a change of traffic: the model may move every range
+    duels: tuple[tuple[int, int, tuple[int, ...]], ...] = ()  # the ones the plugin runs now
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +171,7 @@ def _verdicts(arb: Arbiter, ks: npt.NDArray[np.int64], G_reps: FloatArray,
     return arbitrate(np.asarray(ks), G_reps, arb.goodput, arb.served, inputs.allowed_k,
                      tie=inputs.tie, confidence=inputs.confidence, model_error=arb.model_error,
                      min_served=arb.min_served, max_pairs=arb.max_pairs,
-                     duel_width=arb.duel_width, futile=futile)
+                     duel_width=arb.duel_width, futile=futile, previous=arb.duels)
 
 
 def _by_measure(blend: Blend, T_prof: FloatArray, old: Table, old_ks: list[int], G: FloatArray,

@@ -90,3 +90,14 @@ def test_a_futile_incumbent_goes_without_waiting_for_a_duel() -> None:
                   model_error=0.05, min_served=32, max_pairs=40, duel_width=1,
                   futile=lambda start, end, k, c: c == 0)
     assert v.ks[11] == 0 and [c.k for c in v.switches()] == [0]
+
+
+def test_the_challenger_already_dueled_keeps_its_turn() -> None:
+    old = [3] * 16
+    G = draws({0: 0.5, 1: 1.04, 2: 1.03, 3: 1.0})   # k=1 a little more promising by the model
+    m = MeasuredGoodput()
+    assert decide(G, m, {12: 100}, old, duel_width=1).duels == ((12, 12, (1,)),)
+    v = arbitrate(np.array(old), G, m, {12: 100}, None, tie=0.005, confidence=0.9,
+                  model_error=0.05, min_served=32, max_pairs=40, duel_width=1,
+                  previous=((12, 12, (2,)),))
+    assert v.duels == ((12, 12, (2,)),)
