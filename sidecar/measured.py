@@ -1,9 +1,13 @@
 """Realized goodput: what each k delivered at the loads the engine served (pure).
 
 The plugin's step ring (GET /v1/stats?since=SEQ) holds every engine step as
-(seq, B, k verified, k drafted, seconds, tokens, emitted): `emitted` is what the step's requests
-sampled, one token each plus their accepted drafts, so emitted / seconds is goodput as the engine
-realized it, with no model of τ or T in between. Only steady steps (k verified == k drafted)
+(seq, B, k verified, k drafted, seconds, tokens, emitted, cycle): `emitted` is what the step's
+requests kept, one token each plus their accepted drafts, and `cycle` the engine's whole cycle
+for the step (its execution plus the host's scheduling and output handling between steps), so
+emitted / cycle is goodput as the engine realized it, with no model of τ or T in between. The
+cycle, not the execution time alone: a host cost per step that is the same for every k weighs
+more on the faster k (with 66.6 vs 79.6 ms steps, a 5 ms gap turns a 3.4% lead by execution
+time into 2.2% by the clock). Only steady steps (k verified == k drafted)
 speak for one k; the transition steps at the edges of a run are left out.
 
 Comparing two k's by their cell means would compare different minutes of traffic (the H200's
@@ -37,7 +41,7 @@ from tuner.admin_api import step_bucket
 
 __all__ = ["Comparison", "MeasuredGoodput", "confidence_sequence", "pairs_in"]
 
-Step = Sequence[float]  # (seq, B, k verified, k drafted, seconds, tokens, emitted)
+Step = Sequence[float]  # (seq, B, k verified, k drafted, seconds, tokens, emitted, cycle)
 
 MIN_RUN_STEPS = 4     # a run with fewer steady steps is too short to pair (a 3-step rotation run)
 MAX_RUN_STEPS = 256   # longer stretches of another k are the table's, not a run
@@ -46,6 +50,7 @@ MIN_PAIR_SD = 0.004   # floor of the pairs' log-ratio spread: 3 pairs may agree 
 RHO = 10.0            # eq. CS is tightest near this many pairs
 KEEP_PAIRS = 400      # per (bucket, k, k'): older pairs fall out
 TAIL_STEPS = 1024     # ring steps kept to pair a run whose reference is still coming
+CYCLE_IDLE = 3.0      # a cycle this many times the step's own time had the engine idle
 
 
 def confidence_sequence(mean: float, sd: float, n: int, alpha: float) -> tuple[float, float]:
@@ -110,10 +115,19 @@ def _segments(steps: Sequence[Step]) -> list[_Segment]:
     return out
 
 
+def _seconds(s: Step) -> float:
+    """A step's share of the wall clock: its engine cycle where the plugin timed one (the host's
+    time between steps included, as a client sees it), else its execution time. Steps longer
+    than CYCLE_IDLE times their execution were waiting for work (an idle engine), not serving."""
+    run = float(s[4])
+    cycle = float(s[7]) if len(s) > 7 else 0.0
+    return cycle if 0.0 < cycle <= CYCLE_IDLE * run else run
+
+
 def _rate(steps: Iterable[Step]) -> tuple[float, float]:
     seconds = emitted = 0.0
     for s in steps:
-        seconds += float(s[4])
+        seconds += _seconds(s)
         emitted += float(s[6])
     return emitted, seconds
 
@@ -183,7 +197,7 @@ class MeasuredGoodput:
             if int(s[2]) == int(s[3]):
                 cell = self.cells.setdefault((bucket, int(s[3])), [0.0, 0.0, 0.0])
                 cell[0] += 1
-                cell[1] += float(s[4])
+                cell[1] += _seconds(s)
                 cell[2] += float(s[6])
         self.tail = [*self.tail, *new][-TAIL_STEPS:]
         found = pairs_in(self.tail, self.done)

@@ -195,11 +195,12 @@ class StatsReply(_Reply):
     scheduled_tokens: int | None = None
     step_times: list[tuple[int, int, float, int]] = []
     # the last engine steps, oldest first (GET /v1/stats?since=SEQ: only seq > SEQ):
-    # (seq, batch_size, k_verified, k_drafted, seconds, tokens, emitted). A step's time is
+    # (seq, batch_size, k_verified, k_drafted, seconds, tokens, emitted, cycle). A step's time is
     # verify(the previous step's k) + draft(this step's k); a steady step has both equal;
-    # emitted: the tokens the step's requests sampled (1 + accepted drafts each). A plugin that
-    # predates `emitted` sends six fields
-    recent_steps: list[tuple[int, int, int, int, float, int, int]
+    # emitted: the tokens the step's requests kept (1 + accepted drafts each); cycle: seconds
+    # since the previous step's update (0.0: unknown), the host's time between steps included.
+    # An older plugin sends six fields (no emitted, no cycle)
+    recent_steps: list[tuple[int, int, int, int, float, int, int, float]
                        | tuple[int, int, int, int, float, int]] = []
     transition_steps: int = 0  # steps whose verified and drafted k differ (not in step_times)
     # request-steps verified right after a K=0 stretch (of >= 4 steps), per position: a drafter

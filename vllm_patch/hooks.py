@@ -93,7 +93,7 @@ def install(scheduler: Any, engine: EngineState) -> None:
         scheduler.dynamic_sd_lookup = PolicyLookup(engine, lambda e: guard("lookup", e))
     orig_schedule = scheduler.schedule
     orig_update = scheduler.update_from_output
-    marks: dict[str, Any] = {"t_sched": None, "offered": {}, "arm": None}
+    marks: dict[str, Any] = {"t_sched": None, "t_update": None, "offered": {}, "arm": None}
 
     def schedule(*args: Any, **kwargs: Any) -> Any:
         out = orig_schedule(*args, **kwargs)
@@ -101,8 +101,13 @@ def install(scheduler: Any, engine: EngineState) -> None:
         return out
 
     def update_from_output(scheduler_output: Any, model_runner_output: Any) -> Any:
-        elapsed = None if marks["t_sched"] is None else time.perf_counter() - marks["t_sched"]
-        marks["t_sched"] = None
+        now = time.perf_counter()
+        elapsed = None if marks["t_sched"] is None else now - marks["t_sched"]
+        # the whole engine cycle since the last step's update: this step's scheduling and
+        # execution and the last one's output handling, i.e. what a client's wall clock sees
+        # (elapsed leaves out the host's time between steps)
+        cycle = None if marks["t_update"] is None else now - marks["t_update"]
+        marks["t_sched"], marks["t_update"] = None, now
         try:
             # Lengths before vLLM's update: it trims a finished request's tokens in place.
             num_generated = generated_lengths(scheduler_output, model_runner_output)
@@ -118,7 +123,7 @@ def install(scheduler: Any, engine: EngineState) -> None:
                 with engine.lock:
                     marks["offered"] = count_step(engine.counters, scheduler_output,
                                                   num_generated, marks["offered"], elapsed,
-                                                  emitted)
+                                                  emitted, cycle)
                 reward_bandit(engine, marks, num_generated, elapsed)
             except Exception as exc:
                 guard("update_from_output", exc)
@@ -153,7 +158,7 @@ def generated_lengths(so: Any, mro: Any) -> dict[str, int]:
 
 def count_step(counters: Counters, so: Any, num_generated: dict[str, int],
                offered: dict[str, int], elapsed: float | None,
-               emitted: int | None = None) -> dict[str, int]:
+               emitted: int | None = None, cycle: float | None = None) -> dict[str, int]:
     """Count this step's request-steps; return the K offered to each request for the next step.
 
     Runs between two engine steps for every request in the batch, hence the shape: one
@@ -179,5 +184,5 @@ def count_step(counters: Counters, so: Any, num_generated: dict[str, int],
     # that completed), i.e. what the step delivered, the numerator of realized goodput
     if emitted is None:
         emitted = sum(g for _, g in decoding)
-    counters.record_step(len(scheduled), k_now, elapsed, sum(scheduled.values()), emitted)
+    counters.record_step(len(scheduled), k_now, elapsed, sum(scheduled.values()), emitted, cycle)
     return next_offered

@@ -45,8 +45,9 @@ class Policy:
 # Per-step samples kept for GET /v1/stats: 8192 steps are 80-400 s of 10-50 ms GPU steps, so a
 # consumer polling with ?since= every few seconds misses none (a gap in seq shows if it did).
 RECENT_STEPS = 8192
-# (seq, batch_size, k_verified, k_drafted, seconds, tokens, emitted): see Counters.record_step
-StepSample = tuple[int, int, int, int, float, int, int]
+# (seq, batch_size, k_verified, k_drafted, seconds, tokens, emitted, cycle): see
+# Counters.record_step
+StepSample = tuple[int, int, int, int, float, int, int, float]
 
 
 # a K=0 stretch this long (steps) counts as one after which drafting "resumes"
@@ -134,10 +135,12 @@ class Counters:
         return per_k
 
     def record_step(self, batch_size: int, k: int, seconds: float | None, tokens: int = 0,
-                    emitted: int = 0) -> None:
+                    emitted: int = 0, cycle: float | None = None) -> None:
         """One engine step that scheduled `batch_size` requests (`tokens` tokens), emitted
         `emitted` tokens (one per request that sampled, plus its accepted drafts: what the
-        step delivered) and drafts `k`.
+        step delivered) and drafts `k`; `cycle`: the engine's whole cycle since the previous
+        step's update (scheduling and host time between steps included; 0.0 in the ring when
+        unknown).
 
         vLLM drafts at the end of step t and verifies at t+1, so a step's time is
         verify(k_verified = the previous step's k) + draft(k). Only a steady step (both equal)
@@ -155,7 +158,7 @@ class Counters:
         if seconds is None:
             return
         self.recent_steps.append((self.num_steps, batch_size, k_verified, k, seconds, tokens,
-                                  emitted))
+                                  emitted, 0.0 if cycle is None else cycle))
         if k_verified == k:
             key = (step_bucket(batch_size), k)
             self.step_seconds[key] = self.step_seconds.get(key, 0.0) + seconds

@@ -87,7 +87,7 @@ class FakeEngine:
     started_at: float | None = 1_795_950_000.0
     stats_age_s: float | None = 0.0
     stalled: list[str] | None = None  # plugin lines served while its stats fetch fails
-    ring: list[tuple[int, int, int, int, float, int, int]] = field(default_factory=list)
+    ring: list[tuple[int, int, int, int, float, int, int, float]] = field(default_factory=list)
     policy: dict[str, Any] = field(default_factory=dict)  # the last PUT /v1/policy body
 
     def __post_init__(self) -> None:
@@ -174,7 +174,7 @@ class FakeEngine:
             prev = self.ring[-1][3] if self.ring else k
             seconds = step_ms[k] / 1000 * float(np.exp(rng.normal(0, noise)))
             emitted = int(round(rates[k] * seconds * float(np.exp(rng.normal(0, noise)))))
-            self.ring.append((seq, B, prev, k, seconds, B, emitted))
+            self.ring.append((seq, B, prev, k, seconds, B, emitted, seconds * 1.02))
             self.run(1, a, B, step_ms[k], k)
 
     # -- exposition ----------------------------------------------------------------------------

@@ -114,3 +114,22 @@ def test_one_challenger_at_a_time_settles_the_h200s_difference_within_one_burst(
         lows = [confidence_sequence(float(r.mean()), float(r.std(ddof=1)), n, alpha)[0] for r in x]
         settled[n] = float(np.mean(np.asarray(lows) > math.log(1.005)))
     assert settled[6] < 0.45 and settled[12] > 0.8, settled  # seen: 0.37 and 0.88
+
+
+def test_a_host_gap_per_step_counts_against_every_k_alike() -> None:
+    """k=2 steps 66.6 ms, k=3 79.6 ms, both followed by 5 ms of host time: by execution time
+    alone k=2 leads by the emitted ratio over 66.6/79.6; by the engine's cycle (what a client's
+    clock sees) by less. The pairs use the cycle."""
+    def steps(pattern: list[tuple[int, int]]) -> list[tuple[int, int, int, int, float, int, int, float]]:
+        out, seq, prev = [], 0, pattern[0][0]
+        for k, count in pattern:
+            for _ in range(count):
+                seq += 1
+                run = {2: 0.0666, 3: 0.0796}[k]
+                out.append((seq, 120, prev, k, run, 480, {2: 500, 3: 578}[k], run + 0.005))
+                prev = k
+        return out
+    (pair,) = pairs_in(steps([(3, 40), (2, 16), (3, 40)]), set())
+    by_cycle = (500 / 0.0716) / (578 / 0.0846)
+    assert math.isclose(pair.log_ratio, math.log(by_cycle), rel_tol=1e-9)
+    assert by_cycle < (500 / 0.0666) / (578 / 0.0796)

@@ -182,12 +182,16 @@ async def test_recent_steps_are_exact_per_step_samples(engine: Engine) -> None:
     replies = await burst(engine.url, prompts(engine, 2, seed=21), max_tokens=24)
     status, after = await engine.admin("GET", f"/v1/stats?since={since}")
     assert status == 200
-    steps = after["recent_steps"]  # (seq, B, k verified, k drafted, seconds, tokens, emitted)
+    # (seq, B, k verified, k drafted, seconds, tokens, emitted, cycle)
+    steps = after["recent_steps"]
     assert steps[0][0] == since + 1 and steps[-1][0] == sum(after["engine_steps_per_k"].values())
     for prev, cur in itertools.pairwise(steps):
         assert cur[0] == prev[0] + 1 and cur[2] == prev[3]  # verifies what the step before drafted
     assert all(k == 2 and seconds > 0 and 1 <= b <= 2 and tokens >= b and 0 <= emitted <= b * 3
-               for _, b, _, k, seconds, tokens, emitted in steps)
+               for _, b, _, k, seconds, tokens, emitted, _ in steps)
+    # the engine's cycle holds the step's own execution (the first one after an idle spell
+    # holds the idle time too)
+    assert all(cycle >= seconds for *_, seconds, _, _, cycle in steps[1:])
     # what the steps emitted is every token the requests got: realized goodput's numerator
     assert sum(s[6] for s in steps) == sum(r["usage"]["completion_tokens"] for r in replies)
     steady = sum(1 for s in steps if s[2] == s[3])

@@ -171,17 +171,17 @@ def test_bandit_tries_every_arm_then_exploits_per_batch_size() -> None:
 def test_steps_are_steady_only_when_the_verified_k_is_the_drafted_k() -> None:
     c = Counters(num_positions=3)
     for b, k in [(2, 3), (2, 3), (2, 3), (9, 1), (9, 1), (9, 3)]:
-        c.record_step(b, k, 0.5, tokens=b * 2, emitted=b + 1)
+        c.record_step(b, k, 0.5, tokens=b * 2, emitted=b + 1, cycle=0.6)
     # seq, B, k verified (the previous step's k; nothing before the first), k drafted, s,
-    # tokens, emitted
-    assert list(c.recent_steps) == [(1, 2, 0, 3, 0.5, 4, 3), (2, 2, 3, 3, 0.5, 4, 3),
-                                    (3, 2, 3, 3, 0.5, 4, 3), (4, 9, 3, 1, 0.5, 18, 10),
-                                    (5, 9, 1, 1, 0.5, 18, 10), (6, 9, 1, 3, 0.5, 18, 10)]
+    # tokens, emitted, cycle
+    assert list(c.recent_steps) == [(1, 2, 0, 3, 0.5, 4, 3, 0.6), (2, 2, 3, 3, 0.5, 4, 3, 0.6),
+                                    (3, 2, 3, 3, 0.5, 4, 3, 0.6), (4, 9, 3, 1, 0.5, 18, 10, 0.6),
+                                    (5, 9, 1, 1, 0.5, 18, 10, 0.6), (6, 9, 1, 3, 0.5, 18, 10, 0.6)]
     assert c.transition_steps == 3
     assert c.steps_timed == {(2, 3): 2, (9, 1): 1}
     assert c.step_seconds == {(2, 3): 1.0, (9, 1): 0.5}
     assert c.engine_steps_per_k == {3: 4, 1: 2}
-    assert c.steps_after(4) == [(5, 9, 1, 1, 0.5, 18, 10), (6, 9, 1, 3, 0.5, 18, 10)]
+    assert c.steps_after(4) == [(5, 9, 1, 1, 0.5, 18, 10, 0.6), (6, 9, 1, 3, 0.5, 18, 10, 0.6)]
     assert c.steps_after(6) == [] and c.steps_after(0) == list(c.recent_steps)
 
 
@@ -189,7 +189,7 @@ def test_untimed_steps_keep_their_seq_and_the_ring_is_bounded() -> None:
     c = Counters(num_positions=3)
     c.record_step(1, 2, None)
     c.record_step(1, 2, 0.1)
-    assert list(c.recent_steps) == [(2, 1, 2, 2, 0.1, 0, 0)] and c.steps_timed == {(1, 2): 1}
+    assert list(c.recent_steps) == [(2, 1, 2, 2, 0.1, 0, 0, 0.0)] and c.steps_timed == {(1, 2): 1}
     for _ in range(RECENT_STEPS + 10):
         c.record_step(1, 2, 0.1)
     assert len(c.recent_steps) == RECENT_STEPS
