@@ -199,8 +199,9 @@ class StatsReply(_Reply):
     # verify(the previous step's k) + draft(this step's k); a steady step has both equal;
     # emitted: the tokens the step's requests kept (1 + accepted drafts each); cycle: seconds
     # since the previous step's update (0.0: unknown), the host's time between steps included.
-    # An older plugin sends six fields (no emitted, no cycle)
+    # An older plugin sends six fields (no emitted, no cycle) or seven (no cycle)
     recent_steps: list[tuple[int, int, int, int, float, int, int, float]
+                       | tuple[int, int, int, int, float, int, int]
                        | tuple[int, int, int, int, float, int]] = []
     transition_steps: int = 0  # steps whose verified and drafted k differ (not in step_times)
     # request-steps verified right after a K=0 stretch (of >= 4 steps), per position: a drafter

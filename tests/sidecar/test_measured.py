@@ -133,3 +133,17 @@ def test_a_host_gap_per_step_counts_against_every_k_alike() -> None:
     by_cycle = (500 / 0.0716) / (578 / 0.0846)
     assert math.isclose(pair.log_ratio, math.log(by_cycle), rel_tol=1e-9)
     assert by_cycle < (500 / 0.0666) / (578 / 0.0796)
+
+
+def test_rings_of_older_plugins_still_parse() -> None:
+    """A sidecar newer than the plugin beside it: six fields (no emitted: not measured), seven
+    (no cycle: execution time stands in)."""
+    from tuner.admin_api import StatsReply
+
+    reply = StatsReply.model_validate({"recent_steps": [[1, 4, 3, 3, 0.01, 8],
+                                                        [2, 4, 3, 3, 0.01, 8, 9],
+                                                        [3, 4, 3, 3, 0.01, 8, 9, 0.012]]})
+    assert [len(s) for s in reply.recent_steps] == [6, 7, 8]
+    m = MeasuredGoodput()
+    m.ingest(reply.recent_steps)
+    assert m.cells[(4, 3)][0] == 2
