@@ -279,6 +279,11 @@ class Controller:
         if self.settings.decide_by != "measured" or not self.engine.has_admin:
             return
         try:
+            if self.ring_started_at is None:  # from the newest step on: what ran before the
+                # sidecar started ran tables it did not choose (and the whole ring is ~0.5 MB)
+                first = await self.client.get_stats()
+                self.goodput.restart()
+                self.ring_started_at, self.goodput.last_seq = first.started_at, first.engine_steps
             stats = await self.client.get_stats(since=self.goodput.last_seq)
         except EngineUnavailable as exc:
             self.conditions.set("ring", "unreadable", "the plugin's step ring cannot be read; "
@@ -286,11 +291,9 @@ class Controller:
             return
         self.conditions.ok("ring", "the plugin's step ring is readable again")
         if stats.started_at != self.ring_started_at:  # a new engine run numbers from 1 again
-            restarted = self.ring_started_at is not None
             self.goodput.restart()
             self.ring_started_at = stats.started_at
-            if restarted:  # read past the old run's last seq: its whole ring again
-                stats = await self.client.get_stats(since=0)
+            stats = await self.client.get_stats(since=0)  # read past the old run's last seq
         self.goodput.ingest(stats.recent_steps)
 
     def _measured_settles(self) -> str | None:

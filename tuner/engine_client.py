@@ -131,9 +131,15 @@ class EngineClient:
             size = reply.content_length
             if size is not None and size > self.max_body_bytes:
                 raise _TooLarge(f"{shown}: reply of {size} bytes exceeds {self.max_body_bytes}")
-            raw = await reply.content.read(self.max_body_bytes + 1)
-            if len(raw) > self.max_body_bytes:
-                raise _TooLarge(f"{shown}: reply exceeds {self.max_body_bytes} bytes")
+            # read() returns what has arrived, up to n: a reply larger than a socket read (the
+            # plugin's whole step ring, ~0.5 MB) came back cut at ~128 kB. Read to the end.
+            chunks, total = [], 0
+            async for chunk in reply.content.iter_any():
+                total += len(chunk)
+                if total > self.max_body_bytes:
+                    raise _TooLarge(f"{shown}: reply exceeds {self.max_body_bytes} bytes")
+                chunks.append(chunk)
+            raw = b"".join(chunks)
             text = raw.decode(reply.get_encoding() if reply.charset else "utf-8", errors="replace")
             if reply.status >= 500:
                 raise _ServerError(f"{reply.status} {text[:200]}")
