@@ -7,8 +7,14 @@ measurement supports. Here every goodput is a distribution, not a point:
 
     G_r(B, k) = B·τ_r(k)/T_r(B, k)   for replicates r = 1..R                      (eq. G)
 
-where T_r is drawn log-normally around each measured T(B, k) with the spread its confidence
-interval implies, and τ_r from a_i drawn from its Beta posterior (accepted, drafted counts).
+where T_r is drawn log-normally around each measured T(B, k) with the spread its repeats imply
+(tuner/samples.cell_sigma), and τ_r from a_i drawn from its Beta posterior (accepted, drafted
+counts). Where the step times were measured at grid points and interpolated between them
+(``grid``), each grid cell's error is drawn once and interpolated along B as T was: 146 batch
+sizes between 8 measured points carry 8 errors, not 146 independent ones whose average would
+look far more precise than the measurements are (the committed 32B profile: k=3 over k=2 on
+B=1-146 read +4.6% [+3.2, +6.1] drawn per row, [-2.4, +11.7] per grid cell at the former
+fixed σ = 5%).
 Walking B upward, the current k is kept unless the k with the best median goodput beats it by
 more than the tie at the lower confidence bound:
 
@@ -29,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tuner.errors import InvalidInput
-from tuner.goodput import Cliff, _allowed_mask, goodput, tau
+from tuner.goodput import Cliff, _allowed_mask, goodput, interpolation_weights, tau
 from tuner.table import Table
 
 __all__ = ["Change", "Confident", "Edge", "RangeGain", "better_at", "choose_confident",
@@ -79,11 +85,35 @@ def min_width(start: int, width: int = 4, share: float = 0.125) -> int:
     return max(width, int(np.ceil(share * start)))
 
 
-def draw_step_times(T: Any, sigma: Any, replicates: int, rng: np.random.Generator) -> FloatArray:
-    """T_r = T·exp(σ·z): log-normal replicates [R, B, K+1] of dense step times."""
+def draw_step_times(T: Any, sigma: Any, replicates: int, rng: np.random.Generator,
+                    grid: Any | None = None) -> FloatArray:
+    """T_r = T·exp(ε_r): log-normal replicates [R, B, K+1] of dense step times, σ dense too.
+
+    Without ``grid``, ε = σ·z with z independent per row: each B measured on its own (the
+    sidecar's live buckets). With ``grid`` (the B where cells were measured), z is drawn per
+    grid cell and ε = σ(g)·z(g) interpolated along B with interpolate_step_times' weights, so
+    a B between two grid points carries their errors, as its T carries their values; σ is read
+    at the grid rows only."""
     T_arr, s = np.asarray(T, dtype=np.float64), np.asarray(sigma, dtype=np.float64)
-    out: FloatArray = T_arr[None] * np.exp(s[None] * rng.standard_normal((replicates, *T_arr.shape)))
+    if grid is None:
+        eps = s[None] * rng.standard_normal((replicates, *T_arr.shape))
+    else:
+        rows = _grid_rows(grid, T_arr.shape[0])
+        at_grid = s[rows][None] * rng.standard_normal((replicates, rows.size, T_arr.shape[1]))
+        lo, hi, w = interpolation_weights(rows + 1, T_arr.shape[0])
+        eps = (1 - w)[None] * at_grid[:, lo] + w[None] * at_grid[:, hi]
+    out: FloatArray = T_arr[None] * np.exp(eps)
     return out
+
+
+def _grid_rows(grid: Any, max_b: int) -> IntArray:
+    """Rows (b-1) of the grid's batch sizes; InvalidInput unless increasing within 1..max_b."""
+    g = np.asarray(grid)
+    if g.ndim != 1 or g.size == 0 or not np.issubdtype(g.dtype, np.integer) \
+            or g[0] < 1 or g[-1] > max_b or np.any(np.diff(g) <= 0):
+        raise InvalidInput(f"grid={np.asarray(grid).tolist()}: give the measured batch sizes, "
+                           f"increasing integers within 1..{max_b} (the rows of T)")
+    return g.astype(np.int64) - 1
 
 
 def draw_acceptance(a: Any, drafted: Any | None, replicates: int,
@@ -204,13 +234,16 @@ def choose_confident(T: Any, sigma: Any, a: Any, drafted: Any | None = None, tie
                      confidence: float = 0.9, allowed_k: set[int] | None = None,
                      cliffs: list[Cliff] | None = None, width: int = 4, share: float = 0.125,
                      replicates: int = 200, seed: int = 0,
-                     measured: tuple[tuple[int, int], ...] = (), pseudo: float = 1.0) -> Confident:
+                     measured: tuple[tuple[int, int], ...] = (), pseudo: float = 1.0,
+                     grid: Any | None = None) -> Confident:
     """The table for dense step times T[b-1, k] (ms) with log-spread sigma, acceptance a_i
     (with the drafted counts behind each, if known; ``pseudo``: draw_acceptance), splitting
     only with confidence.
     ``measured``: stretches of batch sizes, (first, last), whose step times were measured
     directly (the sidecar's live buckets): a narrow range holding one is a finding, not an
-    interpolation artefact."""
+    interpolation artefact.
+    ``grid``: the batch sizes T was measured at and interpolated between (a profile's grid):
+    noise is drawn per grid cell and interpolated (draw_step_times). None: per row."""
     T_arr = np.asarray(T, dtype=np.float64)
     if T_arr.ndim != 2 or np.asarray(sigma).shape != T_arr.shape:
         raise InvalidInput(f"T and sigma must be [B, K+1] arrays of one shape, got {T_arr.shape} "
@@ -219,7 +252,7 @@ def choose_confident(T: Any, sigma: Any, a: Any, drafted: Any | None = None, tie
         raise InvalidInput(f"confidence={confidence}: use a level in [0.5, 1), e.g. 0.9")
     goodput(T_arr, a)  # validates shapes and values once, with its messages
     rng = np.random.default_rng(seed)
-    G_reps = _replicate_goodput(draw_step_times(T_arr, sigma, replicates, rng),
+    G_reps = _replicate_goodput(draw_step_times(T_arr, sigma, replicates, rng, grid),
                                 draw_acceptance(a, drafted, replicates, rng, pseudo))
     mask = _allowed_mask(T_arr.shape[1], allowed_k)
     ks = _walk(G_reps, mask, tie, confidence)
@@ -231,10 +264,11 @@ def choose_confident(T: Any, sigma: Any, a: Any, drafted: Any | None = None, tie
 
 
 def replicates(T: Any, sigma: Any, a: Any, drafted: Any | None = None, replicates: int = 200,
-               seed: int = 0, pseudo: float = 1.0) -> FloatArray:
-    """G_r(B, k) [R, B, K+1]: eq. G under R draws of T (log-normal, sigma) and a (Beta)."""
+               seed: int = 0, pseudo: float = 1.0, grid: Any | None = None) -> FloatArray:
+    """G_r(B, k) [R, B, K+1]: eq. G under R draws of T (log-normal, sigma; per grid cell
+    with ``grid``: draw_step_times) and a (Beta)."""
     rng = np.random.default_rng(seed)
-    return _replicate_goodput(draw_step_times(T, sigma, replicates, rng),
+    return _replicate_goodput(draw_step_times(T, sigma, replicates, rng, grid),
                               draw_acceptance(a, drafted, replicates, rng, pseudo))
 
 

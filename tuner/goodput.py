@@ -29,7 +29,8 @@ from tuner.errors import InvalidInput
 from tuner.table import Table
 
 __all__ = ["Cliff", "TableChoice", "build_table", "choose_k", "choose_table", "cliff_warnings",
-           "cliffs", "edges_in_cliffs", "goodput", "interpolate_step_times", "predicted_loss",
+           "cliffs", "edges_in_cliffs", "goodput", "interpolate_step_times",
+           "interpolation_weights", "predicted_loss",
            "refine_points", "tau"]
 
 FloatArray = npt.NDArray[np.float64]
@@ -90,13 +91,26 @@ def interpolate_step_times(grid_B: Any, T_grid: Any, max_num_seqs: int) -> Float
     if max_num_seqs < 1:
         raise InvalidInput(f"max_num_seqs={max_num_seqs} must be >= 1")
     # one set of weights for all k: row = T[lo] + w * (T[hi] - T[lo])
+    lo, hi, w = interpolation_weights(grid, max_num_seqs)
+    out: FloatArray = T[lo] + w * (T[hi] - T[lo])
+    return out
+
+
+def interpolation_weights(grid_B: Any, max_num_seqs: int) -> tuple[IntArray, IntArray, FloatArray]:
+    """(lo, hi, w) with row b-1 of the interpolation = (1 - w)·X[lo] + w·X[hi] for values X
+    at the grid points (indices into grid_B; w has shape (max_num_seqs, 1)): the weights of
+    interpolate_step_times, for anything else that lives on the grid (tuner/confidence.py
+    interpolates each grid cell's drawn error the same way). grid_B: validated, increasing."""
+    grid = np.asarray(grid_B, dtype=np.int64)
+    n = max_num_seqs
     if grid.size == 1:
-        return np.repeat(T, max_num_seqs, axis=0)
-    B = np.clip(np.arange(1, max_num_seqs + 1, dtype=np.float64), grid[0], grid[-1])
-    hi = np.clip(np.searchsorted(grid, B, side="left"), 1, grid.size - 1)
+        zeros = np.zeros(n, dtype=np.int64)
+        return zeros, zeros, np.zeros((n, 1))
+    B = np.clip(np.arange(1, n + 1, dtype=np.float64), grid[0], grid[-1])
+    hi = np.clip(np.searchsorted(grid, B, side="left"), 1, grid.size - 1).astype(np.int64)
     lo = hi - 1
     w = ((B - grid[lo]) / (grid[hi] - grid[lo]))[:, None]
-    return T[lo] + w * (T[hi] - T[lo])  # type: ignore[no-any-return]
+    return lo, hi, w
 
 
 def goodput(T_dense: Any, a: Any) -> FloatArray:

@@ -23,6 +23,7 @@ from tuner.graphs import Boundary, boundaries, snap_edges
 from tuner.intervals import sigma_log
 from tuner.monotone import monotone_step_times
 from tuner.recommend import Recommendation, recommend
+from tuner.samples import cell_sigma, pooled_log_sd
 from tuner.table import Table
 from tuner.workload import Workload
 
@@ -199,12 +200,28 @@ class Profile(_Model):
         return monotone_step_times(T, 1.0 / np.square(self.step_time_sigma()))
 
     def step_time_sigma(self) -> np.ndarray:
-        """σ of log T per grid cell, from its 95% interval (5% where a cell has none)."""
+        """σ of log T per grid cell, from the profile's own repeats (tuner/samples.cell_sigma):
+        the larger of the cell's repeat sd and the sd pooled over all cells' repeats, over √n,
+        and at least what its 95% interval implies. A profile with no repeated cell pools its
+        cells' intervals instead (their median σ); with neither it says nothing of its noise,
+        and no σ is made up for it."""
         med, lo, hi = (self._grid_matrix(v) for v in ("step_ms", "ci_low_ms", "ci_high_ms"))
-        out = np.full(med.shape, 0.05)
+        ci = np.full(med.shape, np.nan)
         for g, k in np.ndindex(*med.shape):
-            if not np.isnan(lo[g, k]) and not np.isnan(hi[g, k]):
-                out[g, k] = max(sigma_log(float(med[g, k]), float(lo[g, k]), float(hi[g, k])), 1e-3)
+            ci[g, k] = sigma_log(float(med[g, k]), _or_none(float(lo[g, k])), _or_none(float(hi[g, k])),
+                                 fallback=np.nan)
+        by = self.samples_by_cell()
+        pooled = pooled_log_sd(by.values())
+        if pooled is None and np.isfinite(ci).any():
+            pooled = float(np.nanmedian(ci))
+        if pooled is None:
+            raise InvalidInput("profile: no cell was measured twice and none has an interval, so "
+                               "nothing says how noisy its step times are; re-run `tabletune "
+                               "tune --fresh` with --repeats 2 or more")
+        out = np.empty(med.shape)
+        for g, k in np.ndindex(*med.shape):
+            own = by.get((self.grid[g], k), [])
+            out[g, k] = max(cell_sigma(own, _or_none(float(ci[g, k])), pooled), 1e-3)
         return out
 
     def build(self, a: list[float] | None = None, allowed_k: set[int] | None = None) -> Confident:
@@ -220,8 +237,10 @@ class Profile(_Model):
         T = interpolate_step_times(self.grid, self.step_time_matrix(), n)
         sigma = interpolate_step_times(self.grid, self.step_time_sigma(), n)
         drafted = self.acceptance.drafted if a is None and self.acceptance else None
+        # grid: each cell's error is drawn once and interpolated along B with its step time
         choice = choose_confident(T, sigma, acc, drafted, tie=self.tie, confidence=self.confidence,
                                   allowed_k=self._allowed(allowed_k), width=self.min_width,
+                                  grid=self.grid,
                                   cliffs=cliffs(self.grid, self.step_time_matrix(monotone=False)))
         found = self.graph_boundaries(acc)
         if not found:
@@ -289,6 +308,10 @@ class Profile(_Model):
     def save(self, path: Path) -> None:
         """Atomic: a crash mid-write leaves the previous profile intact."""
         write_atomic(path, self.model_dump_json(indent=1))
+
+
+def _or_none(x: float) -> float | None:
+    return None if np.isnan(x) else float(x)
 
 
 def load(path: Path) -> Profile:

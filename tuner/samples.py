@@ -9,8 +9,9 @@ median and interval then come from those steps, resampled repeat by repeat
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from tuner.intervals import Estimate, cluster_median
@@ -18,7 +19,8 @@ from tuner.intervals import Estimate, cluster_median
 if TYPE_CHECKING:
     from tuner.profile import StepSample
 
-__all__ = ["BATCH_FILL", "cell_estimate", "filled", "needs_more", "spread", "usable"]
+__all__ = ["BATCH_FILL", "cell_estimate", "cell_sigma", "filled", "needs_more", "pooled_log_sd",
+           "spread", "usable"]
 
 # a workload sample stands for batch size B only if the engine ran at least this share of B
 # requests a step over its window. Not 1: a closed loop loses about a step per request to the
@@ -74,3 +76,44 @@ def needs_more(samples: Sequence[StepSample], repeats: int, ci_target: float,
     if len([s for s in samples if filled(s)]) < repeats:
         return True
     return cell_estimate(good).halfwidth > ci_target
+
+
+def _log_ss(samples: Sequence[StepSample]) -> tuple[float, int]:
+    """(sum of squared deviations of log step time from their mean, degrees of freedom) over a
+    cell's usable repeats."""
+    logs = [math.log(s.step_ms) for s in usable(samples) if s.step_ms > 0]
+    if len(logs) < 2:
+        return 0.0, 0
+    mean = statistics.fmean(logs)
+    return sum((x - mean) ** 2 for x in logs), len(logs) - 1
+
+
+def pooled_log_sd(cells: Iterable[Sequence[StepSample]]) -> float | None:
+    """The sd of log step time between repeats of one cell, pooled over every cell with two or
+    more usable repeats (sum of squares over degrees of freedom); None when no cell has two.
+
+    One pool for the whole profile, not one per k: the host's slow stretches fall on every k of
+    a batch size alike (repeats interleave the k's), and a per-k pool of the committed profiles
+    held 8-13 degrees of freedom, one wild cell deciding it (the H200 MoE profile: 0.06 for k=1,
+    0.29 for k=0)."""
+    ss, df = 0.0, 0
+    for samples in cells:
+        s, d = _log_ss(samples)
+        ss, df = ss + s, df + d
+    return math.sqrt(ss / df) if df else None
+
+
+def cell_sigma(samples: Sequence[StepSample], interval_sigma: float | None,
+               pooled: float) -> float:
+    """σ of log T for one cell's median: its own repeats' sd or the profile's pooled one,
+    whichever is larger, over √n (n usable repeats; a cell measured once is as uncertain as one
+    repeat elsewhere says), and never below what its own 95% interval implies.
+
+    The larger of the two because two or three repeats give a sd with one or two degrees of
+    freedom: two repeats that agree by chance would otherwise make a cell look exact, while a
+    cell whose repeats disagree more than the profile's typical ones keeps its own spread."""
+    good = usable(samples)
+    ss, df = _log_ss(good)
+    own = math.sqrt(ss / df) if df else 0.0
+    n = max(len(good), 1)
+    return max(max(own, pooled) / math.sqrt(n), interval_sigma or 0.0)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from aiohttp import web
 
 from sidecar.settings import SidecarSettings
@@ -34,7 +35,10 @@ def make_profile(K: int = 3, max_num_seqs: int = 16, a: tuple[float, ...] = (0.9
     """A profile with the step times ``step_ms`` (B -> [T(B, 0), ..., T(B, K)]; default
     STEP_MS) and acceptance ``a``."""
     table = step_ms or STEP_MS
-    cells = [Cell(B=B, k=k, client_ms=float(ms[k]), engine_ms=float(ms[k]), wall_s=1.0)
+    # each cell known to ±10% (a log-sd of 5%): a profile says how noisy its cells are
+    half = float(np.exp(1.959964 * 0.05))
+    cells = [Cell(B=B, k=k, client_ms=float(ms[k]), engine_ms=float(ms[k]), wall_s=1.0,
+                  ci_low_ms=float(ms[k]) / half, ci_high_ms=float(ms[k]) * half)
              for B, ms in table.items() for k in range(K + 1)]
     return Profile(
         created_at=time.time(), grid=sorted(table), decode_tokens=32, repeats=1, cells=cells,

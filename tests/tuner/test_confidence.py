@@ -111,3 +111,63 @@ def test_merge_remnants_merges_new_narrow_ranges_and_keeps_the_old_tables_own() 
     ks = [3] + [1] * 5 + [2] + [0] * 9  # a push left [7, 7] k=2 behind
     out = merge_remnants(ks, old, G)
     assert out.tolist() == [3] + [1] * 5 + [0] * 10
+
+
+# --- noise drawn per grid cell -------------------------------------------------------------
+
+def test_draws_between_grid_points_share_the_grid_cells_errors() -> None:
+    from tuner.confidence import draw_step_times
+
+    T = flat(200, [4.0, 5.0])
+    sigma = np.full(T.shape, 0.05)
+    log_dev = [np.log(draw_step_times(T, sigma, 2000, np.random.default_rng(0), grid) / T[None])
+               for grid in ([1, 100, 200], None)]
+    on_grid, per_row = log_dev
+    # B=99, 100, 101 all lean (weight ~0.99) on grid point 100: (nearly) one draw
+    assert np.abs(on_grid[:, 98] - on_grid[:, 99]).max() < 0.05 * 0.05 * 4
+    assert np.corrcoef(on_grid[:, 98, 0], on_grid[:, 100, 0])[0, 1] > 0.99
+    assert abs(np.corrcoef(per_row[:, 98, 0], per_row[:, 100, 0])[0, 1]) < 0.1
+    # a grid point carries its own σ; halfway between two, the average of two draws: σ/√2
+    assert on_grid[:, 99].std() == pytest.approx(0.05, rel=0.06)
+    assert on_grid[:, 149].std() == pytest.approx(0.05 / np.sqrt(2), rel=0.06)
+    assert np.corrcoef(on_grid[:, 0, 0], on_grid[:, 199, 0])[0, 1] == pytest.approx(0, abs=0.1)
+
+
+def test_a_grid_outside_the_rows_is_refused() -> None:
+    T = flat(8, [4.0, 4.4, 5.0, 5.6])
+    with pytest.raises(InvalidInput, match="grid"):
+        choose_confident(T, np.full(T.shape, 0.01), A, grid=[1, 4, 16])
+    with pytest.raises(InvalidInput, match="grid"):
+        choose_confident(T, np.full(T.shape, 0.01), A, grid=[4, 1])
+
+
+def test_interpolated_batch_sizes_are_not_more_precise_than_the_grid_on_the_32b_profile() -> None:
+    # the committed 32B profile: 146 batch sizes interpolated from the grid points below them.
+    # Drawn per row, their errors average out and k=3 over k=2 looked sure; drawn per grid cell
+    # the interval is as wide as the few measurements behind it
+    from pathlib import Path
+
+    from tuner.confidence import replicates
+    from tuner.goodput import interpolate_step_times
+    from tuner.profile import load
+
+    p = load(Path(__file__).parents[2] / "benchmarks" / "results"
+             / "h200-vllm0.26-32b-ngram-emulated" / "profile.json")
+    assert p.acceptance is not None
+    n = p.engine.max_num_seqs
+    T = interpolate_step_times(p.grid, p.step_time_matrix(), n)
+
+    def gain(sigma: np.ndarray, grid: list[int] | None) -> np.ndarray:
+        assert p.acceptance is not None
+        G = replicates(T, sigma, p.acceptance.a, p.acceptance.drafted, grid=grid)
+        return np.quantile((G[:, :146, 3] / G[:, :146, 2]).mean(axis=1) - 1, [0.025, 0.975])
+
+    for sigma in (np.full(T.shape, 0.05), interpolate_step_times(p.grid, p.step_time_sigma(), n)):
+        rows, cells = gain(sigma, None), gain(sigma, p.grid)
+        assert cells[1] - cells[0] > 1.3 * (rows[1] - rows[0]), (rows, cells)
+    # at the former fixed 5% the per-row interval excluded zero by 3 points; per cell it does not
+    rows, cells = gain(np.full(T.shape, 0.05), None), gain(np.full(T.shape, 0.05), p.grid)
+    assert rows[0] > 0.025 and cells[0] < 0
+    # the tuner's own build draws per grid cell: B=95 and B=97 lean on grid point 96 together
+    G = np.log(p.build().G_reps[:, :, 3] / p.build().G_reps[:, :, 2])
+    assert np.corrcoef(G[:, 94], G[:, 96])[0, 1] > 0.95

@@ -246,3 +246,40 @@ def test_a_sample_that_missed_its_batch_is_retaken_and_left_out_of_the_median() 
     # pure-decode samples record no batch: the old rule, unchanged
     assert not needs_more([smp(10.0, None), smp(10.5, None)], 2, 0.1, 4)
     assert needs_more([smp(10.0, None), smp(13.0, None)], 2, 0.1, 4)
+
+
+def test_cell_sigma_comes_from_the_profiles_own_repeats() -> None:
+    from tuner.profile import Cell, Profile, StepSample
+
+    def smp(B: int, k: int, rep: int, ms: float) -> StepSample:
+        return StepSample(B=B, k=k, rep=rep, client_ms=ms, engine_ms=ms, engine_steps=64,
+                          full_draft_share=None)
+
+    # three cells repeated twice (log differences 0.02, 0.04 and 0.30), one measured once
+    pairs = {(1, 0): 0.02, (1, 1): 0.04, (8, 0): 0.30}
+    samples = [smp(B, k, r, 10.0 * np.exp(d * r)) for (B, k), d in pairs.items() for r in (0, 1)]
+    samples.append(smp(8, 1, 0, 12.0))
+    cells = [Cell(B=B, k=k, client_ms=10.0, engine_ms=10.0, wall_s=1.0)
+             for B in (1, 8) for k in (0, 1)]
+    p = Profile(created_at=0.0, engine=INFO.model_copy(update={"num_speculative_tokens": 1}),
+                grid=[1, 8], decode_tokens=65, repeats=2, cells=cells, samples=samples)
+    # each pair's variance is d²/2 with one degree of freedom: pooled over three
+    pooled = np.sqrt(sum(d * d / 2 for d in pairs.values()) / 3)
+    sigma = p.step_time_sigma()
+    assert sigma[1, 1] == pytest.approx(pooled)                   # measured once: one repeat's sd
+    assert sigma[0, 0] == pytest.approx(pooled / np.sqrt(2))      # close repeats: the pool's
+    assert sigma[0, 1] == pytest.approx(pooled / np.sqrt(2))
+    assert sigma[1, 0] == pytest.approx(0.30 / np.sqrt(2) / np.sqrt(2))  # wild repeats: its own
+    # a cell's interval (per-step clock) wider than its repeats say is kept
+    half = np.exp(1.96 * 0.4)
+    p.cells[0] = p.cells[0].model_copy(update={"ci_low_ms": 10.0 / half, "ci_high_ms": 10.0 * half})
+    assert p.step_time_sigma()[0, 0] == pytest.approx(0.4, rel=1e-3)
+
+
+def test_a_profile_that_says_nothing_of_its_noise_gets_no_made_up_sigma() -> None:
+    p = paper_profile()  # no samples, ±1% intervals: the intervals are the pool
+    assert np.allclose(p.step_time_sigma(), np.log(1.01 / 0.99) / (2 * 1.959964), rtol=1e-3)
+    bare = p.model_copy(update={"cells": [c.model_copy(update={"ci_low_ms": None, "ci_high_ms": None})
+                                          for c in p.cells]})
+    with pytest.raises(InvalidInput, match="--repeats 2"):
+        bare.step_time_sigma()
