@@ -71,6 +71,7 @@ async def fixed(url: str, engine: EngineClient, admin: EngineClient, requests: l
                 n: int, ks: list[int], blocks: int, window_s: float, seed: int) -> dict[str, Any]:
     """Every fixed k of ``ks`` in shuffled blocks; per-block tokens/s per k."""
     n_max = (await admin.get_table()).max_num_seqs
+    await admin.put_policy(explore_every=0, duels=[])  # no sidecar's exploration left behind
     rng = random.Random(seed)
     tps: dict[int, list[float]] = {k: [] for k in ks}
     async with StationaryLoad(url, requests, n, 0.0, seed=seed) as traffic:

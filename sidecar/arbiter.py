@@ -108,7 +108,9 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
             decided_by: Decider = ("measured" if meas is not None and _half(meas) <= _half(model)
                                    else "model")
             used = meas if decided_by == "measured" and meas is not None else model
+            # a futile incumbent goes, unless the measurement says the smaller k is worse
             if used.low > 1.0 + tie or (c < k and futile is not None
+                                         and (meas is None or meas.high >= 1.0)
                                          and futile(int(rows[0]), int(rows[-1]), k, c)):
                 status: Status = "switch"
             elif meas is not None and (meas.high < 1.0 + tie or meas.pairs >= max_pairs):
@@ -123,7 +125,8 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
         winners = [c for c in here if c.status == "switch"]
         if winners:
             best = max(winners, key=lambda c: (c.measured or c.model).low)
-            ks[rows - 1] = best.k
+            mine = rows[ks[rows - 1] == k]  # rows of another k were not compared: they stay
+            ks[mine - 1] = best.k
             # the runner-up winners are not pushed: open until measured against the new k
             here = [c if c is best or c.status != "switch" else c.model_copy(update={"status": "open"})
                     for c in here]

@@ -276,7 +276,7 @@ class Controller:
     async def _read_ring(self) -> None:
         """The plugin's per-step ring since the last step read: realized goodput per cell and
         the paired duel runs (nothing without the plugin, or with decide_by=model)."""
-        if self.settings.decide_by != "measured" or not self.engine.has_admin:
+        if self.settings.decide_by != "measured" or self.settings.dry_run or not self.engine.has_admin:
             return
         try:
             if self.ring_started_at is None:  # from the newest step on: what ran before the
@@ -286,6 +286,7 @@ class Controller:
                 self.ring_started_at, self.goodput.last_seq = first.started_at, first.engine_steps
             stats = await self.client.get_stats(since=self.goodput.last_seq)
         except EngineUnavailable as exc:
+            self.goodput.measuring = False  # the model decides everywhere until it can be read
             self.conditions.set("ring", "unreadable", "the plugin's step ring cannot be read; "
                                 "deciding by the model until it can", error=str(exc))
             return
@@ -294,7 +295,10 @@ class Controller:
             self.goodput.restart()
             self.ring_started_at = stats.started_at
             stats = await self.client.get_stats(since=0)  # read past the old run's last seq
-        self.goodput.ingest(stats.recent_steps)
+        info = self.engine.info
+        table = info.parsed_table() if info is not None else None
+        dense = table.dense(self.profile.engine.max_num_seqs, self.K) if table is not None else None
+        self.goodput.ingest(stats.recent_steps, dense)
 
     def _measured_settles(self) -> str | None:
         """New paired runs since the last rebuild: a duel may be settled (the rebuild says)."""
@@ -435,7 +439,10 @@ class Controller:
     def choose(self, old: Table | None, trigger: str = "scheduled") -> Choice:
         """The table a rebuild would push against ``old`` (sidecar/rebuild.py)."""
         s = self.settings
-        arbiter = None if s.decide_by != "measured" else Arbiter(
+        # measured decisions need the plugin's ring (a stock vLLM, an older plugin or a ring
+        # that cannot be read leave the model to decide everywhere) and duels (not in dry-run)
+        measuring = s.decide_by == "measured" and self.goodput.measuring and not s.dry_run
+        arbiter = None if not measuring else Arbiter(
             self.goodput, dict(self.goodput.served), s.model_error, s.min_served, s.max_pairs,
             s.duel_width, everywhere=trigger == "change", duels=self.engine.duels)
         inputs = Inputs(tie=s.tie, confidence=s.confidence, allowed_k=self.allowed_k,
@@ -473,6 +480,9 @@ class Controller:
         back = Table.from_list(verdict.old_table)
         outcome, reason = await self.engine.push(back, await self.engine.read())
         self.stats.rollbacks += 1
+        # the pairs that said "switch" lost to the engine's goodput: measure again from here
+        self.goodput.forget()
+        self.goodput.mark()
         choice = self.choose(back)
         reason = (f"guardrail: live goodput {verdict.ratio:.3f}x of before (t={verdict.t}, "
                   f"{verdict.before}+{verdict.after} scrapes) after pushing {verdict.new_table}; "
@@ -496,19 +506,25 @@ class Controller:
             gains=range_gains(choice.G, old, choice.table, self.K), drift=self.drift_cells,
             trigger=trigger, changes=[c for c in choice.changes if c.kept] or choice.changes,
             calls=list(choice.calls), duels=[[lo, hi, list(ks)] for lo, hi, ks in choice.duels])
-        self._finish(decision, choice.table)
+        self._finish(decision, choice.table, bookkeeping=trigger != "measured" or outcome == "pushed")
         return decision
 
     def _rebase_prior(self) -> None:
         """The current estimate (projected non-increasing) becomes the prior."""
         self.state.prior = np.clip(projected(self.state)[0], 0.0, 1.0)
 
-    def _finish(self, decision: Decision, table: Table) -> None:
+    def _finish(self, decision: Decision, table: Table, bookkeeping: bool = True) -> None:
+        """Log the decision; with ``bookkeeping`` (not for a rebuild that only looked at new
+        pairs and pushed nothing), the per-rebuild halving, decay and checkpoint too: new pairs
+        come every ~50 steps during a duel, and halving live acceptance at each would hand â
+        back to the prior."""
         level = logging.WARNING if decision.outcome in ("rejected", "failed") else logging.INFO
         log.log(level, "rebuild", extra={"decision": decision.model_dump(mode="json")})
         self.stats.rebuilds[decision.outcome] += 1
         self.last_decision, self.recommended = decision, table
         self.decisions.append(decision)
+        if not bookkeeping:
+            return
         self.steps_since_rebuild = 0.0
         if self.rebase_left and self.state.drafted.size and self.state.drafted[0] >= MIN_CHANGE_DRAFTS:
             self._rebase_prior()

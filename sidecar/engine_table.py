@@ -56,6 +56,7 @@ class EngineTable:
         self.hold_until: float | None = None
         self.hold_version: int | None = None
         self.duels: tuple[tuple[int, int, tuple[int, ...]], ...] = ()  # asked of the plugin
+        self.duels_sent = False  # ever: then an empty list must be sent to end them
 
     # -- every admin call after the start goes through here ------------------------------
     async def _call(self, call: Awaitable[R], doing: str) -> R:
@@ -117,17 +118,19 @@ class EngineTable:
         duels its last rebuild asked for (sidecar/arbiter.py; while any is set, the plugin runs
         them instead of the rotation)."""
         s = self.settings
-        return {"explore_every": s.explore_every, "explore_run": s.explore_run,
-                "hysteresis": s.hysteresis,
-                "duels": [[lo, hi, list(ks)] for lo, hi, ks in self.duels],
-                "duel_run": s.duel_run, "duel_share": s.explore_share,
-                "duel_horizon": s.explore_horizon}
+        fields: dict[str, object] = {"explore_every": s.explore_every,
+                                     "explore_run": s.explore_run, "hysteresis": s.hysteresis}
+        if self.duels or self.duels_sent:  # a plugin that predates duels refuses their fields
+            fields |= {"duels": [[lo, hi, list(ks)] for lo, hi, ks in self.duels],
+                       "duel_run": s.duel_run, "duel_share": s.explore_share,
+                       "duel_horizon": s.explore_horizon}
+        return fields
 
     async def set_duels(self, duels: tuple[tuple[int, int, tuple[int, ...]], ...]) -> None:
         """Ask the plugin for these duels (nothing in dry-run, or when they are already set)."""
         if duels == self.duels or self.settings.dry_run or not self.has_admin:
             return
-        self.duels = duels
+        self.duels, self.duels_sent = duels, True
         try:
             await self._call(self.client.put_policy(**self.policy_fields()), "setting the duels")
         except EngineUnavailable as exc:  # AdminRejected included: the next rebuild asks again

@@ -50,7 +50,7 @@ MIN_PAIR_SD = 0.004   # floor of the pairs' log-ratio spread: 3 pairs may agree 
 RHO = 10.0            # eq. CS is tightest near this many pairs
 KEEP_PAIRS = 400      # per (bucket, k, k'): older pairs fall out
 TAIL_STEPS = 1024     # ring steps kept to pair a run whose reference is still coming
-CYCLE_IDLE = 3.0      # a cycle this many times the step's own time had the engine idle
+CYCLE_IDLE = 3.0      # a cycle this many times its neighbours' median had the engine idle
 
 
 def confidence_sequence(mean: float, sd: float, n: int, alpha: float) -> tuple[float, float]:
@@ -117,11 +117,19 @@ def _segments(steps: Sequence[Step]) -> list[_Segment]:
 
 def _seconds(s: Step) -> float:
     """A step's share of the wall clock: its engine cycle where the plugin timed one (the host's
-    time between steps included, as a client sees it), else its execution time. Steps longer
-    than CYCLE_IDLE times their execution were waiting for work (an idle engine), not serving."""
-    run = float(s[4])
+    time between steps included, as a client sees it; under async scheduling the execution
+    time alone is only what was left to wait), else its execution time."""
     cycle = float(s[7]) if len(s) > 7 else 0.0
-    return cycle if 0.0 < cycle <= CYCLE_IDLE * run else run
+    return cycle if cycle > 0.0 else float(s[4])
+
+
+def _busy(steps: Sequence[Step]) -> list[Step]:
+    """Leave out steps that waited for work (an idle engine): a cycle over CYCLE_IDLE times the
+    median of the steps around it."""
+    if not steps:
+        return []
+    limit = CYCLE_IDLE * float(np.median([_seconds(s) for s in steps]))
+    return [s for s in steps if _seconds(s) <= limit]
 
 
 def _rate(steps: Iterable[Step]) -> tuple[float, float]:
@@ -142,9 +150,16 @@ class Pair:
     first: int   # seq of the run's first steady step (each run is paired once)
 
 
-def pairs_in(steps: Sequence[Step], done: set[int]) -> list[Pair]:
+def pairs_in(steps: Sequence[Step], done: set[int],
+             table_k: Sequence[int] | None = None) -> list[Pair]:
     """Every run in ``steps`` with at least as many steps of one other k on both sides of it,
-    not in ``done`` (first seqs already paired); a run whose after-side is still short waits."""
+    not in ``done`` (first seqs already paired); a run whose after-side is still short waits.
+
+    ``table_k[B]``: the engine's table. A stretch of another k is an exploration run only where
+    the table says the reference k at every B of the run and its reference: a stretch the table
+    itself runs (B crossing an edge inside a bucket) has its reference at other batch sizes, and
+    pairing it measured k=1 over k=3 at 1.0105 [1.0086, 1.0124] in a simulation where the two
+    were equal."""
     segs = _segments(steps)
     out = []
     for before, run, after in zip(segs, segs[1:], segs[2:]):
@@ -164,6 +179,15 @@ def pairs_in(steps: Sequence[Step], done: set[int]) -> list[Pair]:
         mine = [s for s in run.steps if step_bucket(int(s[1])) == bucket]
         if len(around) < m // 2 or len(mine) < MIN_RUN_STEPS:
             continue  # the load moved across buckets during the run
+        if table_k is not None and not all(
+                0 < int(s[1]) < len(table_k) and table_k[int(s[1])] == before.k
+                for s in (*mine, *around)):
+            continue  # the table runs this k here: an edge crossed, not an exploration run
+        window = _busy([*mine, *around])
+        mine = [s for s in mine if s in window]
+        around = [s for s in around if s in window]
+        if not mine or not around:
+            continue
         (e_run, t_run), (e_ref, t_ref) = _rate(mine), _rate(around)
         if min(e_run, e_ref, t_run, t_ref) <= 0:
             continue
@@ -183,14 +207,19 @@ class MeasuredGoodput:
     last_seq: int = 0
     tail: list[Step] = field(default_factory=list)
     done: set[int] = field(default_factory=set)
+    measuring: bool = False   # a step with `emitted` was read: the plugin measures goodput
 
-    def ingest(self, steps: Sequence[Step]) -> int:
+    def ingest(self, steps: Sequence[Step], table_k: Sequence[int] | None = None) -> int:
         """Add the ring's steps newer than the last seen (a six-field step, from a plugin that
-        predates `emitted`, is skipped); the number of pairs found."""
-        new = [s for s in steps if int(s[0]) > self.last_seq and len(s) >= 7]
+        predates `emitted`, is passed over); the number of pairs found. ``table_k``: the
+        engine's dense table (see pairs_in)."""
+        fresh = [s for s in steps if int(s[0]) > self.last_seq]
+        if fresh:
+            self.last_seq = int(fresh[-1][0])
+        new = [s for s in fresh if len(s) >= 7]
         if not new:
             return 0
-        self.last_seq = int(new[-1][0])
+        self.measuring = True
         for s in new:
             bucket = step_bucket(int(s[1]))
             self.served[bucket] = self.served.get(bucket, 0) + 1
@@ -199,8 +228,11 @@ class MeasuredGoodput:
                 cell[0] += 1
                 cell[1] += _seconds(s)
                 cell[2] += float(s[6])
-        self.tail = [*self.tail, *new][-TAIL_STEPS:]
-        found = pairs_in(self.tail, self.done)
+        # pair over everything new before cutting the tail: a first read or a re-read after a
+        # restart brings up to 8192 steps at once
+        window = [*self.tail, *new]
+        found = pairs_in(window, self.done, table_k)
+        self.tail = window[-TAIL_STEPS:]
         for p in found:
             self.pairs.setdefault((p.bucket, p.k, p.ref), deque(maxlen=KEEP_PAIRS)).append(
                 (p.log_ratio, p.steps))

@@ -42,7 +42,7 @@ class SidecarSettings(BaseSettings):
     min_k: int = Field(0, ge=0, description="never choose fewer drafts than this: an EAGLE-style drafter whose state goes stale at K=0 can lose acceptance when drafting resumes (the 'resume' condition says so)")
     decide_by: Literal["measured", "model"] = Field("measured", description="at the buckets the engine serves, compare k's by measured goodput (paired duels of the plugin's step ring) once the measurement is tighter than the model ('measured'), or by the model alone everywhere ('model')")
     model_error: float = Field(0.05, ge=0, description="the model's own error on a goodput ratio (log scale, one sigma), beyond what its draws show: the H200's 32B model was ~0.05 off; the measurement decides once its interval is narrower than the model's widened one")
-    duel_run: int = Field(16, ge=4, le=256, description="steps of one duel run at a challenger k (all but the first are steady, timed steps)")
+    duel_run: int = Field(16, ge=5, le=256, description="steps of one duel run at a challenger k (all but the first are steady, timed steps)")
     explore_share: float = Field(0.02, ge=0, le=0.5, description="duels explore at most this share of the steps in any explore_horizon steps")
     explore_horizon: int = Field(10000, ge=100, description="the window, in engine steps, over which explore_share holds (a burst up front, then nothing until it frees)")
     duel_width: int = Field(1, ge=1, description="challengers dueled at once per bucket, the most promising (highest upper bound) first: one spends the whole exploration burst where it can settle (on the H200, 7 pairs split with a second challenger left k=2's gain of 0.034 just short of the tie)")

@@ -75,15 +75,23 @@ def engine_state(scheduler: Any, settings: PluginSettings) -> EngineState:
         startup_k=frozenset(table.dense[1:]) if table else frozenset({num_spec}),
         restrict_k=settings.restrict_k, counters=Counters(num_positions=num_spec),
         emulation=settings.emulate_acceptance if not settings.reject_all else (0.0,) * max(num_spec, 1),
-        emulation_enabled=settings.emulation_enabled, applied_version=1, runner=runner())
+        emulation_enabled=settings.emulation_enabled, applied_version=1,
+        runner=runner(getattr(scheduler, "vllm_config", None)))
 
 
-def runner() -> str:
-    """vLLM's model runner: V2 (full CUDA graphs per k of the startup table) when vLLM's switch
-    for it is on, else V1."""
+def runner(vllm_config: Any) -> str:
+    """vLLM's model runner: V2 (full CUDA graphs per k of the startup table) or V1. vLLM decides
+    it (0.26 picks V2 by itself for EAGLE-style drafters on dense models) and records it on its
+    config; older configs without the field follow the environment switch."""
     import os
 
-    return "v2" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "0") not in ("", "0") else "v1"
+    try:
+        chosen = getattr(vllm_config, "use_v2_model_runner", None)
+    except Exception:  # a property of vLLM's that may look at more config than it has here
+        chosen = None
+    if chosen is None:
+        chosen = os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "0") not in ("", "0")
+    return "v2" if chosen else "v1"
 
 
 def install(scheduler: Any, engine: EngineState) -> None:

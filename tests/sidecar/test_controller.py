@@ -70,9 +70,8 @@ async def test_rebuild_pushes_the_profile_table_with_the_token(tmp_path: Path) -
         assert decision is not None and decision.outcome == "pushed", decision
         assert fake.table == TUNED and fake.table_puts == [{"table": TUNED}]
         assert fake.auth_headers == [f"Bearer {TOKEN}"]
-        assert fake.policy_puts == [{"explore_every": 7, "explore_run": 3, "hysteresis": 1,
-                                     "duels": [], "duel_run": 16, "duel_share": 0.02,
-                                     "duel_horizon": 10_000}]
+        # no duel fields while none was asked for: a plugin that predates duels refuses them
+        assert fake.policy_puts == [{"explore_every": 7, "explore_run": 3, "hysteresis": 1}]
         assert decision.old_table == STARTUP and decision.new_table == TUNED
         assert decision.source == "plugin" and decision.bias_note is None
         # live counts (600 drafts a position) are in the decision, before halving

@@ -147,3 +147,30 @@ def test_rings_of_older_plugins_still_parse() -> None:
     m = MeasuredGoodput()
     m.ingest(reply.recent_steps)
     assert m.cells[(4, 3)][0] == 2
+
+
+def test_a_stretch_the_table_itself_runs_is_not_a_duel() -> None:
+    """B wanders across a table edge inside a bucket (k=3 up to 146, k=1 above): the k=1
+    stretches are the table's, their reference sits at other batch sizes; not paired."""
+    dense = [0] + [3] * 146 + [1] * 110
+    steps, seq, prev = [], 0, 3
+    for block in range(30):
+        for B, k, n in ((146, 3, 40), (148, 1, 10)):
+            for _ in range(n):
+                seq += 1
+                steps.append((seq, B, prev, k, 0.05, 4 * B, 300, 0.052))
+                prev = k
+    assert pairs_in(steps, set(), dense) == []
+    assert len(pairs_in(steps, set())) > 0      # without the table: paired (the bias)
+
+
+def test_a_large_first_read_is_paired_whole() -> None:
+    """8000 steps at once (a first read, a re-read after a restart): every run is paired, not
+    only those in the last TAIL_STEPS."""
+    steps = ring({3: 1000, 2: 1000}, duels([2], 3, runs=150))
+    whole, pieces = MeasuredGoodput(), MeasuredGoodput()
+    whole.ingest(steps)
+    for i in range(0, len(steps), 500):
+        pieces.ingest(steps[i:i + 500])
+    n = sum(len(p) for p in whole.pairs.values())
+    assert n == sum(len(p) for p in pieces.pairs.values()) and n >= 145
