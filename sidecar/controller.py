@@ -102,6 +102,7 @@ class Controller:
         self.goodput = MeasuredGoodput()
         self.ring_started_at: float | None = None  # the engine run the ring's seqs belong to
         self.pairs_seen = 0  # paired runs at the last rebuild: new ones may settle a duel
+        self.unmeasured = np.zeros(self.K, dtype=bool)  # positions a rebase left at a guess
         self.recent = RecentWindow(settings.change_window)
         self.guard = Guardrail(window=settings.guard_window, drop=settings.guard_drop,
                                hold_s=settings.guard_hold_s)
@@ -366,7 +367,13 @@ class Controller:
             return None
         s = self.settings
         acc, dra = self.recent.counts()
-        found = acceptance_change(acc, dra, projected(self.state)[0], z=s.change_z,
+        # a position the estimate has not seen since the last rebase holds a stale prior: its
+        # first live drafts (a duel at a larger k) are a first measurement, not a change (the
+        # CPU goodput run: â_3 0.19 from the profile's prompts, ~0.9 in a k=3 duel, twice
+        # called a change that wiped the duels' pairs)
+        self.unmeasured &= self.state.drafted < MIN_CHANGE_DRAFTS
+        tested = np.where(self.unmeasured[:dra.size], 0.0, dra) if dra.size else dra
+        found = acceptance_change(acc, tested, projected(self.state)[0], z=s.change_z,
                                   min_delta=s.change_min_delta)
         slow = step_time_changes_robust(self.recent, self.live_T.seconds, self.live_T.steps,
                                         ratio=s.change_step_ratio)
@@ -510,8 +517,10 @@ class Controller:
         return decision
 
     def _rebase_prior(self) -> None:
-        """The current estimate (projected non-increasing) becomes the prior."""
+        """The current estimate (projected non-increasing) becomes the prior; positions with
+        no live evidence behind it are marked unmeasured (the change test leaves them out)."""
         self.state.prior = np.clip(projected(self.state)[0], 0.0, 1.0)
+        self.unmeasured = self.state.drafted < MIN_CHANGE_DRAFTS
 
     def _finish(self, decision: Decision, table: Table, bookkeeping: bool = True) -> None:
         """Log the decision; with ``bookkeeping`` (not for a rebuild that only looked at new

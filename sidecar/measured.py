@@ -15,7 +15,9 @@ Comparing two k's by their cell means would compare different minutes of traffic
 compared in pairs: a short run of a challenger (a duel run, vllm_patch/duel.py, or any short
 stretch of another k) against the steps of the k on either side of it at the same bucket, the
 last m before and the first m after (m the run's own steady steps): linear drift cancels, and
-each run gives one log ratio log(u_run / u_around), u = Σ emitted / Σ seconds.
+each run gives one log ratio log(u_run / u_around), u = Σ emitted / Σ (B · seconds), goodput per
+request (G/B = τ/T), in bands of batch sizes (1, 2, 3-4, 5-8, 9-16, then the plugin's 8-wide
+buckets) so that a small load's wandering B still pairs.
 
 The ratios of one (bucket, k, k') form a sample whose mean gets a confidence *sequence*
 (a normal-mixture boundary, Robbins 1970; Howard et al. 2021): valid at every look, so a sidecar
@@ -36,6 +38,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from tuner.admin_api import step_bucket
 
@@ -51,6 +54,23 @@ RHO = 10.0            # eq. CS is tightest near this many pairs
 KEEP_PAIRS = 400      # per (bucket, k, k'): older pairs fall out
 TAIL_STEPS = 1024     # ring steps kept to pair a run whose reference is still coming
 CYCLE_IDLE = 3.0      # a cycle this many times its neighbours' median had the engine idle
+
+
+def band(batch_size: int) -> int:
+    """The batch-size band a comparison speaks for (named by its largest B): the plugin's step
+    buckets above 16 (8 wide), and below them 1, 2, 3-4, 5-8, 9-16. Exact buckets at small B
+    split a load of N=4 over four of them (requests finish and are replaced every few steps),
+    and a duel run rarely kept its bucket with its reference: the CPU engine gave no pair at
+    B=4 in 80 s."""
+    if batch_size > 16:
+        return step_bucket(batch_size)
+    return 1 if batch_size <= 1 else 1 << (batch_size - 1).bit_length()
+
+
+def band_rows(top: int, max_b: int) -> npt.NDArray[np.int64]:
+    """Batch sizes (1-based) of the band named ``top``, cut at max_num_seqs."""
+    low = top - 7 if top > 16 else top // 2 + 1
+    return np.arange(min(max(low, 1), max_b), min(top, max_b) + 1)
 
 
 def confidence_sequence(mean: float, sd: float, n: int, alpha: float) -> tuple[float, float]:
@@ -133,9 +153,11 @@ def _busy(steps: Sequence[Step]) -> list[Step]:
 
 
 def _rate(steps: Iterable[Step]) -> tuple[float, float]:
+    """(emitted tokens, request-seconds): their ratio is goodput per request, G(B, k)/B =
+    τ(k)/T(B, k), which a band's mix of batch sizes moves far less than G itself."""
     seconds = emitted = 0.0
     for s in steps:
-        seconds += _seconds(s)
+        seconds += _seconds(s) * max(int(s[1]), 1)
         emitted += float(s[6])
     return emitted, seconds
 
@@ -174,9 +196,9 @@ def pairs_in(steps: Sequence[Step], done: set[int],
             # the after-side still being served, or not a short run inside another k's steps
             # (the table's steps between two runs)
             continue
-        bucket = step_bucket(int(np.median([s[1] for s in run.steps])))
-        around = [s for s in (*before.steps[-m:], *after.steps[:m]) if step_bucket(int(s[1])) == bucket]
-        mine = [s for s in run.steps if step_bucket(int(s[1])) == bucket]
+        bucket = band(int(np.median([s[1] for s in run.steps])))
+        around = [s for s in (*before.steps[-m:], *after.steps[:m]) if band(int(s[1])) == bucket]
+        mine = [s for s in run.steps if band(int(s[1])) == bucket]
         if len(around) < m // 2 or len(mine) < MIN_RUN_STEPS:
             continue  # the load moved across buckets during the run
         if table_k is not None and not all(
@@ -221,7 +243,7 @@ class MeasuredGoodput:
             return 0
         self.measuring = True
         for s in new:
-            bucket = step_bucket(int(s[1]))
+            bucket = band(int(s[1]))
             self.served[bucket] = self.served.get(bucket, 0) + 1
             if int(s[2]) == int(s[3]):
                 cell = self.cells.setdefault((bucket, int(s[3])), [0.0, 0.0, 0.0])

@@ -35,28 +35,29 @@ def decide(G: np.ndarray, m: MeasuredGoodput, served: dict[int, int], old: list[
 def test_the_model_alone_switches_only_beyond_its_own_error() -> None:
     old = [3] * 16
     # k=2 20% better by the model: beyond a 5% model error with confidence -> switch, by model
-    v = decide(draws({0: 1.0, 1: 1.1, 2: 1.2, 3: 1.0}), MeasuredGoodput(), {12: 100}, old)
-    assert v.ks[11] == 2 and list(v.ks[:11]) == [3] * 11 and list(v.ks[12:]) == [3] * 4
+    v = decide(draws({0: 1.0, 1: 1.1, 2: 1.2, 3: 1.0}), MeasuredGoodput(), {16: 100}, old)
+    assert list(v.ks[8:]) == [2] * 8 and list(v.ks[:8]) == [3] * 8  # the band B 9..16
     (s,) = v.switches()
-    assert s.decided_by == "model" and s.measured is None and s.batch_size_start == 12
+    assert s.decided_by == "model" and s.measured is None and s.batch_size_start == 9
     # 3% better by the model: inside its error -> no switch; a duel is asked for instead
-    v = decide(draws({0: 0.5, 1: 0.97, 2: 1.03, 3: 1.0}), MeasuredGoodput(), {12: 100}, old)
-    assert list(v.ks) == old and v.duels == ((12, 12, (2, 1)),)
-    assert {c.k: c.status for c in v.calls} == {0: "keep", 1: "open", 2: "open"}
+    v = decide(draws({0: 0.5, 1: 0.97, 2: 1.03, 3: 1.0}), MeasuredGoodput(), {16: 100}, old)
+    assert list(v.ks) == old and v.duels == ((9, 16, (2, 1)),)  # the two most promising
+    # the model alone rules nothing out (k=0 at half of k=3): every unsettled k stays open
+    assert {c.k: c.status for c in v.calls} == {0: "open", 1: "open", 2: "open"}
 
 
 def test_a_tighter_measurement_overrides_the_model_either_way() -> None:
     old = [3] * 16
     G = draws({0: 0.5, 1: 0.9, 2: 0.974, 3: 1.0})  # the model: k=3 2.6% above k=2
-    m = measured_with(12, 2, 3, math.log(1.04))        # measured: k=2 4% above k=3
-    v = decide(G, m, {12: 100}, old)
+    m = measured_with(16, 2, 3, math.log(1.04))        # measured: k=2 4% above k=3
+    v = decide(G, m, {16: 100}, old)
     assert v.ks[11] == 2
     (s,) = v.switches()
     assert s.decided_by == "measured" and s.measured is not None and s.measured.low > 1.005
     assert s.model.ratio < 1.0
     # the other way: the model says k=2 is 20% better, the measurement says 2% worse
     G = draws({0: 0.5, 1: 0.9, 2: 1.2, 3: 1.0})
-    v = decide(G, measured_with(12, 2, 3, math.log(0.98)), {12: 100}, old)
+    v = decide(G, measured_with(16, 2, 3, math.log(0.98)), {16: 100}, old)
     assert list(v.ks) == old
     call = next(c for c in v.calls if c.k == 2)
     assert call.decided_by == "measured" and call.status == "keep"
@@ -65,17 +66,17 @@ def test_a_tighter_measurement_overrides_the_model_either_way() -> None:
 def test_unserved_buckets_and_thin_service_decide_nothing() -> None:
     old = [1] * 4 + [3] * 12
     G = draws({0: 0.5, 1: 0.9, 2: 1.3, 3: 1.0})       # the model: k=2 far better everywhere
-    v = decide(G, MeasuredGoodput(), {12: 100, 2: 10}, old)   # B=2 served only 10 steps
-    assert list(v.ks[:4]) == [1] * 4 and v.ks[11] == 2 and v.ks[12] == 3
-    assert {c.bucket for c in v.calls} == {12}
+    v = decide(G, MeasuredGoodput(), {16: 100, 2: 10}, old)   # B=2 served only 10 steps
+    assert list(v.ks[:4]) == [1] * 4 and list(v.ks[8:]) == [2] * 8 and v.ks[7] == 3
+    assert {c.bucket for c in v.calls} == {16}
 
 
 def test_an_unresolved_tie_ends_its_duel_after_max_pairs() -> None:
     old = [3] * 16
     G = draws({0: 0.5, 1: 0.8, 2: 1.0, 3: 1.0})
-    m = measured_with(12, 2, 3, 0.0, n=40, sd=0.02)
-    v = decide(G, m, {12: 100}, old)
-    assert list(v.ks) == old and v.duels == ()
+    m = measured_with(16, 2, 3, 0.0, n=40, sd=0.02)
+    v = decide(G, m, {16: 100}, old)
+    assert list(v.ks) == old and all(2 not in ks for _, _, ks in v.duels)  # its duel ended
     assert next(c for c in v.calls if c.k == 2).status in ("tie", "keep")
 
 
@@ -84,9 +85,9 @@ def test_a_futile_incumbent_goes_without_waiting_for_a_duel() -> None:
     (tuner/incumbent.py); the model's own ratio is inside its error, yet k=0 replaces k=3."""
     old = [3] * 16
     G = draws({0: 1.01, 1: 1.0, 2: 1.0, 3: 1.0})
-    v = decide(G, MeasuredGoodput(), {12: 100}, old)
+    v = decide(G, MeasuredGoodput(), {16: 100}, old)
     assert list(v.ks) == old
-    v = arbitrate(np.array(old), G, MeasuredGoodput(), {12: 100}, None, tie=0.005, confidence=0.9,
+    v = arbitrate(np.array(old), G, MeasuredGoodput(), {16: 100}, None, tie=0.005, confidence=0.9,
                   model_error=0.05, min_served=32, max_pairs=40, duel_width=1,
                   futile=lambda start, end, k, c: c == 0)
     assert v.ks[11] == 0 and [c.k for c in v.switches()] == [0]
@@ -96,8 +97,8 @@ def test_the_challenger_already_dueled_keeps_its_turn() -> None:
     old = [3] * 16
     G = draws({0: 0.5, 1: 1.04, 2: 1.03, 3: 1.0})   # k=1 a little more promising by the model
     m = MeasuredGoodput()
-    assert decide(G, m, {12: 100}, old, duel_width=1).duels == ((12, 12, (1,)),)
-    v = arbitrate(np.array(old), G, m, {12: 100}, None, tie=0.005, confidence=0.9,
+    assert decide(G, m, {16: 100}, old, duel_width=1).duels == ((9, 16, (1,)),)
+    v = arbitrate(np.array(old), G, m, {16: 100}, None, tie=0.005, confidence=0.9,
                   model_error=0.05, min_served=32, max_pairs=40, duel_width=1,
-                  previous=((12, 12, (2,)),))
-    assert v.duels == ((12, 12, (2,)),)
+                  previous=((9, 16, (2,)),))
+    assert v.duels == ((9, 16, (2,)),)

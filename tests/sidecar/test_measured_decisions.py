@@ -52,20 +52,21 @@ async def test_measured_goodput_overrides_the_model_where_it_measured(tmp_path: 
         push = pushed[0]
         # only the served bucket moved, to k=2, and the line says why: measured, both figures
         assert Table.from_list(fake.table).k_at(B, 3) == 2
-        assert fake.table == [[1, 4, 1], [5, 11, 3], [12, 12, 2], [13, 16, 3]]
+        assert fake.table == [[1, 4, 1], [5, 8, 3], [9, 16, 2]]
         (change,) = push.changes
-        assert (change.batch_size_start, change.batch_size_end, change.k_old, change.k_new) == (12, 12, 3, 2)
+        # the band of batch sizes the load ran in (B 9..16)
+        assert (change.batch_size_start, change.batch_size_end, change.k_old, change.k_new) == (9, 16, 3, 2)
         assert change.decided_by == "measured" and change.measured is not None and change.model is not None
         assert change.model.ratio < 1.0 < change.measured.low   # the model said k=3; measured k=2
         assert 1.02 < change.measured.ratio < 1.06 and change.measured.pairs >= 5
         # the duels asked for: only at the served bucket, k=2 first (the most promising)
         asked = [p["duels"] for p in fake.policy_puts if p.get("duels")]
-        assert asked and all(len(d) == 1 and d[0][:2] == [12, 12] for d in asked)
-        assert asked[0][0][2][0] == 2 and 0 not in asked[0][0][2]  # k=0: ruled out by the model
+        assert asked and all(len(d) == 1 and d[0][:2] == [9, 16] for d in asked)
+        assert asked[0][0][2][0] == 2  # the most promising by the model first
         # then it never flips back on the model alone, and the duels end
         later = await serve(c, fake, clock, 40)
         assert all(d.outcome != "pushed" for d in later)
-        assert fake.table == [[1, 4, 1], [5, 11, 3], [12, 12, 2], [13, 16, 3]]
+        assert fake.table == [[1, 4, 1], [5, 8, 3], [9, 16, 2]]
         last = later[-1]
         calls = {call.k: call for call in last.calls}
         assert calls[3].status == "keep" and calls[3].decided_by == "measured"
