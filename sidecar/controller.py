@@ -519,8 +519,19 @@ class Controller:
     def _rebase_prior(self) -> None:
         """The current estimate (projected non-increasing) becomes the prior; positions with
         no live evidence behind it are marked unmeasured (the change test leaves them out)."""
-        self.state.prior = np.clip(projected(self.state)[0], 0.0, 1.0)
+        prior = np.clip(projected(self.state)[0], 0.0, 1.0)
         self.unmeasured = self.state.drafted < MIN_CHANGE_DRAFTS
+        # a position with no live evidence gets the one before it: the largest value a_i <=
+        # a_{i-1} allows, so the model ranks the k that drafts it as high as it can be and the
+        # duels measure it first (optimism where nothing is known); the old profile's value for
+        # it described other traffic (the CPU goodput run: 0.19 against ~0.9 live, and the
+        # duels went to k=1 first)
+        for i in range(1, prior.size):
+            if self.unmeasured[i] and not self.unmeasured[i - 1]:
+                prior[i] = prior[i - 1]
+            elif self.unmeasured[i]:
+                prior[i] = min(prior[i], prior[i - 1])
+        self.state.prior = prior
 
     def _finish(self, decision: Decision, table: Table, bookkeeping: bool = True) -> None:
         """Log the decision; with ``bookkeeping`` (not for a rebuild that only looked at new

@@ -182,3 +182,27 @@ async def test_a_change_seen_mid_switch_settles_the_prior_on_the_new_traffic(tmp
             clock.now += 1
             await c.tick()
         assert c.last_decision is not None and c.last_decision.a_hat[0] < 0.2
+
+
+async def test_a_rebase_gives_an_undrafted_position_the_one_before_it(tmp_path: Path) -> None:
+    """The table drafts 2 (position 3 never drafted) when acceptance jumps from the profile's:
+    the rebased prior of position 3 is position 2's, not the profile's stale value, and its
+    first drafts (a duel at k=3) are not called a change."""
+    clock = Clock()
+    async with controller_for(FakeEngine(), tmp_path, clock=clock, rebuild_every_steps=100_000,
+                              change_window=2, guard_window=0,
+                              profile={"a": (0.6, 0.33, 0.19)}) as (c, fake):
+        assert await c.tick() is None
+        decision = None
+        for _ in range(3):
+            fake.run(100, a=(0.95, 0.93, 0.9), k=2)
+            clock.now += 1
+            decision = decision or await c.tick()
+        assert decision is not None and decision.trigger == "change"
+        assert c.state.prior[2] == c.state.prior[1] > 0.85 and c.unmeasured.tolist() == [False, False, True]
+        changes = c.stats.changes
+        for _ in range(3):  # now k=3 drafts position 3 at 0.9: a first measurement
+            fake.run(100, a=(0.95, 0.93, 0.9), k=3)
+            clock.now += 1
+            await c.tick()
+        assert c.stats.changes == changes
