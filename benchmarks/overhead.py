@@ -155,8 +155,8 @@ def proc_usage(pid: int) -> tuple[float, float]:
     """(CPU seconds, RSS MB) of a process from /proc."""
     stat = Path(f"/proc/{pid}/stat").read_text().split()
     cpu = (int(stat[13]) + int(stat[14])) / os.sysconf("SC_CLK_TCK")
-    rss = next(int(l.split()[1]) for l in Path(f"/proc/{pid}/status").read_text().splitlines()
-               if l.startswith("VmRSS")) / 1024
+    rss = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+               if line.startswith("VmRSS")) / 1024
     return cpu, rss
 
 

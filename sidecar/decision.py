@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict
 
 from tuner.table import Table
 
-__all__ = ["BIAS_NOTE", "Call", "Decision", "DriftCell", "Figures", "RangeChange", "RangeGain", "Outcome", "Source",
-           "StepEvidence", "range_gains"]
+__all__ = ["BIAS_NOTE", "Call", "Decision", "DriftCell", "Figures", "RangeChange", "RangeGain", "Outcome",
+           "Source", "StepEvidence", "range_gains"]
 
 Outcome = Literal["pushed", "dry_run", "held", "unchanged", "rejected", "failed", "rolled_back"]
 Source = Literal["plugin", "stock"]  # where accepted_i / drafted_i came from

@@ -5,7 +5,7 @@
 | tabletune_sidecar_acceptance | position | â_i (eq. â), position 0-based like vLLM's |
 | tabletune_sidecar_prior_weight | | w, after any decay |
 | tabletune_sidecar_live_drafted | position | live drafted_i since the last halving |
-| tabletune_sidecar_table_k | table, batch_size_start, batch_size_end | k per range of the engine's and the recommended table |
+| tabletune_sidecar_table_k | table, batch_size_start, batch_size_end | k per range (engine, recommended) |
 | tabletune_sidecar_rebuilds_total | outcome | rebuilds by outcome |
 | tabletune_sidecar_pushes_total | | tables written to the engine (re-pushes included) |
 | tabletune_sidecar_failures_total | kind | scrape_unavailable, scrape_unreadable, push_rejected, ... |

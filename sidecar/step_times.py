@@ -18,17 +18,17 @@ steps of a 3B model at B=16 ran at 0.50-0.57 of the pure-decode profile for k = 
 decision), so a k that only exploration visits should move with the level its neighbours
 measured, not stay at the profile's absolute time while the table's k is corrected (the
 00:51:02 decision pushed k=3 -> 2 at B 17..51 on 6 live steps of k=3 against 172 of k=2, a gain
-that was the bias of comparing a corrected time with an uncorrected one). A k with its own steps departs from the
-level as its evidence grows, each step counted once (λ_k leaves k's own steps out); with no
-other k seen, λ_k = 0 and ρ_k is the profile blended with k's live mean in log space. After each
-rebuild a cell holding more than ``step_memory`` steps is scaled down to that many (old steps
+that was the bias of comparing a corrected time with an uncorrected one). A k with its own steps
+departs from the level as its evidence grows, each step counted once (λ_k leaves k's own steps out);
+with no other k seen, λ_k = 0 and ρ_k is the profile blended with k's live mean in log space. After
+each rebuild a cell holding more than ``step_memory`` steps is scaled down to that many (old steps
 fade; a cell only exploration feeds keeps its few), and a detected change of step time keeps a
-cell's recent steps alone (sidecar/change.py), so the estimate follows the engine. Between two buckets with evidence the correction is
-interpolated (log ρ linear in B); outside them the profile stands: a load never served says
-nothing about its own step time. Each row is projected onto T non-decreasing in k
-(tuner/monotone.py), weighted by the evidence. Not in B: the dense rows are interpolated from
-a few grid points, so a least-squares fit along B would let many rows of one profile point
-outvote a bucket of live steps; the profile is already monotone in B, and only its
+cell's recent steps alone (sidecar/change.py), so the estimate follows the engine. Between two
+buckets with evidence the correction is interpolated (log ρ linear in B); outside them the profile
+stands: a load never served says nothing about its own step time. Each row is projected onto T
+non-decreasing in k (tuner/monotone.py), weighted by the evidence. Not in B: the dense rows are
+interpolated from a few grid points, so a least-squares fit along B would let many rows of one
+profile point outvote a bucket of live steps; the profile is already monotone in B, and only its
 correction could break that.
 
 Its spread (for the confidence rule, tuner/confidence.py), on log T:

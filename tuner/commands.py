@@ -29,7 +29,7 @@ def _grid(raw: str | None, max_num_seqs: int) -> list[int]:
     return flags.ints(raw, "--grid") if raw else default_grid(max_num_seqs)
 
 
-def tune_config(args: argparse.Namespace) -> "TuneConfig":
+def tune_config(args: argparse.Namespace) -> TuneConfig:
     """The flags as a TuneConfig; InvalidInput naming the flag on a bad value."""
     from tuner.config import TuneConfig
 

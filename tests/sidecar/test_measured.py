@@ -26,7 +26,8 @@ def ring(rates: dict[int, float], pattern: list[tuple[int, int]], B: int = 120, 
     return out
 
 
-def duels(challengers: list[int], incumbent: int, runs: int, run: int = 16, gap: int = 40) -> list[tuple[int, int]]:
+def duels(challengers: list[int], incumbent: int, runs: int, run: int = 16,
+          gap: int = 40) -> list[tuple[int, int]]:
     pattern = [(incumbent, gap)]
     for i in range(runs):
         pattern += [(challengers[i % len(challengers)], run), (incumbent, gap)]

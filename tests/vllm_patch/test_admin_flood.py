@@ -84,7 +84,8 @@ def served_within(connect: Callable[[], socket.socket], seconds: float) -> list[
     end = time.monotonic() + seconds
     i = 0
     while time.monotonic() < end:
-        request = GET if i % 2 else put_head(len(GOOD)).replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n") + GOOD
+        close = put_head(len(GOOD)).replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n")
+        request = GET if i % 2 else close + GOOD
         t0 = time.monotonic()
         with connect() as s:
             s.sendall(request)
