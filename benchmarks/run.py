@@ -1,4 +1,4 @@
-"""`tabletune bench`: every policy on one engine, in paired blocks, for a planned number of blocks.
+"""`python -m benchmarks`: every policy on one engine, in paired blocks, for a planned number of blocks.
 
 One vLLM with speculation runs every table policy (swapped through the plugin's admin API),
 under a stationary load that keeps running across the swaps; `nospec` gets a second vLLM

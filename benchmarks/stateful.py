@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.window import Settled, settle
-from sidecar.process import sidecar_process
+from tabletune.sidecar_process import sidecar_process
 from tuner.admin_api import PolicyReply
 from tuner.engine_client import EngineClient
 from tuner.launcher import free_port

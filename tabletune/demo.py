@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sidecar.process import sidecar_process
+from tabletune.sidecar_process import sidecar_process
 from tuner.config import TuneConfig
 from tuner.engine_client import EngineClient
 from tuner.engine_defaults import default_model, plugin_env, vocab_size
