@@ -31,8 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field
 
 from tuner.table import Table
 
-__all__ = ["NO_STEPS", "EmulationBody", "EmulationReply", "ErrorReply", "PolicyBody", "PolicyReply",
-           "StatsReply", "TableBody", "TableReply", "check_exploration", "check_rates",
+__all__ = ["NO_STEPS", "BucketK", "EmulationBody", "EmulationReply", "ErrorReply", "PolicyBody",
+           "PolicyReply", "StatsReply", "TableBody", "TableReply", "check_exploration", "check_rates",
            "step_bucket"]
 
 
@@ -40,6 +40,9 @@ __all__ = ["NO_STEPS", "EmulationBody", "EmulationReply", "ErrorReply", "PolicyB
 # reply carries the counters without the per-step ring (~300 kB): what a poller that only counts
 # should ask for
 NO_STEPS = 10**18 - 1
+
+
+BucketK = tuple[int, int]  # (step_bucket(B), k): the key of the plugin's step counters
 
 
 def step_bucket(batch_size: int) -> int:

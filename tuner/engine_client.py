@@ -28,9 +28,8 @@ from tuner.admin_api import NO_STEPS, EmulationReply, ErrorReply, PolicyReply, S
 from tuner.errors import EngineUnavailable, InvalidTable, ScrapeError
 from tuner.table import Table
 
-__all__ = ["AdminRejected", "EngineClient", "ReplyTooLarge", "TableInfo"]
+__all__ = ["AdminRejected", "EngineClient", "ReplyTooLarge"]
 
-TableInfo = TableReply  # the sidecar's name for the table state
 R = TypeVar("R", bound=BaseModel)
 
 

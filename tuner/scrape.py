@@ -30,7 +30,7 @@ The per-position deltas are the accepted_i and drafted_i of the estimator's
 Every outcome of :func:`parse` is a Snapshot or a ScrapeError, whatever the text: values must be
 finite counts in [0, MAX_VALUE], integer labels plain digits, and the wanted lines are bounded
 (MAX_LINE_CHARS, MAX_WANTED_CHARS) so a hostile body cannot stall the caller's event loop.
-Whether two snapshots may be subtracted, and their difference, is sidecar/interval.py's.
+Whether two snapshots may be subtracted, and their difference, is sidecar/scrape_delta.py's.
 
 Pure: takes text, returns values.
 """

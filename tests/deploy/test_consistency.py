@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import pytest
 from dockerfile_parse import DockerfileParser
 
-from sidecar.compat import mismatches
+from sidecar.profile_fit import mismatches
 from sidecar.settings import ENV_PREFIX, SidecarSettings, flag, from_args
 from tabletune.cli import parser as cli_parser
 from tests.deploy import manifests as m
@@ -272,7 +272,7 @@ def test_base_engine_matches_its_profile() -> None:
 @pytest.mark.parametrize(("pod_file", "profile_dir"), [("base/deployment.yaml", "base/profile"),
                          ("llm-d/tabletune/patch-decode.yaml", "llm-d/tabletune/profile")])
 def test_sidecar_accepts_its_profile(pod_file: str, profile_dir: str) -> None:
-    """The sidecar refuses at start a profile for another model (sidecar/compat.py)."""
+    """The sidecar refuses at start a profile for another model (sidecar/profile_fit.py)."""
     profile = load_profile(m.DEPLOY / profile_dir / "profile.json")
     (sidecar,) = [c for c in m.containers(m.load_docs(m.DEPLOY / pod_file), pod_file) if m.is_sidecar(c)]
     assert mismatches(profile, None, None, sidecar.env()["TABLETUNE_SIDECAR_MODEL_NAME"]) == []
