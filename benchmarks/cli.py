@@ -14,9 +14,9 @@ from pydantic import ValidationError
 
 from tuner import flags
 from tuner.engine_defaults import resolve_model, vocab_size
-from tuner.errors import InvalidInput, TableTuneError
-from tuner.profile import Profile, load
-from tuner.workload import Workload
+from tuner.core.errors import InvalidInput, TableTuneError
+from tuner.core.profile import Profile, load
+from tuner.core.workload import Workload
 from tuner.prompts import random_tokens, repetitive
 
 HELP = "every policy on one engine in paired blocks, with family-wise corrected intervals"

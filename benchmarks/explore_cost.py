@@ -39,13 +39,13 @@ from benchmarks.design import rotated
 from benchmarks.engines import TOKEN, admin_client
 from benchmarks.switch import interval
 from benchmarks.window import measure, settle
-from tuner.engine_client import EngineClient
+from tuner.core.engine_client import EngineClient
 from tuner.engine_defaults import plugin_env, resolve_model, vocab_size
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.load import Request, StationaryLoad
-from tuner.profile import load
+from tuner.core.profile import load
 from tuner.prompts import repetitive
-from tuner.table import every_k_table
+from tuner.core.table import every_k_table
 
 
 def cost_slope(off_tps: float, arms: Sequence[tuple[float, float]]) -> float | None:

@@ -29,10 +29,10 @@ from benchmarks.policies import (NIGHTJAR, NOSPEC, PAIRED, engine_args, policy_t
 from benchmarks.stateful import FreshBandit, PausedSidecar
 from benchmarks.stats import Settings, twin
 from benchmarks.window import Measured, Settled, measure, swap
-from tuner.engine_client import EngineClient
+from tuner.core.engine_client import EngineClient
 from tuner.launcher import free_port, launch
 from tuner.load import StationaryLoad
-from tuner.profile import Profile
+from tuner.core.profile import Profile
 from tuner.replay import Replay
 
 

@@ -22,10 +22,10 @@ from typing import Any
 
 from benchmarks.window import Settled, settle
 from tabletune.sidecar_process import sidecar_process
-from tuner.admin_api import PolicyReply
-from tuner.engine_client import EngineClient
+from tuner.core.admin_api import PolicyReply
+from tuner.core.engine_client import EngineClient
 from tuner.launcher import free_port
-from tuner.table import Table
+from tuner.core.table import Table
 from benchmarks.engines import TOKEN
 
 

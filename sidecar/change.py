@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from tuner.admin_api import BucketK
+from tuner.core.admin_api import BucketK
 
 __all__ = ["MIN_CHANGE_DRAFTS", "AcceptanceChange", "RecentWindow", "StepTimeChange", "acceptance_change",
            "step_time_changes", "step_time_changes_robust"]

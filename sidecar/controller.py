@@ -49,13 +49,13 @@ from sidecar.resume import ResumeTracker
 from sidecar.settings import SidecarSettings
 from sidecar.counters import Stats
 from sidecar.step_times import Blend, LiveStepTimes, drifting
-from tuner import scrape
-from tuner.engine_client import EngineClient
-from tuner.errors import EngineUnavailable, InvalidInput, ProfileMismatch, ScrapeError
-from tuner.confidence import better_at
-from tuner.goodput import cliffs, interpolate_step_times
-from tuner.profile import Profile
-from tuner.table import Table
+from tuner.core import scrape
+from tuner.core.engine_client import EngineClient
+from tuner.core.errors import EngineUnavailable, InvalidInput, ProfileMismatch, ScrapeError
+from tuner.core.confidence import better_at
+from tuner.core.goodput import cliffs, interpolate_step_times
+from tuner.core.profile import Profile
+from tuner.core.table import Table
 
 __all__ = ["Controller", "Stats"]
 

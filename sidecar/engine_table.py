@@ -27,11 +27,11 @@ from sidecar.decision import Outcome
 from sidecar.logs import Conditions
 from sidecar.counters import Stats
 from sidecar.settings import SidecarSettings
-from tuner.admin_api import TableReply
-from tuner.engine_client import AdminRejected, EngineClient
-from tuner.errors import EngineUnavailable
-from tuner.profile import Profile
-from tuner.table import Table
+from tuner.core.admin_api import TableReply
+from tuner.core.engine_client import AdminRejected, EngineClient
+from tuner.core.errors import EngineUnavailable
+from tuner.core.profile import Profile
+from tuner.core.table import Table
 
 __all__ = ["EngineTable"]
 

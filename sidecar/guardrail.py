@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tuner.table import Table
+from tuner.core.table import Table
 
 __all__ = ["Guardrail", "Sample", "Verdict"]
 

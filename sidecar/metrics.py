@@ -29,8 +29,8 @@ from sidecar import probes
 from sidecar.controller import Controller
 from sidecar.estimator import estimate
 from sidecar.rebuild import projected
-from tuner.goodput import tau
-from tuner.table import Table
+from tuner.core.goodput import tau
+from tuner.core.table import Table
 
 __all__ = ["FAILURE_KINDS", "SidecarCollector", "registry_for"]
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import PurePath
 
-from tuner.admin_api import TableReply
-from tuner.errors import InvalidInput, ProfileMismatch
-from tuner.profile import EngineInfo, Profile
+from tuner.core.admin_api import TableReply
+from tuner.core.errors import InvalidInput, ProfileMismatch
+from tuner.core.profile import EngineInfo, Profile
 
 __all__ = ["check", "check_served_name", "mismatches", "resolve_allowed_k"]
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from tuner.errors import InvalidInput
+from tuner.core.errors import InvalidInput
 
 ENV_PREFIX = "TABLETUNE_SIDECAR_"
 DESCRIPTION = ("Scrape vLLM's /metrics, estimate acceptance, rebuild the table with the profile's "

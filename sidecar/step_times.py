@@ -3,7 +3,7 @@
 The plugin times every steady engine step per (B bucket, k) under real traffic, prefill of the
 requests that replace finished ones included: ``tabletune_step_seconds_total`` /
 ``tabletune_steps_timed_total``, buckets exact for B <= 16, then the next multiple of 8
-(tuner/admin_api.step_bucket). The profile timed pure decode steps, which can miss what serving
+(tuner/core/admin_api.step_bucket). The profile timed pure decode steps, which can miss what serving
 brings (a CUDA-graph limit crossed by prefill tokens, a runner whose serving steps are slower).
 So step times are estimated like acceptance (sidecar/estimator.py), per cell:
 
@@ -26,12 +26,12 @@ fade; a cell only exploration feeds keeps its few), and a detected change of ste
 cell's recent steps alone (sidecar/change.py), so the estimate follows the engine. Between two
 buckets with evidence the correction is interpolated (log ρ linear in B); outside them the profile
 stands: a load never served says nothing about its own step time. Each row is projected onto T
-non-decreasing in k (tuner/monotone.py), weighted by the evidence. Not in B: the dense rows are
+non-decreasing in k (tuner/core/monotone.py), weighted by the evidence. Not in B: the dense rows are
 interpolated from a few grid points, so a least-squares fit along B would let many rows of one
 profile point outvote a bucket of live steps; the profile is already monotone in B, and only its
 correction could break that.
 
-Its spread (for the confidence rule, tuner/confidence.py), on log T:
+Its spread (for the confidence rule, tuner/core/confidence.py), on log T:
 
     σ̂² = (w_T² σ_prof² + n c²) / (w_T + n)²
 
@@ -50,8 +50,8 @@ import numpy as np
 import numpy.typing as npt
 
 from sidecar.decision import DriftCell
-from tuner.admin_api import BucketK
-from tuner.monotone import nondecreasing
+from tuner.core.admin_api import BucketK
+from tuner.core.monotone import nondecreasing
 
 __all__ = ["Blend", "LiveStepTimes", "MIN_STEPS", "drifting", "rows_of"]
 

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tuner.errors import InvalidInput, TableTuneError
+from tuner.core.errors import InvalidInput, TableTuneError
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -46,7 +46,7 @@ def _sidecar(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from tabletune.status import render
-    from tuner.errors import EngineUnavailable
+    from tuner.core.errors import EngineUnavailable
 
     url = args.sidecar.rstrip("/")
     if not url.startswith(("http://", "https://")):

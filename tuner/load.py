@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from tuner.admin_api import StatsReply
+from tuner.core.admin_api import StatsReply
 from tuner.step_clock import StepLoad, step_load
 
 GEN_TOKENS = "vllm:generation_tokens_total"

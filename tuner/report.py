@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from tuner import findings
-from tuner.goodput import goodput, interpolate_step_times, predicted_loss
-from tuner.profile import Profile
-from tuner.samples import usable
-from tuner.table import Table, documented_table
+from tuner.core.goodput import goodput, interpolate_step_times, predicted_loss
+from tuner.core.profile import Profile
+from tuner.core.samples import usable
+from tuner.core.table import Table, documented_table
 
 COLORS = ["#444444", "#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
           "#bcbd22"]

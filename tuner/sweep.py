@@ -21,15 +21,15 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from tuner.admin_api import NO_STEPS, StatsReply
-from tuner.engine_client import EngineClient
-from tuner.errors import EngineUnavailable
+from tuner.core.admin_api import NO_STEPS, StatsReply
+from tuner.core.engine_client import EngineClient
+from tuner.core.errors import EngineUnavailable
 from tuner.launcher import VllmServer, log_tail
 from tuner.load import complete, first_lengths, fresh_connections
-from tuner.profile import StepSample
-from tuner.samples import BATCH_FILL
+from tuner.core.profile import StepSample
+from tuner.core.samples import BATCH_FILL
 from tuner.step_clock import engine_clock, last_seq, steady_steps, step_load
-from tuner.workload import Workload
+from tuner.core.workload import Workload
 
 PromptSource = Callable[[int, int], list[Any]]  # (n, seed) -> prompts
 T = TypeVar("T")

@@ -26,8 +26,8 @@ from sidecar.profile_fit import mismatches
 from sidecar.settings import ENV_PREFIX, SidecarSettings, flag, from_args
 from tabletune.cli import parser as cli_parser
 from tests.deploy import manifests as m
-from tuner.profile import load as load_profile
-from tuner.table import Table, check_for_engine
+from tuner.core.profile import load as load_profile
+from tuner.core.table import Table, check_for_engine
 from vllm_patch.settings import from_env as plugin_from_env
 
 ADMIN_PORT = 8500

@@ -150,7 +150,7 @@ def test_wheel_from_the_copied_files(tmp_path: Path) -> None:
     assert eps["console_scripts"]["tabletune"] == "tabletune.cli:main"
     assert eps["vllm.general_plugins"]["tabletune"] == "vllm_patch.plugin:register"
     for module in ("sidecar/settings.py", "sidecar/app.py", "sidecar/__main__.py",
-                   "vllm_patch/plugin.py", "tabletune/cli.py", "tuner/scrape.py"):
+                   "vllm_patch/plugin.py", "tabletune/cli.py", "tuner/core/scrape.py"):
         assert module in names, f"{module} missing from the image's wheel"
     assert not [n for n in names if n.startswith("benchmarks/")], "the wheel ships the bench harness"
 

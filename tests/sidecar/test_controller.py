@@ -31,9 +31,9 @@ from tests.sidecar.fake_engine import (
     settings,
     write_profile,
 )
-from tuner.engine_client import EngineClient
-from tuner.errors import InvalidInput, ProfileMismatch
-from tuner.profile import load
+from tuner.core.engine_client import EngineClient
+from tuner.core.errors import InvalidInput, ProfileMismatch
+from tuner.core.profile import load
 
 
 @asynccontextmanager

@@ -139,7 +139,7 @@ def test_a_host_gap_per_step_counts_against_every_k_alike() -> None:
 def test_rings_of_older_plugins_still_parse() -> None:
     """A sidecar newer than the plugin beside it: six fields (no emitted: not measured), seven
     (no cycle: execution time stands in)."""
-    from tuner.admin_api import StatsReply
+    from tuner.core.admin_api import StatsReply
 
     reply = StatsReply.model_validate({"recent_steps": [[1, 4, 3, 3, 0.01, 8],
                                                         [2, 4, 3, 3, 0.01, 8, 9],

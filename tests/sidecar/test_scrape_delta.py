@@ -11,9 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sidecar.scrape_delta import compare, delta, is_reset
-from tests.tuner.test_scrape import BODY, LINES, _bytes, _mutate, byte_op, engine_counts, exposition, line_op
-from tuner.errors import ScrapeError
-from tuner.scrape import Snapshot, parse
+from tests.tuner.core.test_scrape import (BODY, LINES, _bytes, _mutate, byte_op, engine_counts,
+                                         exposition, line_op)
+from tuner.core.errors import ScrapeError
+from tuner.core.scrape import Snapshot, parse
 
 
 def snapshot(**changes: object) -> Snapshot:

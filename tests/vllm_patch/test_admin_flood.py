@@ -153,8 +153,8 @@ def test_the_unix_socket_serves_while_tcp_is_flooded_past_its_limit(tmp_path: Pa
 
 
 async def test_the_engine_client_speaks_to_the_unix_socket(tmp_path: Path) -> None:
-    from tuner.engine_client import EngineClient
-    from tuner.table import Table
+    from tuner.core.engine_client import EngineClient
+    from tuner.core.table import Table
 
     path = tmp_path / "admin.sock"
     server = serve(new_engine(), "127.0.0.1", free_port(), TOKEN, uds=str(path))

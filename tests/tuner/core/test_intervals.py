@@ -1,11 +1,11 @@
-"""Medians with cluster-bootstrap intervals (tuner/intervals.py)."""
+"""Medians with cluster-bootstrap intervals (tuner/core/intervals.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tuner.intervals import cluster_median, sigma_log
+from tuner.core.intervals import cluster_median, sigma_log
 
 
 def test_agreeing_repeats_give_a_narrow_interval_a_slow_repeat_a_wide_one() -> None:

@@ -45,7 +45,7 @@ from typing import Literal
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tuner.errors import ScrapeError
+from tuner.core.errors import ScrapeError
 
 __all__ = ["Snapshot", "parse"]
 
