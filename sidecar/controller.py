@@ -382,8 +382,7 @@ class Controller:
         if found is not None:  # keep only the newest counts; the prior's weight at most this
             # goodput before and after a push under other traffic says nothing of the table:
             # no verdict across the change, and what was held out was judged on the old traffic
-            self.guard.cancel()
-            self.guard.held.clear()
+            self.guard.forget()
             new_acc, new_dra = self.recent.newest()
             if new_dra.size and new_dra[0] >= MIN_CHANGE_DRAFTS:
                 acc, dra = new_acc, new_dra
@@ -418,7 +417,7 @@ class Controller:
         when the engine's table is known and a rebuild has something new since the last)."""
         info = self.engine.info
         if (self.last_batch is None or info is None or not self.settings.guard_window
-                or len(self.guard.baseline) < self.settings.guard_window  # to judge the push
+                or not self.guard.has_baseline  # to judge the push
                 or self.steps_since_rebuild < self.settings.rebuild_every_steps / 4):
             return None
         table = info.parsed_table()

@@ -88,6 +88,17 @@ class Guardrail:
         self.trial = None
         self.baseline.clear()
 
+    def forget(self) -> None:
+        """The traffic changed: no verdict across the change, and what was held out was judged
+        on the old traffic."""
+        self.cancel()
+        self.held.clear()
+
+    @property
+    def has_baseline(self) -> bool:
+        """A full window of samples before a push: enough to judge one."""
+        return len(self.baseline) >= self.window
+
     def is_held(self, table: Table, now: float) -> float | None:
         """Until when ``table`` is held out after a rollback, else None."""
         until = self.held.get(tuple(table.ranges))
