@@ -40,6 +40,7 @@ bench: setup
 	bash benchmarks/cpu_suite.sh
 
 lint: setup
+	$(PY) -m ruff check .
 	$(PY) -m mypy tuner sidecar vllm_patch tabletune benchmarks
 
 clean:

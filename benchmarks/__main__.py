@@ -1,4 +1,4 @@
-"""`python -m benchmarks ...`: the bench (`tabletune bench` where the harness is importable)."""
+"""`python -m benchmarks ...`: the bench, from a source checkout (benchmarks/ is not shipped)."""
 
 import sys
 

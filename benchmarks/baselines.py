@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tuner.goodput import choose_table
-from tuner.profile import Profile
-from tuner.table import Table
+from tuner.core.goodput import choose_table
+from tuner.core.profile import Profile
+from tuner.core.table import Table
 
 
 def linear_fit(profile: Profile) -> tuple[float, float, float]:

@@ -14,7 +14,7 @@ import io
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from tuner.files import write_atomic
+from tuner.core.files import write_atomic
 from tuner.step_clock import StepLoad, implausible
 
 TABLES = "tables"

@@ -1,4 +1,4 @@
-"""`tabletune bench` / `python -m benchmarks`: the paired, interval-based bench (argparse wiring)."""
+"""`python -m benchmarks`: the paired, interval-based bench (argparse wiring)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pydantic import ValidationError
 
 from tuner import flags
 from tuner.engine_defaults import resolve_model, vocab_size
-from tuner.errors import InvalidInput, TableTuneError
-from tuner.profile import Profile, load
-from tuner.workload import Workload
+from tuner.core.errors import InvalidInput, TableTuneError
+from tuner.core.profile import Profile, load
+from tuner.core.workload import Workload
 from tuner.prompts import random_tokens, repetitive
 
 HELP = "every policy on one engine in paired blocks, with family-wise corrected intervals"
@@ -142,12 +142,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    arguments(sub.add_parser("bench", help=HELP))
-
-
 def main(argv: list[str] | None = None) -> int:
-    """`python -m benchmarks` (from a source checkout): the same as `tabletune bench`."""
+    """`python -m benchmarks` (from a source checkout; `make bench` runs it in the CPU suite)."""
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=HELP)
     arguments(p)
     args = p.parse_args(argv)

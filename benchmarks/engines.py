@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuner.engine_client import EngineClient
+from tuner.core.engine_client import EngineClient
 from tuner.engine_defaults import plugin_env, resolve_model
 from tuner.launcher import ServerConfig, SpeculativeSpec
-from tuner.profile import Profile
+from tuner.core.profile import Profile
 from tuner.replay import Replay
-from tuner.table import every_k_table
+from tuner.core.table import every_k_table
 
 TOKEN = "bench-token"
 

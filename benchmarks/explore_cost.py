@@ -9,7 +9,8 @@ Why several rates: the default (150/3) explores 1.3-1.5% of steps, while one 4 s
 varies by a CV of 5-9% (benchmarks/results/cpu-tiny-online, the direct run), so a direct ratio
 at the default would need hundreds of blocks to resolve 1%. An explored step costs what it
 costs however often it comes, so the loss is linear in the share of steps explored, and a
-rate explored 7.5-15x as often shows the same cost that much larger, above the noise. Per block, the loss 1 - tps/off of
+rate explored 7.5-15x as often shows the same cost that much larger, above the noise. Per block,
+the loss 1 - tps/off of
 each rate against its measured share s (explored steps over engine steps in its window) gives
 a slope through the origin (least squares, ``cost_slope``); its median over blocks, with a 95%
 bootstrap interval, times the default's share is the default's cost. The per-rate slopes are
@@ -38,13 +39,13 @@ from benchmarks.design import rotated
 from benchmarks.engines import TOKEN, admin_client
 from benchmarks.switch import interval
 from benchmarks.window import measure, settle
-from tuner.engine_client import EngineClient
+from tuner.core.engine_client import EngineClient
 from tuner.engine_defaults import plugin_env, resolve_model, vocab_size
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.load import Request, StationaryLoad
-from tuner.profile import load
+from tuner.core.profile import load
 from tuner.prompts import repetitive
-from tuner.table import every_k_table
+from tuner.core.table import every_k_table
 
 
 def cost_slope(off_tps: float, arms: Sequence[tuple[float, float]]) -> float | None:

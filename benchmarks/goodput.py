@@ -40,13 +40,13 @@ from benchmarks.switch import interval
 from benchmarks.window import measure, swap
 from benchmarks.workload import requests as request_pool
 from tuner import flags
-from tuner.engine_client import EngineClient
+from tuner.core.engine_client import EngineClient
 from tuner.engine_defaults import resolve_model, vocab_size
 from tuner.launcher import free_port, launch
 from tuner.load import Request, StationaryLoad
-from tuner.profile import Profile, load
+from tuner.core.profile import Profile, load
 from tuner.prompts import repetitive
-from tuner.table import Table
+from tuner.core.table import Table
 
 
 def wrong(profile: Profile, k: int, factor: float) -> Profile:

@@ -27,13 +27,13 @@ import aiohttp
 import numpy as np
 
 from benchmarks.synthetic import paper_profile
-from tuner.engine_client import EngineClient
+from tuner.core.engine_client import EngineClient
 from tuner.engine_defaults import default_model, plugin_env, vocab_size
-from tuner.goodput import choose_table
+from tuner.core.goodput import choose_table
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.load import closed_loop
 from tuner.prompts import repetitive
-from tuner.table import Table
+from tuner.core.table import Table
 from vllm_patch.hooks import count_step, generated_lengths
 from vllm_patch.policy import PolicyLookup
 from vllm_patch.state import Counters, EngineState, Policy, TableState
@@ -102,10 +102,10 @@ METRICS_BODY = Path(__file__).parent.parent / "tests" / "data" / "vllm-0.32-cpu-
 
 def scrape_parse_ms() -> dict[str, float]:
     """The sidecar's parse of a real vLLM /metrics body: all of it with prometheus_client's parser
-    (what it did before) vs the wanted lines only (tuner.scrape.parse)."""
+    (what it did before) vs the wanted lines only (tuner.core.scrape.parse)."""
     import re
 
-    from tuner import scrape
+    from tuner.core import scrape
 
     text = METRICS_BODY.read_text()
     wanted = timeit.repeat(lambda: scrape.parse(text), number=50, repeat=3)
@@ -155,8 +155,8 @@ def proc_usage(pid: int) -> tuple[float, float]:
     """(CPU seconds, RSS MB) of a process from /proc."""
     stat = Path(f"/proc/{pid}/stat").read_text().split()
     cpu = (int(stat[13]) + int(stat[14])) / os.sysconf("SC_CLK_TCK")
-    rss = next(int(l.split()[1]) for l in Path(f"/proc/{pid}/status").read_text().splitlines()
-               if l.startswith("VmRSS")) / 1024
+    rss = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+               if line.startswith("VmRSS")) / 1024
     return cpu, rss
 
 

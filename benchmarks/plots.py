@@ -46,7 +46,8 @@ def plot(a: Analysis, path: Path, title: str) -> Path:
                      color=color, label=p, alpha=0.8 if fixed else 1.0)
     ax1.axhspan(1 - thr, 1 + thr, color="grey", alpha=0.15, lw=0)
     ax1.axhline(1.0, color="black", lw=0.8)
-    ax1.set(xlim=(-0.6, len(a.loads) - 0.4), xticks=list(x.values()), xticklabels=[f"N={n}\n{a.references.get(n, '')}" for n in a.loads],
+    ax1.set(xlim=(-0.6, len(a.loads) - 0.4), xticks=list(x.values()),
+            xticklabels=[f"N={n}\n{a.references.get(n, '')}" for n in a.loads],
             ylabel="ratio to the reference (family-wise CI)", title="Each policy against the best fixed k")
     ax1.legend(fontsize=7, ncol=2)
     _aa(ax2, a)

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.baselines import turbospec_table
-from tuner.errors import InvalidInput
-from tuner.profile import Profile, load
-from tuner.table import DOCUMENTED_RANGES, Table, documented_table, shrink
+from tuner.core.errors import InvalidInput
+from tuner.core.profile import Profile, load
+from tuner.core.table import DOCUMENTED_RANGES, Table, documented_table, shrink
 
 NOSPEC = "nospec"
 NIGHTJAR = "nightjar-style"

@@ -11,7 +11,7 @@ from benchmarks.markdown import markdown
 from benchmarks.plots import plot
 from benchmarks.stats import Analysis
 from benchmarks.summary import ADAPTIVE, to_json
-from tuner.files import write_atomic
+from tuner.core.files import write_atomic
 
 
 def facts(meta: dict[str, Any], a: Analysis) -> list[str]:

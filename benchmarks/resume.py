@@ -24,13 +24,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tuner.admin_api import StatsReply
-from tuner.engine_client import EngineClient
+from tuner.core.admin_api import StatsReply
+from tuner.core.engine_client import EngineClient
 from tuner.engine_defaults import default_model, plugin_env, vocab_size
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.load import closed_loop
 from tuner.prompts import repetitive
-from tuner.table import Table
+from tuner.core.table import Table
 
 Z = 1.959963984540054
 

@@ -1,11 +1,11 @@
-"""`tabletune bench`: every policy on one engine, in paired blocks, for a planned number of blocks.
+"""`python -m benchmarks`: every policy on one engine, in paired blocks, for a planned number of blocks.
 
 One vLLM with speculation runs every table policy (swapped through the plugin's admin API),
 under a stationary load that keeps running across the swaps; `nospec` gets a second vLLM
 beside it. Rounds of blocks (benchmarks/design.py) go on until the planned number ran or the
 next block would overrun `--budget-s`; the data never decides when to stop, so the verdicts'
-error rates hold (benchmarks/stats.py). Every window is written to cells.csv as soon as its block ends, and the
-caller's `on_round` rewrites the summary after every round, so a run cut short keeps both.
+error rates hold (benchmarks/stats.py). Every window is written to cells.csv as soon as its block
+ends, and the caller's `on_round` rewrites the summary after every round, so a run cut short keeps both.
 """
 
 from __future__ import annotations
@@ -24,14 +24,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from benchmarks.cells import TABLES, Window, write_windows
 from benchmarks.design import LoadPlan, block_order, full_plan, pair_order
 from benchmarks.engines import admin_client, nospec_server, spec_server
-from benchmarks.policies import NIGHTJAR, NOSPEC, PAIRED, engine_args, policy_tables, start_table, unknown_policies
+from benchmarks.policies import (NIGHTJAR, NOSPEC, PAIRED, engine_args, policy_tables, start_table,
+                                 unknown_policies)
 from benchmarks.stateful import FreshBandit, PausedSidecar
 from benchmarks.stats import Settings, twin
 from benchmarks.window import Measured, Settled, measure, swap
-from tuner.engine_client import EngineClient
+from tuner.core.engine_client import EngineClient
 from tuner.launcher import free_port, launch
 from tuner.load import StationaryLoad
-from tuner.profile import Profile
+from tuner.core.profile import Profile
 from tuner.replay import Replay
 
 

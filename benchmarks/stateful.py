@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.window import Settled, settle
-from sidecar.process import sidecar_process
-from tuner.admin_api import PolicyReply
-from tuner.engine_client import EngineClient
+from tabletune.sidecar_process import sidecar_process
+from tuner.core.admin_api import PolicyReply
+from tuner.core.engine_client import EngineClient
 from tuner.launcher import free_port
-from tuner.table import Table
+from tuner.core.table import Table
 from benchmarks.engines import TOKEN
 
 

@@ -24,9 +24,9 @@ from benchmarks.stateful import sidecar
 from tuner.engine_defaults import plugin_env, resolve_model, vocab_size
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.load import Request, StationaryLoad
-from tuner.profile import load
+from tuner.core.profile import load
 from tuner.prompts import repetitive
-from tuner.table import Table
+from tuner.core.table import Table
 
 MAX_TOKENS = 48
 

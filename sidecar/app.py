@@ -23,9 +23,9 @@ from sidecar import logs
 from sidecar.controller import Controller
 from sidecar.server import serve
 from sidecar.settings import SidecarSettings
-from tuner.engine_client import EngineClient
-from tuner.errors import InvalidInput, ProfileMismatch, TableTuneError
-from tuner.profile import Profile, load
+from tuner.core.engine_client import EngineClient
+from tuner.core.errors import InvalidInput, ProfileMismatch, TableTuneError
+from tuner.core.profile import Profile, load
 
 __all__ = ["backoff_delay", "cli", "control_loop", "main", "run"]
 

@@ -1,6 +1,6 @@
 """Who decides at a bucket the engine serves: the measurement, or the model (pure).
 
-The model (G = B·τ(â)/T̂, tuner/goodput.py) ranks k's through two estimates, each with an
+The model (G = B·τ(â)/T̂, tuner/core/goodput.py) ranks k's through two estimates, each with an
 error the confidence draws only partly see: on the H200's 32B model it ranked k=3 2.6% above
 k=2 at B=128 while the engine's throughput put k=2 3-4% ahead, an error of ~5% against
 differences of 1-4%. The plugin measures what each k delivers (sidecar/measured.py), so at a
@@ -87,7 +87,7 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
               previous: tuple[tuple[int, int, tuple[int, ...]], ...] = ()) -> Verdicts:
     """Per served bucket, the k to run and who decided it; the duels still worth running.
     ``futile(start, end, k, c)``: the incumbent k's extra drafts over a smaller c buy nothing
-    and c is no slower (tuner/incumbent.py): c replaces it without waiting for a duel."""
+    and c is no slower (tuner/core/incumbent.py): c replaces it without waiting for a duel."""
     max_b, num_k = G_reps.shape[1], G_reps.shape[2]
     ks = np.asarray(old_ks, dtype=np.int64).copy()
     calls: list[Call] = []

@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from tuner.core.admin_api import BucketK
+
 __all__ = ["MIN_CHANGE_DRAFTS", "AcceptanceChange", "RecentWindow", "StepTimeChange", "acceptance_change",
            "step_time_changes", "step_time_changes_robust"]
 
 FloatArray = npt.NDArray[np.float64]
-Cell = tuple[int, int]
 MIN_CHANGE_DRAFTS = 100.0  # fewer recent drafts at a position are no evidence of a change
 STEP_WINDOW = 5  # scrapes in each of the step-time test's two windows (step_time_changes_robust)
 OLDER_STEPS = 4  # ... and the older steps they are compared with: this many times min_steps
@@ -42,14 +43,14 @@ class RecentWindow:
     """The counts of the last ``size`` complete scrapes."""
 
     size: int = 3
-    _items: deque[tuple[FloatArray, FloatArray, dict[Cell, tuple[float, float]]]] = field(
+    _items: deque[tuple[FloatArray, FloatArray, dict[BucketK, tuple[float, float]]]] = field(
         default_factory=deque)
     # the step times of the last 2·STEP_WINDOW scrapes (the newest are _items' own dicts):
     # the step-time test wants two disjoint windows (step_time_changes_robust)
-    _cells: deque[dict[Cell, tuple[float, float]]] = field(default_factory=deque)
+    _cells: deque[dict[BucketK, tuple[float, float]]] = field(default_factory=deque)
 
     def push(self, accepted: FloatArray, drafted: FloatArray,
-             step_time: Mapping[Cell, tuple[float, float]]) -> None:
+             step_time: Mapping[BucketK, tuple[float, float]]) -> None:
         cells = dict(step_time)
         self._items.append((np.asarray(accepted, dtype=np.float64),
                             np.asarray(drafted, dtype=np.float64), cells))
@@ -63,7 +64,7 @@ class RecentWindow:
         self._items.clear()
         self._cells.clear()
 
-    def scale_step_time(self, factors: Mapping[Cell, float]) -> None:
+    def scale_step_time(self, factors: Mapping[BucketK, float]) -> None:
         """Scale the window's step-time cells as the live totals were (LiveStepTimes.cap), so
         that live minus window stays the older steps alone."""
         for cells in self._cells:
@@ -91,16 +92,16 @@ class RecentWindow:
         acc, dra, _ = self._items[-1]
         return acc.copy(), dra.copy()
 
-    def step_time(self) -> dict[Cell, tuple[float, float]]:
+    def step_time(self) -> dict[BucketK, tuple[float, float]]:
         """(seconds, steps) per cell summed over the window."""
         return _summed([cells for _, _, cells in self._items])
 
-    def newer_step_time(self) -> dict[Cell, tuple[float, float]]:
+    def newer_step_time(self) -> dict[BucketK, tuple[float, float]]:
         """(seconds, steps) per cell over the newer of the two step windows: what a cell keeps
         after a change (its level now, from STEP_WINDOW scrapes rather than the last few)."""
         return _summed(self.step_windows()[1])
 
-    def step_windows(self) -> tuple[list[dict[Cell, tuple[float, float]]], ...]:
+    def step_windows(self) -> tuple[list[dict[BucketK, tuple[float, float]]], ...]:
         """The per-scrape cells of the two last disjoint windows of STEP_WINDOW scrapes
         (older, newer); both empty until 2·STEP_WINDOW scrapes are in."""
         if len(self._cells) < 2 * STEP_WINDOW:
@@ -109,8 +110,8 @@ class RecentWindow:
         return cells[:STEP_WINDOW], cells[STEP_WINDOW:]
 
 
-def _summed(scrapes: list[dict[Cell, tuple[float, float]]]) -> dict[Cell, tuple[float, float]]:
-    out: dict[Cell, tuple[float, float]] = {}
+def _summed(scrapes: list[dict[BucketK, tuple[float, float]]]) -> dict[BucketK, tuple[float, float]]:
+    out: dict[BucketK, tuple[float, float]] = {}
     for cells in scrapes:
         for key, (s, n) in cells.items():
             s0, n0 = out.get(key, (0.0, 0.0))
@@ -155,8 +156,8 @@ def acceptance_change(accepted: FloatArray, drafted: FloatArray, a_hat: FloatArr
     return best
 
 
-def step_time_changes(recent: Mapping[Cell, tuple[float, float]],
-                      older: Mapping[Cell, tuple[float, float]], min_steps: float = 30.0,
+def step_time_changes(recent: Mapping[BucketK, tuple[float, float]],
+                      older: Mapping[BucketK, tuple[float, float]], min_steps: float = 30.0,
                       ratio: float = 1.3) -> list[StepTimeChange]:
     """Cells whose recent mean step is more than ``ratio`` away (either way) from the same
     cell's older live steps. Not from T̂: a profile that was wrong from the start is drift, which
@@ -173,7 +174,7 @@ def step_time_changes(recent: Mapping[Cell, tuple[float, float]],
     return out
 
 
-def _median_ms(scrapes: list[dict[Cell, tuple[float, float]]], cell: Cell) -> float:
+def _median_ms(scrapes: list[dict[BucketK, tuple[float, float]]], cell: BucketK) -> float:
     """The median over scrapes of ``cell``'s per-scrape mean step (ms), counting only scrapes
     with at least MIN_SCRAPE_STEPS of its steps; nan if fewer than half the window's scrapes
     have that many. Unweighted: a scrape full of slow steps (a burst of prefills) is one vote."""
@@ -182,8 +183,8 @@ def _median_ms(scrapes: list[dict[Cell, tuple[float, float]]], cell: Cell) -> fl
     return float(np.median(means)) if 2 * len(means) > len(scrapes) else float("nan")
 
 
-def step_time_changes_robust(window: RecentWindow, live_seconds: Mapping[Cell, float],
-                             live_steps: Mapping[Cell, float], min_steps: float = 30.0,
+def step_time_changes_robust(window: RecentWindow, live_seconds: Mapping[BucketK, float],
+                             live_steps: Mapping[BucketK, float], min_steps: float = 30.0,
                              ratio: float = 1.3) -> list[StepTimeChange]:
     """Cells whose step time left the older live steps' mean by more than ``ratio``, the same
     way, in each of the two last disjoint windows (RecentWindow.step_windows), each window

@@ -24,9 +24,9 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sidecar.estimator import EstimatorState
-from tuner.errors import InvalidInput
-from tuner.files import write_atomic
-from tuner.profile import Profile
+from tuner.core.errors import InvalidInput
+from tuner.core.files import write_atomic
+from tuner.core.profile import Profile
 
 __all__ = ["SCHEMA_VERSION", "Saved", "load", "profile_id", "read", "restore", "save"]
 

@@ -5,7 +5,7 @@
 1. scrape vLLM's /metrics and take counter deltas since the last complete scrape (a counter
    going down, or a new engine start time, is an engine restart: the live table and policy
    are re-pushed to the new engine; missing series or stale plugin values are an incomplete
-   scrape, skipped: sidecar/interval.py);
+   scrape, skipped: sidecar/scrape_delta.py);
 2. add the per-position deltas to the estimator, â_i = (w·a_i + accepted_i)/(w + drafted_i)
    (eq. â, sidecar/estimator.py); without the plugin, drafted_i ≈ num_drafts (biased low);
 3. add the per-(B bucket, k) step-time deltas to the live step times, T̂ = the profile's T
@@ -36,7 +36,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sidecar import checkpoint, compat, interval
+from sidecar import checkpoint, profile_fit, scrape_delta
 from sidecar.change import MIN_CHANGE_DRAFTS, RecentWindow, acceptance_change, step_time_changes_robust
 from sidecar.decision import BIAS_NOTE, Decision, DriftCell, Outcome, Source, range_gains
 from sidecar.engine_table import EngineTable
@@ -47,15 +47,15 @@ from sidecar.measured import MeasuredGoodput
 from sidecar.rebuild import Arbiter, Choice, Inputs, choose, projected
 from sidecar.resume import ResumeTracker
 from sidecar.settings import SidecarSettings
-from sidecar.stats import Stats
+from sidecar.counters import Stats
 from sidecar.step_times import Blend, LiveStepTimes, drifting
-from tuner import scrape
-from tuner.engine_client import EngineClient
-from tuner.errors import EngineUnavailable, InvalidInput, ProfileMismatch, ScrapeError
-from tuner.confidence import better_at
-from tuner.goodput import cliffs, interpolate_step_times
-from tuner.profile import Profile
-from tuner.table import Table
+from tuner.core import scrape
+from tuner.core.engine_client import EngineClient
+from tuner.core.errors import EngineUnavailable, InvalidInput, ProfileMismatch, ScrapeError
+from tuner.core.confidence import better_at
+from tuner.core.goodput import cliffs, interpolate_step_times
+from tuner.core.profile import Profile
+from tuner.core.table import Table
 
 __all__ = ["Controller", "Stats"]
 
@@ -82,7 +82,7 @@ class Controller:
                  clock: Callable[[], float] = time.time) -> None:
         self.settings, self.profile, self.client, self.clock = settings, profile, client, clock
         self.K = profile.K
-        compat.check(profile, None, None, settings.model_name)
+        profile_fit.check(profile, None, None, settings.model_name)
         if settings.min_k > profile.K:
             raise InvalidInput(f"--min-k={settings.min_k} exceeds the profile's "
                                f"num_speculative_tokens={profile.K}; use 0..{profile.K}")
@@ -136,7 +136,7 @@ class Controller:
         if not await self.engine.connect():
             return False
         info = self.engine.info
-        allowed = compat.resolve_allowed_k(self.settings.allowed_k, info, self.K)
+        allowed = profile_fit.resolve_allowed_k(self.settings.allowed_k, info, self.K)
         if self.settings.min_k:  # a floor: never fewer drafts than min_k
             allowed = {k for k in (allowed or range(self.K + 1)) if k >= self.settings.min_k}
             if not allowed:
@@ -193,7 +193,7 @@ class Controller:
                                 "its table", str(exc))
             return None
         if self.last_scrape_ok_at is None:  # the first scrape: the engine's K, once more
-            compat.check(self.profile, None, len(snap.accepted_per_pos))
+            profile_fit.check(self.profile, None, len(snap.accepted_per_pos))
         elif len(snap.accepted_per_pos) != self.K:
             self.conditions.set("scrape", "mismatch", "the engine now has another K than "
                                 "the profile; ignoring its counters",
@@ -227,16 +227,16 @@ class Controller:
         max_age_s = STALE_INTERVALS * self.settings.interval_s
         prev = self.prev
         if prev is None:
-            stale = interval.stale(snap, max_age_s)
-            comparison = interval.Comparison(*(("incomplete", stale) if stale is not None
+            stale = scrape_delta.stale(snap, max_age_s)
+            comparison = scrape_delta.Comparison(*(("incomplete", stale) if stale is not None
                                              else ("rebaseline", "the first scrape")))
         else:
-            comparison = interval.compare(prev, snap, max_age_s)
+            comparison = scrape_delta.compare(prev, snap, max_age_s)
         if comparison.kind == "restart":
             self._restarted(comparison.reason)
-            stale = interval.stale(snap, max_age_s)
+            stale = scrape_delta.stale(snap, max_age_s)
             if stale is not None:  # the plugin's values are the old run's: no baseline
-                self.prev, comparison = None, interval.Comparison("incomplete", stale)
+                self.prev, comparison = None, scrape_delta.Comparison("incomplete", stale)
         if comparison.kind == "incomplete":
             self._scrape_failed("incomplete", "vLLM /metrics incomplete; skipping this "
                                 "interval until a complete scrape covers it", comparison.reason)
@@ -246,7 +246,7 @@ class Controller:
             log.info("new series on vLLM /metrics; counting from this scrape",
                      extra={"reason": comparison.reason})
         if comparison.kind == "ok" and prev is not None:
-            self._feed(interval.delta(prev, snap), snap)
+            self._feed(scrape_delta.delta(prev, snap), snap)
         return comparison.kind
 
     def _restarted(self, reason: str) -> None:
@@ -258,7 +258,7 @@ class Controller:
             "reason": reason, "action": "skipping this interval" +
             ("; re-pushing the table and policy" if self.engine.needs_sync else "")})
 
-    def _feed(self, d: interval.SnapshotDelta, snap: scrape.Snapshot) -> None:
+    def _feed(self, d: scrape_delta.SnapshotDelta, snap: scrape.Snapshot) -> None:
         drafted = (np.asarray(d.drafted_per_pos) if d.drafted_per_pos is not None
                    else np.full(self.K, d.num_drafts))  # stock fallback: biased low
         # a position cannot be kept more often than drafted; stock counters may disagree
@@ -309,7 +309,7 @@ class Controller:
         self.pairs_seen = pairs
         return "measured"
 
-    def _guard_sample(self, d: interval.SnapshotDelta, engine_steps: float) -> None:
+    def _guard_sample(self, d: scrape_delta.SnapshotDelta, engine_steps: float) -> None:
         """One sample of realized goodput for the guardrail: tokens per second this interval."""
         now, before = self.last_scrape_ok_at, self.prev_scrape_ok_at
         request_steps = sum(d.request_steps.values())
@@ -334,7 +334,7 @@ class Controller:
             self.foreign_seen = self.stats.foreign_tables
             self.guard.cancel()
 
-    def _check_resume(self, d: interval.SnapshotDelta, accepted: float, drafted: float) -> None:
+    def _check_resume(self, d: scrape_delta.SnapshotDelta, accepted: float, drafted: float) -> None:
         if d.resume_accepted_per_pos is None or d.resume_drafted_per_pos is None:
             return
         self.resume.observe(d.resume_accepted_per_pos[0], d.resume_drafted_per_pos[0],
@@ -382,8 +382,7 @@ class Controller:
         if found is not None:  # keep only the newest counts; the prior's weight at most this
             # goodput before and after a push under other traffic says nothing of the table:
             # no verdict across the change, and what was held out was judged on the old traffic
-            self.guard.cancel()
-            self.guard.held.clear()
+            self.guard.forget()
             new_acc, new_dra = self.recent.newest()
             if new_dra.size and new_dra[0] >= MIN_CHANGE_DRAFTS:
                 acc, dra = new_acc, new_dra
@@ -418,7 +417,7 @@ class Controller:
         when the engine's table is known and a rebuild has something new since the last)."""
         info = self.engine.info
         if (self.last_batch is None or info is None or not self.settings.guard_window
-                or len(self.guard.baseline) < self.settings.guard_window  # to judge the push
+                or not self.guard.has_baseline  # to judge the push
                 or self.steps_since_rebuild < self.settings.rebuild_every_steps / 4):
             return None
         table = info.parsed_table()

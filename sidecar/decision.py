@@ -3,7 +3,7 @@
 ``Decision`` is logged once per rebuild as ``{"event": "rebuild", "decision": {...}}``.
 Its ``gains`` say, for each range of the new table, the predicted goodput change against the
 old table over that range: mean over B in the range of G(B, k_new) / G(B, k_old(B)) - 1, with
-G(B, k) = B·tau(k)/T(B, k) (eq. G, tuner/goodput.py) at the current estimate â.
+G(B, k) = B·tau(k)/T(B, k) (eq. G, tuner/core/goodput.py) at the current estimate â.
 
 Pure: the functions take arrays and tables and return values.
 """
@@ -16,10 +16,10 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
-from tuner.table import Table
+from tuner.core.table import Table
 
-__all__ = ["BIAS_NOTE", "Call", "Decision", "DriftCell", "Figures", "RangeChange", "RangeGain", "Outcome", "Source",
-           "StepEvidence", "range_gains"]
+__all__ = ["BIAS_NOTE", "Call", "Decision", "DriftCell", "Figures", "RangeChange", "RangeGain", "Outcome",
+           "Source", "StepEvidence", "range_gains"]
 
 Outcome = Literal["pushed", "dry_run", "held", "unchanged", "rejected", "failed", "rolled_back"]
 Source = Literal["plugin", "stock"]  # where accepted_i / drafted_i came from

@@ -22,15 +22,16 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from sidecar import compat
+from sidecar import profile_fit
 from sidecar.decision import Outcome
 from sidecar.logs import Conditions
+from sidecar.counters import Stats
 from sidecar.settings import SidecarSettings
-from sidecar.stats import Stats
-from tuner.engine_client import AdminRejected, EngineClient, TableInfo
-from tuner.errors import EngineUnavailable
-from tuner.profile import Profile
-from tuner.table import Table
+from tuner.core.admin_api import TableReply
+from tuner.core.engine_client import AdminRejected, EngineClient
+from tuner.core.errors import EngineUnavailable
+from tuner.core.profile import Profile
+from tuner.core.table import Table
 
 __all__ = ["EngineTable"]
 
@@ -47,7 +48,7 @@ class EngineTable:
                  conditions: Conditions, stats: Stats, clock: Callable[[], float]) -> None:
         self.settings, self.profile, self.client = settings, profile, client
         self.conditions, self.stats, self.clock = conditions, stats, clock
-        self.info: TableInfo | None = None  # the engine's table, as last read or pushed
+        self.info: TableReply | None = None  # the engine's table, as last read or pushed
         self.has_admin = False  # an admin endpoint answered at start
         self.is_connected = False
         self.desired: Table | None = None  # what we want the engine to run
@@ -82,7 +83,7 @@ class EngineTable:
     async def connect(self) -> bool:
         """Read the engine's table, check the profile against it, set the plugin's policy."""
         try:
-            info: TableInfo | None = await self.client.get_table()
+            info: TableReply | None = await self.client.get_table()
         except EngineUnavailable as exc:
             if not self.settings.dry_run:
                 self.stats.failures["admin_unavailable"] += 1
@@ -94,7 +95,7 @@ class EngineTable:
             info = None
         else:
             self._answered()
-        compat.check(self.profile, info, None, self.settings.model_name)
+        profile_fit.check(self.profile, info, None, self.settings.model_name)
         if info is not None:
             await self._check_served_name()
         if info is not None and not self.settings.dry_run and not await self.put_policy():
@@ -111,7 +112,7 @@ class EngineTable:
                         "--model-name", extra={"error": str(exc)})
             return
         if served != "unknown":  # a plugin that predates the field
-            compat.check_served_name(self.settings.model_name, served)
+            profile_fit.check_served_name(self.settings.model_name, served)
 
     def policy_fields(self) -> dict[str, object]:
         """The policy this sidecar keeps in the engine: the rotation from the settings, and the
@@ -151,7 +152,7 @@ class EngineTable:
         return True  # a 4xx will not change on retry: carry on without it
 
     # -- reading the table: a version we did not write is a foreign table -------------------
-    async def read(self) -> TableInfo | None:
+    async def read(self) -> TableReply | None:
         """The engine's current table (fresh), None without the admin endpoint or on error."""
         if not self.has_admin:
             return None
@@ -169,7 +170,7 @@ class EngineTable:
             with contextlib.suppress(EngineUnavailable):
                 await self.read()
 
-    def _seen(self, fresh: TableInfo) -> None:
+    def _seen(self, fresh: TableReply) -> None:
         known, self.info = self.info, fresh
         if known is None or fresh.version == known.version:
             return
@@ -177,7 +178,7 @@ class EngineTable:
             return  # ours after all (a push whose reply was lost)
         self._foreign(known, fresh)
 
-    def _foreign(self, known: TableInfo, fresh: TableInfo) -> None:
+    def _foreign(self, known: TableReply, fresh: TableReply) -> None:
         self.stats.foreign_tables += 1
         hold_s = self.settings.foreign_hold_s
         if self.settings.dry_run:
@@ -221,7 +222,7 @@ class EngineTable:
         """After an engine restart or a failed push: policy and table back into the engine."""
         try:
             info = await self._call(self.client.get_table(), "reading the engine's table")
-            diffs = compat.mismatches(self.profile, info, None, None)
+            diffs = profile_fit.mismatches(self.profile, info, None, None)
             if diffs:
                 self.needs_sync = False
                 log.error("the restarted engine does not match the profile; not pushing",
@@ -244,7 +245,7 @@ class EngineTable:
             self.conditions.set("sync", "pending", "cannot re-push yet; retrying next tick",
                                 error=str(exc))
 
-    async def push(self, new: Table, fresh: TableInfo | None) -> tuple[Outcome, str]:
+    async def push(self, new: Table, fresh: TableReply | None) -> tuple[Outcome, str]:
         """Write ``new`` unless dry-run, already running, or holding off; outcome and reason."""
         current = fresh.parsed_table() if fresh is not None else None
         if self.settings.dry_run:

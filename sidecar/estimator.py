@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tuner.errors import InvalidInput
+from tuner.core.errors import InvalidInput
 
 __all__ = ["DRAW_PSEUDO", "EstimatorState", "decay_prior", "estimate", "halve_live", "observe"]
 
 # â's uncertainty for the confidence rule is Beta(â·n, (1 - â)·n), n = w + drafted: the prior
 # is already in â and n, so the draws add no pseudo-counts of their own
-# (tuner/confidence.draw_acceptance, ``pseudo``)
+# (tuner/core/confidence.draw_acceptance, ``pseudo``)
 DRAW_PSEUDO = 0.0
 
 FloatArray = npt.NDArray[np.float64]
@@ -91,7 +91,7 @@ class EstimatorState:
 def observe(state: EstimatorState, accepted_delta: Any, drafted_delta: Any) -> None:
     """Add one scrape's per-position count deltas to the live counts (eq. â's counts).
 
-    Deltas must be >= 0: the caller detects counter resets (tuner/scrape.is_reset) and
+    Deltas must be >= 0: the caller detects counter resets (tuner/core/scrape.is_reset) and
     skips that interval instead of feeding negative counts.
     """
     size = state.prior.size

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tuner.table import Table
+from tuner.core.table import Table
 
 __all__ = ["Guardrail", "Sample", "Verdict"]
 
@@ -87,6 +87,17 @@ class Guardrail:
         """Someone else changed the table, or the engine restarted: no verdict on this push."""
         self.trial = None
         self.baseline.clear()
+
+    def forget(self) -> None:
+        """The traffic changed: no verdict across the change, and what was held out was judged
+        on the old traffic."""
+        self.cancel()
+        self.held.clear()
+
+    @property
+    def has_baseline(self) -> bool:
+        """A full window of samples before a push: enough to judge one."""
+        return len(self.baseline) >= self.window
 
     def is_held(self, table: Table, now: float) -> float | None:
         """Until when ``table`` is held out after a rollback, else None."""

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from tuner.admin_api import step_bucket
+from tuner.core.admin_api import step_bucket
 
 __all__ = ["Comparison", "MeasuredGoodput", "confidence_sequence", "pairs_in"]
 

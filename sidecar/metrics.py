@@ -5,7 +5,7 @@
 | tabletune_sidecar_acceptance | position | â_i (eq. â), position 0-based like vLLM's |
 | tabletune_sidecar_prior_weight | | w, after any decay |
 | tabletune_sidecar_live_drafted | position | live drafted_i since the last halving |
-| tabletune_sidecar_table_k | table, batch_size_start, batch_size_end | k per range of the engine's and the recommended table |
+| tabletune_sidecar_table_k | table, batch_size_start, batch_size_end | k per range (engine, recommended) |
 | tabletune_sidecar_rebuilds_total | outcome | rebuilds by outcome |
 | tabletune_sidecar_pushes_total | | tables written to the engine (re-pushes included) |
 | tabletune_sidecar_failures_total | kind | scrape_unavailable, scrape_unreadable, push_rejected, ... |
@@ -29,8 +29,8 @@ from sidecar import probes
 from sidecar.controller import Controller
 from sidecar.estimator import estimate
 from sidecar.rebuild import projected
-from tuner.goodput import tau
-from tuner.table import Table
+from tuner.core.goodput import tau
+from tuner.core.table import Table
 
 __all__ = ["FAILURE_KINDS", "SidecarCollector", "registry_for"]
 

@@ -1,10 +1,10 @@
 """What a rebuild chooses: live acceptance and live step times, split only with confidence (pure).
 
-1. â (sidecar/estimator.py) projected onto a_1 >= a_2 >= ... (tuner/monotone.py), weighted by
+1. â (sidecar/estimator.py) projected onto a_1 >= a_2 >= ... (tuner/core/monotone.py), weighted by
    the evidence behind each position (w + drafted_i): a position the table never drafts keeps
    the prior, but cannot sit above a better-observed earlier one.
 2. T̂ and its spread from the profile and the live steps (sidecar/step_times.py).
-3. The confident table (tuner/confidence.py): a k changes along B only where the gain beats the
+3. The confident table (tuner/core/confidence.py): a k changes along B only where the gain beats the
    tie at the confidence level; ranges narrower than the minimum width merge unless a cliff
    forces them or they hold a bucket live steps measured (``measured``: on the H200 the top bucket, B in
    249..256, ran k=3 at 24.0 ms and k=1 at 19.1 ms over ~1000 steps each, 15% more goodput at
@@ -40,11 +40,11 @@ from sidecar.decision import Call, RangeChange, StepEvidence
 from sidecar.estimator import DRAW_PSEUDO, EstimatorState, estimate
 from sidecar.measured import MeasuredGoodput
 from sidecar.step_times import Blend
-from tuner.confidence import Change, choose_confident, confident_changes, merge_remnants
-from tuner.goodput import Cliff
-from tuner.incumbent import drop_futile, is_futile
-from tuner.monotone import nonincreasing
-from tuner.table import Table
+from tuner.core.confidence import Change, choose_confident, confident_changes, merge_remnants
+from tuner.core.goodput import Cliff
+from tuner.core.incumbent import drop_futile, is_futile
+from tuner.core.monotone import nonincreasing
+from tuner.core.table import Table
 
 __all__ = ["Choice", "Inputs", "choose", "projected"]
 
@@ -125,7 +125,7 @@ def choose(blend: Blend, T_prof: FloatArray, state: EstimatorState, old: Table |
                            confident.table, confident.ks, a_used, a_raw, inputs, arb)
     ks, found = confident_changes(confident.G_reps, old_ks, confident.ks, inputs.tie,
                                   inputs.confidence)
-    # but no incumbent whose extra drafts buy nothing (acceptance ~0): tuner/incumbent.py
+    # but no incumbent whose extra drafts buy nothing (acceptance ~0): tuner/core/incumbent.py
     ks, found = drop_futile(ks, found, blend.T, blend.sigma, a_used, inputs.tie, inputs.confidence)
     if inputs.allowed_k is not None:  # a k no longer allowed (e.g. below --min-k) always goes
         banned = np.isin(np.asarray(old_ks), sorted(inputs.allowed_k), invert=True)

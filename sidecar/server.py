@@ -3,7 +3,7 @@
 | route | 200 | 503 |
 |---|---|---|
 | GET /healthz | the control loop ticked within 3 of its periods | with the reason |
-| GET /readyz | engine connected, a recent complete scrape, admin answering (sidecar/probes.py) | with the reason |
+| GET /readyz | engine up, a recent complete scrape, admin answering (sidecar/probes.py) | with the reason |
 | GET /metrics | the sidecar's own series (sidecar/metrics.py) | |
 | GET /v1/state | what it last saw, and when: estimator, â, tables, last decision, conditions | |
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from tuner.errors import InvalidInput
+from tuner.core.errors import InvalidInput
 
 ENV_PREFIX = "TABLETUNE_SIDECAR_"
 DESCRIPTION = ("Scrape vLLM's /metrics, estimate acceptance, rebuild the table with the profile's "
@@ -102,6 +102,9 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+# Not pydantic-settings' CliSettingsSource: this bridge is ~40 lines, hangs under `tabletune`'s own
+# argparse tree, and turns a ValidationError into one InvalidInput naming flag, env and value
+# (never a token's); the CLI source would need the same error path rebuilt around it.
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per settings field, help text from its description."""
     for name, info in SidecarSettings.model_fields.items():

@@ -3,7 +3,7 @@
 The plugin times every steady engine step per (B bucket, k) under real traffic, prefill of the
 requests that replace finished ones included: ``tabletune_step_seconds_total`` /
 ``tabletune_steps_timed_total``, buckets exact for B <= 16, then the next multiple of 8
-(vllm_patch/state.step_bucket). The profile timed pure decode steps, which can miss what serving
+(tuner/core/admin_api.step_bucket). The profile timed pure decode steps, which can miss what serving
 brings (a CUDA-graph limit crossed by prefill tokens, a runner whose serving steps are slower).
 So step times are estimated like acceptance (sidecar/estimator.py), per cell:
 
@@ -18,20 +18,20 @@ steps of a 3B model at B=16 ran at 0.50-0.57 of the pure-decode profile for k = 
 decision), so a k that only exploration visits should move with the level its neighbours
 measured, not stay at the profile's absolute time while the table's k is corrected (the
 00:51:02 decision pushed k=3 -> 2 at B 17..51 on 6 live steps of k=3 against 172 of k=2, a gain
-that was the bias of comparing a corrected time with an uncorrected one). A k with its own steps departs from the
-level as its evidence grows, each step counted once (λ_k leaves k's own steps out); with no
-other k seen, λ_k = 0 and ρ_k is the profile blended with k's live mean in log space. After each
-rebuild a cell holding more than ``step_memory`` steps is scaled down to that many (old steps
+that was the bias of comparing a corrected time with an uncorrected one). A k with its own steps
+departs from the level as its evidence grows, each step counted once (λ_k leaves k's own steps out);
+with no other k seen, λ_k = 0 and ρ_k is the profile blended with k's live mean in log space. After
+each rebuild a cell holding more than ``step_memory`` steps is scaled down to that many (old steps
 fade; a cell only exploration feeds keeps its few), and a detected change of step time keeps a
-cell's recent steps alone (sidecar/change.py), so the estimate follows the engine. Between two buckets with evidence the correction is
-interpolated (log ρ linear in B); outside them the profile stands: a load never served says
-nothing about its own step time. Each row is projected onto T non-decreasing in k
-(tuner/monotone.py), weighted by the evidence. Not in B: the dense rows are interpolated from
-a few grid points, so a least-squares fit along B would let many rows of one profile point
-outvote a bucket of live steps; the profile is already monotone in B, and only its
+cell's recent steps alone (sidecar/change.py), so the estimate follows the engine. Between two
+buckets with evidence the correction is interpolated (log ρ linear in B); outside them the profile
+stands: a load never served says nothing about its own step time. Each row is projected onto T
+non-decreasing in k (tuner/core/monotone.py), weighted by the evidence. Not in B: the dense rows are
+interpolated from a few grid points, so a least-squares fit along B would let many rows of one
+profile point outvote a bucket of live steps; the profile is already monotone in B, and only its
 correction could break that.
 
-Its spread (for the confidence rule, tuner/confidence.py), on log T:
+Its spread (for the confidence rule, tuner/core/confidence.py), on log T:
 
     σ̂² = (w_T² σ_prof² + n c²) / (w_T + n)²
 
@@ -50,12 +50,12 @@ import numpy as np
 import numpy.typing as npt
 
 from sidecar.decision import DriftCell
-from tuner.monotone import nondecreasing
+from tuner.core.admin_api import BucketK
+from tuner.core.monotone import nondecreasing
 
 __all__ = ["Blend", "LiveStepTimes", "MIN_STEPS", "drifting", "rows_of"]
 
 FloatArray = npt.NDArray[np.float64]
-Cell = tuple[int, int]  # (B bucket, k)
 
 # fewer timed steps than this in a cell give no drift ratio: one slow step is noise, not drift
 MIN_STEPS = 5.0
@@ -80,17 +80,17 @@ class Blend:
 class LiveStepTimes:
     """Live (seconds, steps) per (B bucket, k), capped at each rebuild."""
 
-    seconds: dict[Cell, float] = field(default_factory=dict)
-    steps: dict[Cell, float] = field(default_factory=dict)
+    seconds: dict[BucketK, float] = field(default_factory=dict)
+    steps: dict[BucketK, float] = field(default_factory=dict)
 
-    def observe(self, step_time: Mapping[Cell, tuple[float, float]]) -> None:
+    def observe(self, step_time: Mapping[BucketK, tuple[float, float]]) -> None:
         """Add one scrape's (seconds, count) deltas per (B bucket, k)."""
         for key, (seconds, count) in step_time.items():
             if count > 0 and seconds >= 0:
                 self.seconds[key] = self.seconds.get(key, 0.0) + seconds
                 self.steps[key] = self.steps.get(key, 0.0) + count
 
-    def cap(self, max_steps: float) -> dict[Cell, float]:
+    def cap(self, max_steps: float) -> dict[BucketK, float]:
         """Scale every cell holding more than ``max_steps`` steps down to that many: old steps
         fade where evidence is plentiful, while a k that only exploration visits (a few steps
         a rebuild) keeps what it has. Halving at every rebuild, as for acceptance, would hold
@@ -104,7 +104,7 @@ class LiveStepTimes:
                 self.steps[key] = max_steps
         return factors
 
-    def replace(self, recent: Mapping[Cell, tuple[float, float]]) -> None:
+    def replace(self, recent: Mapping[BucketK, tuple[float, float]]) -> None:
         """Forget the live counts of the cells in ``recent`` and keep only those (a detected
         change of step time: sidecar/change.py)."""
         for key, (seconds, count) in recent.items():
@@ -120,7 +120,7 @@ class LiveStepTimes:
         spans = (rows_of(bucket, max_b) for bucket, count in sorted(ks.items()) if count >= 2)
         return tuple((int(r[0]), int(r[-1])) for r in spans if r.size)
 
-    def live_ms(self, cell: Cell) -> float | None:
+    def live_ms(self, cell: BucketK) -> float | None:
         count = self.steps.get(cell, 0.0)
         return 1000.0 * self.seconds[cell] / count if count > 0 else None
 

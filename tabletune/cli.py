@@ -1,9 +1,9 @@
 """`tabletune`: one console command, a small function per subcommand.
 
-This is the application layer: it imports tuner/, sidecar/ and (from a source checkout only)
-benchmarks/, and nothing imports it. Bad input ends in one line naming the argument, the value
-and the fix, and exit status 2 (every TableTuneError); anything else is a bug and keeps its
-traceback.
+This is the application layer: it imports tuner/ and sidecar/, and nothing shipped imports it.
+The bench is not here: it runs from a source checkout as `python -m benchmarks` (`make bench`).
+Bad input ends in one line naming the argument, the value and the fix, and exit status 2 (every
+TableTuneError); anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tuner.errors import InvalidInput, TableTuneError
+from tuner.core.errors import InvalidInput, TableTuneError
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -45,8 +45,8 @@ def _sidecar(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from sidecar.status import render
-    from tuner.errors import EngineUnavailable
+    from tabletune.status import render
+    from tuner.core.errors import EngineUnavailable
 
     url = args.sidecar.rstrip("/")
     if not url.startswith(("http://", "https://")):
@@ -84,25 +84,6 @@ def _demo(args: argparse.Namespace) -> int:
     return run(Path(args.out), seconds=args.seconds, load=args.load)
 
 
-def _no_bench(args: argparse.Namespace) -> int:
-    raise InvalidInput("the benchmark harness (benchmarks/) is not installed with the package; "
-                       "run it from a source checkout's root: python -m benchmarks --profile ...")
-
-
-def _add_bench(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """`tabletune bench` from a source checkout; the wheel ships without benchmarks/."""
-    try:
-        from benchmarks.cli import add_parser
-    except ImportError:
-        # every argument is taken as text (no prefix chars), so even --help reaches _no_bench
-        p = sub.add_parser("bench", help="(source checkout only) throughput of every policy",
-                           add_help=False, prefix_chars="\x00")
-        p.add_argument("rest", nargs=argparse.REMAINDER)
-        p.set_defaults(func=_no_bench)
-        return
-    add_parser(sub)
-
-
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="tabletune", description=(
         "Measured, self-correcting draft-length tables for vLLM Dynamic Speculative Decoding."))
@@ -128,7 +109,6 @@ def parser() -> argparse.ArgumentParser:
     from tuner.commands import add_parsers
 
     add_parsers(sub)
-    _add_bench(sub)
 
     from sidecar.settings import DESCRIPTION, add_arguments
 

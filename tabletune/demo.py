@@ -18,17 +18,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sidecar.process import sidecar_process
+from tabletune.sidecar_process import sidecar_process
 from tuner.config import TuneConfig
-from tuner.engine_client import EngineClient
+from tuner.core.engine_client import EngineClient
 from tuner.engine_defaults import default_model, plugin_env, vocab_size
 from tuner.findings import edge_lines
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.load import closed_loop
-from tuner.profile import Profile
+from tuner.core.profile import Profile
 from tuner.prompts import random_tokens, repetitive
 from tuner.report import write_report
-from tuner.table import Table
+from tuner.core.table import Table
 from tuner.tune import tune
 
 TOKEN = "demo-token"

@@ -18,7 +18,7 @@ from hypothesis import settings
 
 from tuner.engine_defaults import default_model, plugin_env, vocab_size
 from tuner.launcher import ServerConfig, SpeculativeSpec, VllmServer, free_port, launch
-from tuner.table import Table
+from tuner.core.table import Table
 
 # No per-example deadline: the session's vLLM shares the cores with the tests, and speed is
 # measured in benchmarks, not asserted in tests (a 200 ms deadline flaked under that load).

@@ -10,7 +10,8 @@ import aiohttp
 from tuner.serve import complete
 
 
-async def burst(url: str, prompts: list[Any], max_tokens: int, temperature: float = 0.0) -> list[dict[str, Any]]:
+async def burst(url: str, prompts: list[Any], max_tokens: int,
+                temperature: float = 0.0) -> list[dict[str, Any]]:
     """Send every prompt at once; return the replies."""
     async with aiohttp.ClientSession() as s:
         return await asyncio.gather(*[complete(s, url, p, max_tokens, temperature) for p in prompts])

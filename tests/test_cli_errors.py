@@ -73,7 +73,7 @@ def test_bad_input_is_one_line_and_exit_2(argv: list[str], says: str, tmp_path: 
 
 
 def test_a_bug_is_not_called_bad_input(profile: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tuner.profile import Profile
+    from tuner.core.profile import Profile
 
     def boom(*a: object, **kw: object) -> None:
         raise ValueError("a numpy error deep in the math")
@@ -110,7 +110,7 @@ def test_table_writes_tensorrt_llms_schedule_too(profile: Path, capsys: pytest.C
 
 def test_table_saves_the_profile_re_tabled_by_this_rule(profile: Path, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    from tuner.profile import load
+    from tuner.core.profile import load
 
     old = load(profile)
     old.table = [[1, old.engine.max_num_seqs, 0]]  # the table an older rule stored

@@ -22,7 +22,7 @@ from sidecar.app import main
 from tests.conftest import STARTUP_TABLE, Engine
 from tests.deploy.test_monitoring import RULES, named_series
 from tests.sidecar.fake_engine import make_profile, settings
-from tuner.engine_client import EngineClient
+from tuner.core.engine_client import EngineClient
 from tuner.launcher import free_port
 from tuner.load import Request, StationaryLoad
 from tuner.prompts import repetitive

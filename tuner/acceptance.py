@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tuner.errors import InvalidInput
+from tuner.core.errors import InvalidInput
 
 __all__ = ["from_histogram", "monotone", "per_position", "stock_estimate"]
 

@@ -15,14 +15,14 @@ import aiohttp
 import numpy as np
 
 from tuner.acceptance import per_position, stock_estimate
-from tuner.engine_client import AdminRejected, EngineClient
-from tuner.errors import EngineUnavailable
+from tuner.core.engine_client import AdminRejected, EngineClient
+from tuner.core.errors import EngineUnavailable
 from tuner.launcher import VllmServer
 from tuner.load import complete, fresh_connections
-from tuner.profile import AcceptanceMeasurement
+from tuner.core.profile import AcceptanceMeasurement
 from tuner.prompts import Prompt
 from tuner.replay import Replay
-from tuner.scrape import parse
+from tuner.core.scrape import parse
 
 STOCK_NOTE = ("vLLM's stock accepted_i / num_drafts: biased low when draft lengths vary (ngram "
               "no-match, DSD), because num_drafts counts drafts that never had position i")

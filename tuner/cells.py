@@ -4,7 +4,7 @@ A batch size's cells (B, k) are timed in rounds: each round times every k still 
 alternating order (k = 0..K, then K..0: tuner.sweep.repeat_order), so a slow stretch of the
 host falls on every k of that B alike and a linear drift cancels over two rounds. After
 `repeats` rounds, a cell stays due while fewer than `repeats` of its samples held their batch
-or its 95% interval is wider than ± `ci_target` (tuner/samples.needs_more), up to
+or its 95% interval is wider than ± `ci_target` (tuner/core/samples.needs_more), up to
 `max_repeats`. With one vLLM per k (the paper's way) a round holds a single k.
 """
 
@@ -17,10 +17,10 @@ from collections.abc import Awaitable, Callable
 from tqdm import tqdm
 
 from tuner.config import TuneConfig
-from tuner.goodput import tau
-from tuner.profile import Cell, Profile, StepSample
+from tuner.core.goodput import tau
+from tuner.core.profile import Cell, Profile, StepSample
 from tuner.prompts import repetitive
-from tuner.samples import cell_estimate, needs_more, usable
+from tuner.core.samples import cell_estimate, needs_more, usable
 from tuner.sweep import CellTimer, PromptSource, repeat_order
 
 __all__ = ["measure_batch", "record_cell", "time_one", "timing_prompts", "todo"]

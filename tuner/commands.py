@@ -13,13 +13,13 @@ from pydantic import ValidationError
 
 from tuner import flags, schedules
 from tuner.engine_defaults import default_model, vocab_size
-from tuner.errors import InvalidInput
-from tuner.goodput import interpolate_step_times, predicted_loss
-from tuner.profile import Profile, load
+from tuner.core.errors import InvalidInput
+from tuner.core.goodput import interpolate_step_times, predicted_loss
+from tuner.core.profile import Profile, load
 from tuner.prompts import load_file, repetitive
 from tuner.sweep import default_grid
-from tuner.table import Table
-from tuner.workload import Workload
+from tuner.core.table import Table
+from tuner.core.workload import Workload
 
 if TYPE_CHECKING:
     from tuner.config import TuneConfig
@@ -29,7 +29,7 @@ def _grid(raw: str | None, max_num_seqs: int) -> list[int]:
     return flags.ints(raw, "--grid") if raw else default_grid(max_num_seqs)
 
 
-def tune_config(args: argparse.Namespace) -> "TuneConfig":
+def tune_config(args: argparse.Namespace) -> TuneConfig:
     """The flags as a TuneConfig; InvalidInput naming the flag on a bad value."""
     from tuner.config import TuneConfig
 

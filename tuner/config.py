@@ -9,10 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tuner.engine_defaults import model_shape, vocab_size
 from tuner.hardware import hardware, vllm_version
 from tuner.launcher import MODEL_DRAFTERS
-from tuner.profile import EngineInfo
+from tuner.core.profile import EngineInfo
 from tuner.prompts import Prompt
 from tuner.replay import Replay
-from tuner.workload import Workload
+from tuner.core.workload import Workload
 
 __all__ = ["TuneConfig", "engine_info"]
 

@@ -10,7 +10,7 @@ import json
 import os
 from pathlib import Path
 
-from tuner.errors import InvalidInput
+from tuner.core.errors import InvalidInput
 from tuner.tiny_model import ModelPaths, build
 
 

@@ -9,11 +9,11 @@ import statistics
 
 import numpy as np
 
-from tuner.confidence import Confident
-from tuner.goodput import cliff_warnings, cliffs, refine_points
-from tuner.profile import Profile, StepSample
-from tuner.samples import cell_estimate, filled, spread, usable
-from tuner.table import Table
+from tuner.core.confidence import Confident
+from tuner.core.goodput import cliff_warnings, cliffs, refine_points
+from tuner.core.profile import Profile, StepSample
+from tuner.core.samples import cell_estimate, filled, spread, usable
+from tuner.core.table import Table
 
 __all__ = ["batch_warnings", "client_engine_gap", "cliff_lines", "edge_lines", "interval_line",
            "new_refine_points", "noise_line", "repeat_spreads", "underfilled"]

@@ -12,9 +12,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tuner.errors import InvalidInput, InvalidTable
+from tuner.core.errors import InvalidInput, InvalidTable
 from tuner.replay import Replay
-from tuner.table import Table
+from tuner.core.table import Table
 
 __all__ = ["add_engine_flags", "ints", "rates", "replay", "table"]
 

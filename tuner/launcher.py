@@ -32,8 +32,8 @@ from typing import Any
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tuner.errors import EngineStartError, InvalidInput
-from tuner.table import Table, check_for_engine
+from tuner.core.errors import EngineStartError, InvalidInput
+from tuner.core.table import Table, check_for_engine
 
 LOG_TAIL_LINES = 25
 _CAUSE = re.compile(r"(\w+(Error|Exception)|error|Error|Killed|RuntimeError)[:\s]")

@@ -7,8 +7,9 @@ Throughput is read from the engine's own `vllm:generation_tokens_total` over a s
 after a warm-up, so requests straddling the window edges are counted exactly (only the tokens
 generated inside it). Each worker's first request is cut short by a different amount, so the
 N requests do not start and finish in lock-step: with equal lengths (ignore_eos) they would
-prefill and complete in waves, and a short window would catch one wave or two by chance. Requests still in flight at the end are cancelled and the engine is left
-idle before the next cell.
+prefill and complete in waves, and a short window would catch one wave or two by chance.
+Requests still in flight at the end are cancelled and the engine is left idle before the next
+cell.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from tuner.admin_api import StatsReply
+from tuner.core.admin_api import StatsReply
 from tuner.step_clock import StepLoad, step_load
 
 GEN_TOKENS = "vllm:generation_tokens_total"

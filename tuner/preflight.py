@@ -9,9 +9,9 @@ import statistics
 from tuner.cells import timing_prompts
 from tuner.config import TuneConfig
 from tuner.engine_defaults import plugin_env
-from tuner.goodput import tau
+from tuner.core.goodput import tau
 from tuner.launcher import ServerConfig, free_port, launch
-from tuner.profile import Preflight, Profile
+from tuner.core.profile import Preflight, Profile
 from tuner.sweep import CellTimer
 
 __all__ = ["preflight"]

@@ -14,7 +14,7 @@ import json
 import random
 from pathlib import Path
 
-from tuner.errors import InvalidInput
+from tuner.core.errors import InvalidInput
 from tuner.tiny_model import BIGRAM_SEED, SPECIAL_TOKENS, successor_map
 
 Prompt = str | list[int]

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from tuner import findings
-from tuner.goodput import goodput, interpolate_step_times, predicted_loss
-from tuner.profile import Profile
-from tuner.samples import usable
-from tuner.table import Table, documented_table
+from tuner.core.goodput import goodput, interpolate_step_times, predicted_loss
+from tuner.core.profile import Profile
+from tuner.core.samples import usable
+from tuner.core.table import Table, documented_table
 
 COLORS = ["#444444", "#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
           "#bcbd22"]
@@ -110,7 +110,8 @@ def markdown(profile: Profile, png_name: str) -> str:
              f"- engine: {e.vllm_version}, {e.hardware}, method `{e.method}`, K={e.num_speculative_tokens}, "
              f"max_num_seqs={e.max_num_seqs}, temperature {e.temperature}",
              f"- acceptance a_i ({acc.source}, {acc.num_prompts} prompts): "
-             + ", ".join(f"a{i + 1}={x:.3f}" for i, x in enumerate(acc.a)) + (f" — {acc.note}" if acc.note else ""),
+             + ", ".join(f"a{i + 1}={x:.3f}" for i, x in enumerate(acc.a))
+             + (f" — {acc.note}" if acc.note else ""),
              "- step times: " + (
                  "pure decode steps (reject-all, the paper's method)" if profile.workload is None else
                  f"steady serving of {profile.workload.prompt_tokens}-token prompts and "
@@ -129,7 +130,8 @@ def markdown(profile: Profile, png_name: str) -> str:
              "## Recommendation", "", f"**{profile.recommendation().summary}**", "",
              "## Why this table", ""] + [f"- {line}" for line in findings.edge_lines(profile.build())] + [
              "", "Step times in ms, median [95% interval]:", "",
-             "| B | " + " | ".join(f"T(k={k}) ms" for k in range(profile.K + 1)) + " | tuned k | loss tuned | loss documented |",
+             "| B | " + " | ".join(f"T(k={k}) ms" for k in range(profile.K + 1))
+             + " | tuned k | loss tuned | loss documented |",
              "|---" * (profile.K + 5) + "|"]
     lo, hi = (profile._grid_matrix(v) for v in ("ci_low_ms", "ci_high_ms"))
 
@@ -139,7 +141,8 @@ def markdown(profile: Profile, png_name: str) -> str:
 
     for g, B in enumerate(profile.grid):
         lines.append(f"| {B} | " + " | ".join(cell(g, k) for k in range(profile.K + 1))
-                     + f" | {tuned.k_at(B)} | {loss_tuned[B - 1] * 100:.1f}% | {loss_doc[B - 1] * 100:.1f}% |")
+                     + f" | {tuned.k_at(B)} | {loss_tuned[B - 1] * 100:.1f}%"
+                     + f" | {loss_doc[B - 1] * 100:.1f}% |")
     cells = [c for c in profile.cells]
     if cells:
         lines += ["", f"Per-cell measuring time: median {np.median([c.wall_s for c in cells]):.1f}s "

@@ -1,7 +1,7 @@
 """One schedule, more engines: a table written in the form each engine takes (pure).
 
 - vLLM: `speculative_config.num_speculative_tokens_per_batch_size = [[start_bs, end_bs, K], ...]`
-  (inclusive ranges; gaps and the tail carry the last K forward; tuner/table.py).
+  (inclusive ranges; gaps and the tail carry the last K forward; tuner/core/table.py).
 - TensorRT-LLM (PyTorch backend): `speculative_config.draft_len_schedule = {batch_size: draft_len}`.
   Since TensorRT-LLM PR #10860 (merged March 2026, `tensorrt_llm/_torch/speculative/utils.py`
   `get_draft_len_for_batch_size`) a key is the LAST batch size of its range: the draft length
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tuner.table import Table
+from tuner.core.table import Table
 
 __all__ = ["FORMATS", "trtllm_draft_len", "trtllm_schedule", "write"]
 

@@ -11,11 +11,11 @@ import aiohttp
 
 from tuner import flags
 from tuner.engine_defaults import default_model, plugin_env, vocab_size
-from tuner.errors import InvalidInput
+from tuner.core.errors import InvalidInput
 from tuner.launcher import ServerConfig, SpeculativeSpec, VllmServer, launch
 from tuner.load import complete
 from tuner.prompts import repetitive
-from tuner.table import Table, check_for_engine
+from tuner.core.table import Table, check_for_engine
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tuner.admin_api import StatsReply
+from tuner.core.admin_api import StatsReply
 
 __all__ = ["EngineClock", "StepLoad", "engine_clock", "implausible", "last_seq", "steady_steps", "step_load"]
 

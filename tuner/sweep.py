@@ -21,15 +21,15 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from tuner.admin_api import NO_STEPS, StatsReply
-from tuner.engine_client import EngineClient
-from tuner.errors import EngineUnavailable
+from tuner.core.admin_api import NO_STEPS, StatsReply
+from tuner.core.engine_client import EngineClient
+from tuner.core.errors import EngineUnavailable
 from tuner.launcher import VllmServer, log_tail
 from tuner.load import complete, first_lengths, fresh_connections
-from tuner.profile import StepSample
-from tuner.samples import BATCH_FILL
+from tuner.core.profile import StepSample
+from tuner.core.samples import BATCH_FILL
 from tuner.step_clock import engine_clock, last_seq, steady_steps, step_load
-from tuner.workload import Workload
+from tuner.core.workload import Workload
 
 PromptSource = Callable[[int, int], list[Any]]  # (n, seed) -> prompts
 T = TypeVar("T")
@@ -94,7 +94,7 @@ class CellTimer:
         try:
             await asyncio.gather(*[complete(self.session, self.server.url, p, max_tokens,
                                             model=self.model_name) for p in prompts])
-        except (aiohttp.ClientError, RuntimeError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError, RuntimeError) as exc:
             if not self.server.is_running:
                 raise EngineUnavailable(f"vLLM died during the sweep ({exc}); finished cells "
                                         f"are saved.\n--- log tail ---\n"
@@ -173,7 +173,8 @@ class CellTimer:
             if load is None or load.requests_per_step >= BATCH_FILL * B:
                 return now  # None: a plugin without the exact totals, nothing to wait on
             # a new high by half a request: slow steady growth at large B is still growth
-            best, flat = (load.requests_per_step, 0) if load.requests_per_step > best + 0.5 else (best, flat + 1)
+            improved = load.requests_per_step > best + 0.5
+            best, flat = (load.requests_per_step, 0) if improved else (best, flat + 1)
             if flat >= patience or time.monotonic() > deadline:
                 return now
             since = now

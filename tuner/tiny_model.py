@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner.files import write_atomic
+from tuner.core.files import write_atomic
 
 TARGET_SHAPE: dict[str, Any] = dict(hidden_size=512, intermediate_size=1376, num_hidden_layers=4,
                     num_attention_heads=4, num_key_value_heads=2)

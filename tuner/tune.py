@@ -21,17 +21,17 @@ from tqdm import tqdm
 
 from tuner import findings
 from tuner.acceptance_run import measure_acceptance
-from tuner.admin_api import TableReply
+from tuner.core.admin_api import TableReply
 from tuner.cells import measure_batch, timing_prompts, todo
 from tuner.config import TuneConfig, engine_info
-from tuner.engine_client import AdminRejected, EngineClient
+from tuner.core.engine_client import AdminRejected, EngineClient
 from tuner.engine_defaults import plugin_env
-from tuner.errors import EngineUnavailable
-from tuner.graphs import grid_points
+from tuner.core.errors import EngineUnavailable
+from tuner.core.graphs import grid_points
 from tuner.launcher import ServerConfig, SpeculativeSpec, VllmServer, free_port, launch
-from tuner.profile import GraphInfo, Profile, load
+from tuner.core.profile import GraphInfo, Profile, load
 from tuner.sweep import CellTimer
-from tuner.table import Table, every_k_table
+from tuner.core.table import Table, every_k_table
 
 __all__ = ["run", "summary", "tune"]
 
@@ -71,7 +71,7 @@ def server_for(cfg: TuneConfig, k: int | None, admin_port: int, reject_all: bool
 
 def adopt_graphs(cfg: TuneConfig, profile: Profile, info: TableReply) -> TuneConfig:
     """Record what the engine says of its CUDA graphs and token budget, and measure both sides
-    of every boundary they put inside the grid (tuner/graphs.py): a cliff found before it is
+    of every boundary they put inside the grid (tuner/core/graphs.py): a cliff found before it is
     interpolated over. The points join the profile as its own (like --refine's)."""
     if profile.graph is None and (info.cudagraph_capture_sizes or info.max_num_batched_tokens):
         profile.graph = GraphInfo(capture_sizes=info.cudagraph_capture_sizes or [],

@@ -1,7 +1,7 @@
 """The plugin's admin API: routes, validation and replies. The HTTP server is admin_server.py.
 
 Routes (JSON in and out; PUTs need `Authorization: Bearer <token>` when a token is configured;
-bodies and replies are the models of tuner/admin_api.py):
+bodies and replies are the models of tuner/core/admin_api.py):
 
 | route                  | body                                     | effect / reply                       |
 |------------------------|------------------------------------------|--------------------------------------|
@@ -37,9 +37,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tuner.admin_api import EmulationBody, PolicyBody, TableBody, check_exploration
-from tuner.errors import InvalidTable
-from tuner.table import check_for_engine
+from tuner.core.admin_api import EmulationBody, PolicyBody, TableBody, check_exploration
+from tuner.core.errors import InvalidTable
+from tuner.core.table import check_for_engine
 from vllm_patch import emulation
 from vllm_patch.state import EngineState, Policy, TableState, accepted_per_pos, drafted_per_pos
 

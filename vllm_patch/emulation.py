@@ -28,7 +28,7 @@ import os
 import tempfile
 from typing import Any
 
-from tuner.files import write_atomic
+from tuner.core.files import write_atomic
 
 log = logging.getLogger("vllm.tabletune")
 ENV_FILE = "TABLETUNE_EMULATION_FILE"

@@ -50,7 +50,7 @@ def missing_attrs(obj: object, names: tuple[str, ...]) -> list[str]:
 
 def engine_state(scheduler: Any, settings: PluginSettings) -> EngineState:
     """The plugin's state for this Scheduler: its startup table as version 1, the policy from the settings."""
-    from tuner.table import Table
+    from tuner.core.table import Table
 
     num_spec = int(scheduler.num_spec_tokens or 0)
     max_num_seqs = int(scheduler.scheduler_config.max_num_seqs)

@@ -25,7 +25,7 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from tuner.admin_api import NO_STEPS
+from tuner.core.admin_api import NO_STEPS
 
 log = logging.getLogger("vllm.tabletune")
 FETCH_TIMEOUT_S = 0.5

@@ -23,10 +23,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuner.admin_api import check_exploration, check_rates
+from tuner.core.admin_api import check_exploration, check_rates
 
 MAX_BODY_BYTES = 64 * 1024
-MAX_EXPLORE_RUN = 64  # PolicyBody's bound (tuner/admin_api.py)
+MAX_EXPLORE_RUN = 64  # PolicyBody's bound (tuner/core/admin_api.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,8 +15,8 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.admin_api import step_bucket
-from tuner.table import Table
+from tuner.core.admin_api import step_bucket
+from tuner.core.table import Table
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +199,7 @@ class EngineState:
     hook_errors: int = 0
     emulation: tuple[float, ...] | None = None
     emulation_enabled: bool = False
-    # where steps leave the CUDA graphs or the token budget (the tuner's grid, tuner/graphs.py)
+    # where steps leave the CUDA graphs or the token budget (the tuner's grid, tuner/core/graphs.py)
     cudagraph_capture_sizes: tuple[int, ...] | None = None
     max_num_batched_tokens: int | None = None
     bandit: Any = None  # vllm_patch.bandit.Bandit while the nightjar baseline is on

@@ -8,7 +8,7 @@ import pytest
 
 from benchmarks.policies import policy_tables, unknown_policies
 from tests.sidecar.fake_engine import make_profile
-from tuner.errors import InvalidInput
+from tuner.core.errors import InvalidInput
 
 
 def test_tuned_of_names_another_profiles_table_of_the_same_engine(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from benchmarks.cells import TABLES, Window
 from benchmarks.inference import holm, t_ppf, t_sf
-from benchmarks.stats import Settings, analyze, load_family
+from benchmarks.stats import analyze, load_family
 
 
 def blocks(truth: dict[str, dict[int, float]], n_blocks: int, noise: float, seed: int = 0,

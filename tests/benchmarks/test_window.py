@@ -12,8 +12,8 @@ from aiohttp.test_utils import TestServer
 
 from benchmarks.window import generated
 from tuner.step_clock import implausible
-from tuner.engine_client import EngineClient
-from tuner.errors import ScrapeError
+from tuner.core.engine_client import EngineClient
+from tuner.core.errors import ScrapeError
 from tuner.step_clock import StepLoad
 
 STEPS = StepLoad(steps=220, step_ms=8.1, requests_per_step=64.0, tokens_per_step=359.0)

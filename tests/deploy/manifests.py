@@ -84,7 +84,8 @@ def kustomizations() -> list[Kustomization]:
     return found
 
 
-def local_resources(k: Kustomization, seen: frozenset[Path] = frozenset()) -> tuple[set[tuple[str, str]], bool]:
+def local_resources(k: Kustomization, seen: frozenset[Path] = frozenset()
+                    ) -> tuple[set[tuple[str, str]], bool]:
     """(kind, name) of every resource a kustomization accumulates from local files, and whether
     any resource is remote (then the set is incomplete). Minimal: namePrefix/nameSuffix only."""
     if k.dir in seen:

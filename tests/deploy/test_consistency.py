@@ -22,12 +22,12 @@ from urllib.parse import urlsplit
 import pytest
 from dockerfile_parse import DockerfileParser
 
-from sidecar.compat import mismatches
+from sidecar.profile_fit import mismatches
 from sidecar.settings import ENV_PREFIX, SidecarSettings, flag, from_args
 from tabletune.cli import parser as cli_parser
 from tests.deploy import manifests as m
-from tuner.profile import load as load_profile
-from tuner.table import Table, check_for_engine
+from tuner.core.profile import load as load_profile
+from tuner.core.table import Table, check_for_engine
 from vllm_patch.settings import from_env as plugin_from_env
 
 ADMIN_PORT = 8500
@@ -69,7 +69,8 @@ def all_env_names() -> list[tuple[str, str]]:
     for df in sorted(m.DEPLOY.glob("*Dockerfile")):
         out += [(df.name, n) for n in DockerfileParser(path=str(df)).envs]
     for md in sorted(m.DEPLOY.rglob("*.md")):
-        out += [(str(md.relative_to(m.ROOT)), n) for n in re.findall(r"\b(TABLETUNE_[A-Z0-9_]*[A-Z0-9])\b", md.read_text(encoding="utf-8"))]
+        names = re.findall(r"\b(TABLETUNE_[A-Z0-9_]*[A-Z0-9])\b", md.read_text(encoding="utf-8"))
+        out += [(str(md.relative_to(m.ROOT)), n) for n in names]
     return out
 
 
@@ -119,8 +120,8 @@ def test_checker_refuses_a_wrong_flag_and_env(monkeypatch: pytest.MonkeyPatch) -
     bad = m.Container("inline", {}, {}, {"name": m.SIDECAR_CONTAINER, "args": ["--dryrun"]}, True)
     with pytest.raises(AssertionError, match="refuses"):
         sidecar_settings(bad, monkeypatch)
-    bad = m.Container("inline", {}, {}, {"name": m.SIDECAR_CONTAINER,
-                                         "env": [{"name": ENV_PREFIX + "LISTEN_PORT", "value": "http"}]}, True)
+    env = [{"name": ENV_PREFIX + "LISTEN_PORT", "value": "http"}]
+    bad = m.Container("inline", {}, {}, {"name": m.SIDECAR_CONTAINER, "env": env}, True)
     with pytest.raises(ValueError):
         sidecar_settings(bad, monkeypatch)
 
@@ -148,7 +149,8 @@ def check_pod(group: list[m.Container], services: list[dict[str, Any]], monkeypa
     assert not pod.get("readinessGates"), where
     live = sidecar.spec["livenessProbe"]
     assert live["httpGet"]["path"] == "/healthz"
-    assert live.get("failureThreshold", 3) * live.get("periodSeconds", 10) >= 60, f"{where}: liveness too eager"
+    assert live.get("failureThreshold", 3) * live.get("periodSeconds", 10) >= 60, \
+        f"{where}: liveness too eager"
     assert live.get("timeoutSeconds", 1) >= 2, where
     for kind in ("requests", "limits"):
         assert {"cpu", "memory"} <= set(sidecar.spec["resources"][kind]), f"{where}: sidecar {kind}"
@@ -221,7 +223,8 @@ def check_pod(group: list[m.Container], services: list[dict[str, Any]], monkeypa
     if args is not None:
         assert "--speculative-config=$(SPECULATIVE_CONFIG)" in args, f"{where}: engine ignores the profile"
         served = m.arg_value(args, "--served-model-name") or args[0]
-        assert s.model_name == served, f"{where}: sidecar reads model_name={s.model_name}, vLLM serves {served}"
+        assert s.model_name == served, \
+            f"{where}: sidecar reads model_name={s.model_name}, vLLM serves {served}"
 
 
 @pytest.mark.parametrize("source", COMPLETE_POD_FILES)
@@ -234,7 +237,8 @@ def test_pod_files_agree(source: str, monkeypatch: pytest.MonkeyPatch, tmp_path:
     check_pod(groups[0], services, monkeypatch, tmp_path)
 
 
-def test_rendered_pods_agree(renders: dict[str, list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_rendered_pods_agree(renders: dict[str, list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch,
+                             tmp_path: Path) -> None:
     checked = 0
     for name, docs in renders.items():
         services = [d for d in docs if d["kind"] == "Service"]
@@ -268,7 +272,7 @@ def test_base_engine_matches_its_profile() -> None:
 @pytest.mark.parametrize(("pod_file", "profile_dir"), [("base/deployment.yaml", "base/profile"),
                          ("llm-d/tabletune/patch-decode.yaml", "llm-d/tabletune/profile")])
 def test_sidecar_accepts_its_profile(pod_file: str, profile_dir: str) -> None:
-    """The sidecar refuses at start a profile for another model (sidecar/compat.py)."""
+    """The sidecar refuses at start a profile for another model (sidecar/profile_fit.py)."""
     profile = load_profile(m.DEPLOY / profile_dir / "profile.json")
     (sidecar,) = [c for c in m.containers(m.load_docs(m.DEPLOY / pod_file), pod_file) if m.is_sidecar(c)]
     assert mismatches(profile, None, None, sidecar.env()["TABLETUNE_SIDECAR_MODEL_NAME"]) == []
@@ -300,8 +304,7 @@ def test_job_tunes_what_the_base_serves() -> None:
 def test_job_flags_are_the_tuners() -> None:
     ap = cli_parser()
     sub = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction))
-    if "tune" not in sub.choices:
-        pytest.skip("`tabletune tune` is not in tuner/cli.py yet")
+    assert "tune" in sub.choices, "`tabletune tune` is missing from tabletune/cli.py"
     job = _job()
     assert job.spec["command"] == ["tabletune", "tune"]
     try:

@@ -87,7 +87,8 @@ def test_plugin_image() -> None:
             if "=" in i["value"]}
     assert args["VLLM_IMAGE"] == "vllm/vllm-openai"
     assert final_stage(d)[0]["value"] == "${VLLM_IMAGE}:${VLLM_VERSION}"
-    installs = [i["value"] for i in final_stage(d) if i["instruction"] == "RUN" and "pip install" in i["value"]]
+    installs = [i["value"] for i in final_stage(d)
+                if i["instruction"] == "RUN" and "pip install" in i["value"]]
     assert installs and all("--no-deps" in r for r in installs), "pip install --no-deps onto vLLM"
     assert d.envs["TABLETUNE_ADMIN_HOST"] == "127.0.0.1"
     assert d.envs["TABLETUNE_ADMIN_PORT"] == "8500"
@@ -101,7 +102,8 @@ def test_plugin_image() -> None:
 def test_copy_sources_exist_and_are_not_ignored(path: Path) -> None:
     sources = copy_sources(parse(path))
     assert sources
-    ignore = [line.strip() for line in (path.parent / (path.name + ".dockerignore")).read_text(encoding="utf-8").splitlines()
+    ignore_file = path.parent / (path.name + ".dockerignore")
+    ignore = [line.strip() for line in ignore_file.read_text(encoding="utf-8").splitlines()
               if line.strip() and not line.startswith("#")]
     for src in sources:
         assert (m.ROOT / src).exists(), f"{path.name}: COPY {src}: not in the repository"
@@ -148,7 +150,7 @@ def test_wheel_from_the_copied_files(tmp_path: Path) -> None:
     assert eps["console_scripts"]["tabletune"] == "tabletune.cli:main"
     assert eps["vllm.general_plugins"]["tabletune"] == "vllm_patch.plugin:register"
     for module in ("sidecar/settings.py", "sidecar/app.py", "sidecar/__main__.py",
-                   "vllm_patch/plugin.py", "tabletune/cli.py", "tuner/scrape.py"):
+                   "vllm_patch/plugin.py", "tabletune/cli.py", "tuner/core/scrape.py"):
         assert module in names, f"{module} missing from the image's wheel"
     assert not [n for n in names if n.startswith("benchmarks/")], "the wheel ships the bench harness"
 

@@ -19,7 +19,7 @@ import numpy as np
 from aiohttp import web
 
 from sidecar.settings import SidecarSettings
-from tuner.profile import AcceptanceMeasurement, Cell, EngineInfo, Profile
+from tuner.core.profile import AcceptanceMeasurement, Cell, EngineInfo, Profile
 
 TOKEN = "fake-secret-token-987"
 STARTUP = [[1, 4, 3], [5, 16, 1]]
@@ -157,7 +157,7 @@ class FakeEngine:
         ``noise`` (log sd)."""
         import numpy as np
 
-        from tuner.table import Table
+        from tuner.core.table import Table
         from vllm_patch.duel import DuelClock
 
         rng = np.random.default_rng(seed + len(self.ring))

@@ -23,7 +23,7 @@ from sidecar.controller import Controller
 from sidecar.probes import health, ready
 from sidecar.settings import SidecarSettings
 from tests.sidecar.fake_engine import TOKEN, TUNED, FakeEngine, make_profile, running, settings, write_profile
-from tuner.engine_client import EngineClient
+from tuner.core.engine_client import EngineClient
 from tuner.launcher import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -82,7 +82,7 @@ def test_an_unresolved_tie_ends_its_duel_after_max_pairs() -> None:
 
 def test_a_futile_incumbent_goes_without_waiting_for_a_duel() -> None:
     """Acceptance ~0 (the demo after its switch): k=3's drafts buy nothing and k=0 is no slower
-    (tuner/incumbent.py); the model's own ratio is inside its error, yet k=0 replaces k=3."""
+    (tuner/core/incumbent.py); the model's own ratio is inside its error, yet k=0 replaces k=3."""
     old = [3] * 16
     G = draws({0: 1.01, 1: 1.0, 2: 1.0, 3: 1.0})
     v = decide(G, MeasuredGoodput(), {16: 100}, old)

@@ -13,7 +13,7 @@ from sidecar import checkpoint
 from sidecar.estimator import EstimatorState
 from tests.sidecar.fake_engine import FakeEngine, make_profile, running, settings, write_profile
 from tests.sidecar.test_app import get, ready_at, sidecar, until
-from tuner.errors import InvalidInput
+from tuner.core.errors import InvalidInput
 
 PRIOR = np.array([0.9, 0.8, 0.7])
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sidecar import checkpoint, compat
+from sidecar import checkpoint, profile_fit
 from sidecar.controller import Controller
 from sidecar.decision import BIAS_NOTE
 from sidecar.probes import ready
@@ -31,9 +31,9 @@ from tests.sidecar.fake_engine import (
     settings,
     write_profile,
 )
-from tuner.engine_client import EngineClient
-from tuner.errors import InvalidInput, ProfileMismatch
-from tuner.profile import load
+from tuner.core.engine_client import EngineClient
+from tuner.core.errors import InvalidInput, ProfileMismatch
+from tuner.core.profile import load
 
 
 @asynccontextmanager
@@ -509,8 +509,8 @@ DEMO = {"model": "tiny-llama-s0", "served_model_name": "tiny"}  # what the demo'
 def test_model_name_matches_the_served_name_or_the_models_name(tmp_path: Path,
                                                                model_name: str) -> None:
     profile = load(write_profile(tmp_path / "p.json", **DEMO))
-    assert compat.mismatches(profile, None, None, model_name) == []
-    (diff,) = compat.mismatches(profile, None, None, "other")
+    assert profile_fit.mismatches(profile, None, None, model_name) == []
+    (diff,) = profile_fit.mismatches(profile, None, None, "other")
     assert diff == "model: profile has 'tiny-llama-s0' (served as 'tiny'), --model-name is 'other'"
 
 

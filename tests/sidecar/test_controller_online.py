@@ -10,7 +10,7 @@ import pytest
 
 from tests.sidecar.fake_engine import STARTUP, TUNED, FakeEngine
 from tests.sidecar.test_controller import controller_for
-from tuner.table import Table
+from tuner.core.table import Table
 
 
 class Clock:
@@ -126,7 +126,7 @@ async def test_a_change_of_traffic_is_never_judged_as_the_tables_fault(tmp_path:
 async def test_min_k_above_every_allowed_k_is_refused_at_connect(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.sidecar import fake_engine
-    from tuner.errors import ProfileMismatch
+    from tuner.core.errors import ProfileMismatch
 
     async with controller_for(FakeEngine(), tmp_path, min_k=2) as (c, _):
         await c.tick()

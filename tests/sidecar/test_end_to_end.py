@@ -24,9 +24,9 @@ from sidecar.app import main
 from tests.conftest import STARTUP_TABLE, Engine
 from tests.helpers import burst
 from tests.sidecar.fake_engine import make_profile, settings
-from tuner.goodput import choose_table, interpolate_step_times
+from tuner.core.goodput import choose_table, interpolate_step_times
 from tuner.prompts import repetitive
-from tuner.table import Table, documented_table, shrink
+from tuner.core.table import Table, documented_table, shrink
 
 pytestmark = pytest.mark.engine
 

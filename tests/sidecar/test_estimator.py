@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sidecar.estimator import EstimatorState, decay_prior, estimate, halve_live, observe
-from tuner.errors import InvalidInput
+from tuner.core.errors import InvalidInput
 
 
 def test_papers_example() -> None:

@@ -18,9 +18,9 @@ import numpy as np
 from sidecar.estimator import EstimatorState
 from sidecar.rebuild import Inputs, choose
 from sidecar.step_times import LiveStepTimes
-from tuner.goodput import cliffs, interpolate_step_times
-from tuner.profile import load
-from tuner.table import Table
+from tuner.core.goodput import cliffs, interpolate_step_times
+from tuner.core.profile import load
+from tuner.core.table import Table
 
 ROOT = Path(__file__).resolve().parents[2]
 CELLS = ROOT / "tests/data/h200-3b-live-cells.json"
@@ -66,7 +66,7 @@ def test_a_measured_bucket_needs_two_ks_with_enough_steps() -> None:
 
 
 def test_a_narrow_range_stays_only_if_it_holds_a_whole_measured_bucket() -> None:
-    from tuner.confidence import _merge_narrow
+    from tuner.core.confidence import _merge_narrow
     ks = np.array([1] * 248 + [3] * 8)                        # [249, 256] at k=3
     G = np.ones((256, 4))
     assert _merge_narrow(ks, G, [], 4, 0.125, ((249, 256),))[255] == 3

@@ -26,7 +26,8 @@ def ring(rates: dict[int, float], pattern: list[tuple[int, int]], B: int = 120, 
     return out
 
 
-def duels(challengers: list[int], incumbent: int, runs: int, run: int = 16, gap: int = 40) -> list[tuple[int, int]]:
+def duels(challengers: list[int], incumbent: int, runs: int, run: int = 16,
+          gap: int = 40) -> list[tuple[int, int]]:
     pattern = [(incumbent, gap)]
     for i in range(runs):
         pattern += [(challengers[i % len(challengers)], run), (incumbent, gap)]
@@ -138,7 +139,7 @@ def test_a_host_gap_per_step_counts_against_every_k_alike() -> None:
 def test_rings_of_older_plugins_still_parse() -> None:
     """A sidecar newer than the plugin beside it: six fields (no emitted: not measured), seven
     (no cycle: execution time stands in)."""
-    from tuner.admin_api import StatsReply
+    from tuner.core.admin_api import StatsReply
 
     reply = StatsReply.model_validate({"recent_steps": [[1, 4, 3, 3, 0.01, 8],
                                                         [2, 4, 3, 3, 0.01, 8, 9],

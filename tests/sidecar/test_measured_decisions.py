@@ -13,7 +13,7 @@ from typing import Any
 from tests.sidecar.fake_engine import FakeEngine
 from tests.sidecar.test_controller import controller_for
 from tests.sidecar.test_controller_online import Clock
-from tuner.table import Table
+from tuner.core.table import Table
 
 A = (0.72, 0.53, 0.37)  # the H200 run's â
 # the profile: k=3 ranks first at every B by the model (G(3)/G(2) = 1.026 at B=12)

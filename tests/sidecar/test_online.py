@@ -9,7 +9,7 @@ from sidecar.estimator import EstimatorState
 from sidecar.guardrail import Guardrail, Sample
 from sidecar.rebuild import Inputs, choose, projected
 from sidecar.step_times import LiveStepTimes
-from tuner.table import Table
+from tuner.core.table import Table
 
 # 16 batch sizes, k = 0..3: k=3 pays everywhere at high acceptance unless its step is slower
 T_PROF = np.tile(np.array([10.0, 12.0, 16.0, 18.0]), (16, 1))

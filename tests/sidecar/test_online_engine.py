@@ -29,7 +29,7 @@ from tests.conftest import STARTUP_TABLE, Engine
 from tests.sidecar.fake_engine import make_profile, settings
 from tuner.load import Request, StationaryLoad
 from tuner.prompts import repetitive
-from tuner.table import Table
+from tuner.core.table import Table
 
 pytestmark = pytest.mark.engine
 

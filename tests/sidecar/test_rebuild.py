@@ -7,7 +7,7 @@ import numpy as np
 from sidecar.estimator import EstimatorState
 from sidecar.rebuild import Inputs, choose
 from sidecar.step_times import LiveStepTimes
-from tuner.table import Table
+from tuner.core.table import Table
 
 INPUTS = Inputs(tie=0.005, confidence=0.9, allowed_k=None, cliffs=[], prior_steps=100)
 

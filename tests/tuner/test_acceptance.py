@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tuner.acceptance import from_histogram, monotone, per_position, stock_estimate
-from tuner.errors import InvalidInput
+from tuner.core.errors import InvalidInput
 
 
 def test_per_position_divides_and_marks_unobserved_positions_nan() -> None:

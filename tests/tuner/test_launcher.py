@@ -10,11 +10,11 @@ from pydantic import ValidationError
 
 from tests.conftest import Engine
 from tests.helpers import burst
-from tuner.errors import EngineStartError
+from tuner.core.errors import EngineStartError
 from tuner.launcher import ServerConfig, SpeculativeSpec, launch, parse_spec, startup_cause
 from tuner.prompts import repetitive
-from tuner.scrape import parse
-from tuner.table import Table
+from tuner.core.scrape import parse
+from tuner.core.table import Table
 
 
 async def metrics(url: str) -> str:

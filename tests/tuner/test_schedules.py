@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tuner.schedules import trtllm_draft_len, trtllm_schedule, write
-from tuner.table import Table
+from tuner.core.table import Table
 
 
 def test_the_trtllm_example_from_its_own_docs() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.admin_api import StatsReply
+from tuner.core.admin_api import StatsReply
 from tuner.load import first_lengths
 from tuner.step_clock import step_load
 
@@ -47,8 +47,8 @@ def test_first_requests_are_staggered_over_one_lifetime() -> None:
 async def test_an_oversized_metrics_body_is_unreadable_not_an_engine_down() -> None:
     from aiohttp import web
 
-    from tuner.engine_client import EngineClient
-    from tuner.errors import EngineUnavailable, ScrapeError
+    from tuner.core.engine_client import EngineClient
+    from tuner.core.errors import EngineUnavailable, ScrapeError
 
     async def big(request: web.Request) -> web.Response:
         return web.Response(text="x" * 5000)

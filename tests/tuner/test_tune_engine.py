@@ -8,8 +8,8 @@ import pytest
 
 from tuner.config import TuneConfig
 from tuner.engine_defaults import default_model, vocab_size
-from tuner.errors import ProfileMismatch
-from tuner.profile import Profile, load
+from tuner.core.errors import ProfileMismatch
+from tuner.core.profile import Profile, load
 from tuner.prompts import repetitive
 from tuner.report import write_report
 from tuner.tune import tune
@@ -85,7 +85,7 @@ async def test_resume_skips_finished_k(tuned: tuple[TuneConfig, Profile], tmp_pa
 
 async def test_one_server_measures_every_k_on_one_vllm_and_refines_on_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Which points to bisect is pure (tests/tuner/test_goodput.py); here the loop is driven on the
+    # Which points to bisect is pure (tests/tuner/core/test_goodput.py); here the loop is driven on the
     # real engine: ask once for B=2, as if a table edge sat in a step-time cliff between 1 and 4.
     from tuner import findings
 
@@ -115,8 +115,8 @@ async def test_one_server_measures_every_k_on_one_vllm_and_refines_on_it(
 
 async def test_workload_times_steady_serving_after_measuring_acceptance(tmp_path: Path) -> None:
     from tuner import findings
-    from tuner.samples import filled
-    from tuner.workload import Workload
+    from tuner.core.samples import filled
+    from tuner.core.workload import Workload
 
     workload = Workload(prompt_tokens=48, output_tokens=24)
     cfg = config(tmp_path / "profile.json", tmp_path / "logs").model_copy(

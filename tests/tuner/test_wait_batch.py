@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tuner.admin_api import StatsReply
+from tuner.core.admin_api import StatsReply
 from tuner.sweep import CellTimer
 
 

@@ -84,7 +84,8 @@ def served_within(connect: Callable[[], socket.socket], seconds: float) -> list[
     end = time.monotonic() + seconds
     i = 0
     while time.monotonic() < end:
-        request = GET if i % 2 else put_head(len(GOOD)).replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n") + GOOD
+        close = put_head(len(GOOD)).replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n")
+        request = GET if i % 2 else close + GOOD
         t0 = time.monotonic()
         with connect() as s:
             s.sendall(request)
@@ -152,8 +153,8 @@ def test_the_unix_socket_serves_while_tcp_is_flooded_past_its_limit(tmp_path: Pa
 
 
 async def test_the_engine_client_speaks_to_the_unix_socket(tmp_path: Path) -> None:
-    from tuner.engine_client import EngineClient
-    from tuner.table import Table
+    from tuner.core.engine_client import EngineClient
+    from tuner.core.table import Table
 
     path = tmp_path / "admin.sock"
     server = serve(new_engine(), "127.0.0.1", free_port(), TOKEN, uds=str(path))

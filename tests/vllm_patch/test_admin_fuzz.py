@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tuner.launcher import free_port
-from tuner.table import Table
+from tuner.core.table import Table
 from vllm_patch.admin_server import serve
 from vllm_patch.settings import MAX_BODY_BYTES
 from vllm_patch.state import Counters, EngineState, Policy, TableState

@@ -290,8 +290,8 @@ def test_policy_duels_are_checked_against_the_engine(admin: Admin) -> None:
     assert admin.engine.policy.duels == ((9, 16, (1, 2)),) and admin.engine.policy.explore_run == 3
     n = admin.engine.max_num_seqs
     K = admin.engine.num_speculative_tokens
-    for body in (f'{{"duels": [[0, 4, [1]]]}}', f'{{"duels": [[1, {n + 1}, [1]]]}}',
-                 f'{{"duels": [[5, 4, [1]]]}}', f'{{"duels": [[1, 4, [{K + 1}]]]}}',
+    for body in ('{"duels": [[0, 4, [1]]]}', f'{{"duels": [[1, {n + 1}, [1]]]}}',
+                 '{"duels": [[5, 4, [1]]]}', f'{{"duels": [[1, 4, [{K + 1}]]]}}',
                  '{"duel_share": 0.9}', '{"duel_run": 1}', '{"duels": [[1, 4, ["1"]]]}'):
         status, reply = admin.request(put_head(len(body), "/v1/policy"), body.encode())
         assert status == 422 and reply["field"].startswith("duel"), (body, reply)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from tuner.table import Table
+from tuner.core.table import Table
 from vllm_patch.duel import DuelClock
 from vllm_patch.policy import PolicyLookup
 from vllm_patch.state import Counters, EngineState, Policy, TableState

@@ -7,7 +7,7 @@ import json
 import pytest
 from aiohttp import web
 
-from tuner.engine_client import EngineClient, ReplyTooLarge
+from tuner.core.engine_client import EngineClient, ReplyTooLarge
 
 
 async def serve_ring(steps: int) -> tuple[web.AppRunner, str]:

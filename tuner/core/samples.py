@@ -4,7 +4,7 @@ its confidence interval, and whether the cell needs another repeat.
 A sample is one repeat of one cell (B, k). With the plugin's per-step clock it holds the times of
 the individual engine steps that ran exactly B requests at a steady k (``steps_ms``); the cell's
 median and interval then come from those steps, resampled repeat by repeat
-(tuner/intervals.cluster_median). Older samples hold only their repeat's figure (``step_ms``).
+(tuner/core/intervals.cluster_median). Older samples hold only their repeat's figure (``step_ms``).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from tuner.intervals import Estimate, cluster_median
+from tuner.core.intervals import Estimate, cluster_median
 
 if TYPE_CHECKING:
-    from tuner.profile import StepSample
+    from tuner.core.profile import StepSample
 
 __all__ = ["BATCH_FILL", "cell_estimate", "cell_sigma", "filled", "needs_more", "pooled_log_sd",
            "spread", "usable"]

@@ -1,7 +1,7 @@
 """The plugin's admin API as data: every request body and reply, in one place.
 
 The plugin (vllm_patch/admin.py) validates bodies with these models and builds its replies from
-them; every client (tuner/engine_client.py) parses replies with them. So the two sides cannot
+them; every client (tuner/core/engine_client.py) parses replies with them. So the two sides cannot
 drift, and a field is named once.
 
 | route              | body             | reply          |
@@ -29,10 +29,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field_validator
 
-from tuner.table import Table
+from tuner.core.table import Table
 
-__all__ = ["NO_STEPS", "EmulationBody", "EmulationReply", "ErrorReply", "PolicyBody", "PolicyReply",
-           "StatsReply", "TableBody", "TableReply", "check_exploration", "check_rates",
+__all__ = ["NO_STEPS", "BucketK", "EmulationBody", "EmulationReply", "ErrorReply", "PolicyBody",
+           "PolicyReply", "StatsReply", "TableBody", "TableReply", "check_exploration", "check_rates",
            "step_bucket"]
 
 
@@ -40,6 +40,9 @@ __all__ = ["NO_STEPS", "EmulationBody", "EmulationReply", "ErrorReply", "PolicyB
 # reply carries the counters without the per-step ring (~300 kB): what a poller that only counts
 # should ask for
 NO_STEPS = 10**18 - 1
+
+
+BucketK = tuple[int, int]  # (step_bucket(B), k): the key of the plugin's step counters
 
 
 def step_bucket(batch_size: int) -> int:
@@ -137,7 +140,7 @@ class TableReply(_Reply):
     swapped_at: float | None = None
     restrict_k: bool = False
     swap_latency_s: float | None = None
-    # what decides where the engine's step time jumps (tuner/graphs.py): the CUDA-graph
+    # what decides where the engine's step time jumps (tuner/core/graphs.py): the CUDA-graph
     # capture sizes (none on CPU) and the scheduler's token budget; None: not reported
     cudagraph_capture_sizes: list[int] | None = None
     max_num_batched_tokens: int | None = None

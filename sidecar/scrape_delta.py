@@ -6,7 +6,7 @@ series. Only then does :func:`delta` subtract them; the deltas are the accepted_
 of the estimator's â_i = (w·a_i^prior + accepted_i) / (w + drafted_i) (eq. â,
 sidecar/estimator.py).
 
-Pure: takes Snapshots (tuner/scrape.py), returns values.
+Pure: takes Snapshots (tuner/core/scrape.py), returns values.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from tuner.errors import ScrapeError
-from tuner.scrape import Snapshot
+from tuner.core.errors import ScrapeError
+from tuner.core.scrape import Snapshot
 
 __all__ = ["Comparison", "SnapshotDelta", "compare", "delta", "is_reset", "stale"]
 

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tuner.errors import InvalidInput
-from tuner.goodput import (
+from tuner.core.errors import InvalidInput
+from tuner.core.goodput import (
     build_table,
     choose_k,
     choose_table,
@@ -15,7 +15,7 @@ from tuner.goodput import (
     predicted_loss,
     tau,
 )
-from tuner.table import Table, check_for_engine, documented_table
+from tuner.core.table import Table, check_for_engine, documented_table
 
 A = [0.7, 0.5, 0.3]  # the paper's worked example
 SLOW = 100.0
@@ -165,7 +165,7 @@ def test_zero_tie_reaches_the_best_goodput(profile: Profile) -> None:
 
 
 def test_cliffs_flag_step_jumps_and_the_table_edges_inside_them() -> None:
-    from tuner.goodput import cliff_warnings, cliffs
+    from tuner.core.goodput import cliff_warnings, cliffs
 
     grid = [1, 64, 128, 192, 256]
     # k=0..2; k=2 runs out of CUDA graphs above 128 (B*(k+1) > 512 tokens here): x2.5
@@ -180,7 +180,7 @@ def test_cliffs_flag_step_jumps_and_the_table_edges_inside_them() -> None:
 
 
 def test_refine_points_bisect_only_the_cliffs_under_a_table_edge() -> None:
-    from tuner.goodput import cliffs, refine_points
+    from tuner.core.goodput import cliffs, refine_points
 
     grid = [1, 64, 128, 192, 256]
     T = np.array([[10, 11, 12], [30, 33, 36], [34, 38, 42], [38, 43, 110], [42, 48, 120]], float)

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tuner.errors import InvalidInput
-from tuner.table import Table
+from tuner.core.errors import InvalidInput
+from tuner.core.table import Table
 
 __all__ = ["Cliff", "TableChoice", "build_table", "choose_k", "choose_table", "cliff_warnings",
            "cliffs", "edges_in_cliffs", "goodput", "interpolate_step_times",
@@ -99,7 +99,7 @@ def interpolate_step_times(grid_B: Any, T_grid: Any, max_num_seqs: int) -> Float
 def interpolation_weights(grid_B: Any, max_num_seqs: int) -> tuple[IntArray, IntArray, FloatArray]:
     """(lo, hi, w) with row b-1 of the interpolation = (1 - w)·X[lo] + w·X[hi] for values X
     at the grid points (indices into grid_B; w has shape (max_num_seqs, 1)): the weights of
-    interpolate_step_times, for anything else that lives on the grid (tuner/confidence.py
+    interpolate_step_times, for anything else that lives on the grid (tuner/core/confidence.py
     interpolates each grid cell's drawn error the same way). grid_B: validated, increasing."""
     grid = np.asarray(grid_B, dtype=np.int64)
     n = max_num_seqs

@@ -9,8 +9,8 @@ from vllm.v1.spec_decode.dynamic.utils import (
     validate_and_normalize_dynamic_sd_schedule,
 )
 
-from tuner.errors import InvalidInput, InvalidTable, TableTuneError
-from tuner.table import Table, check_for_engine, documented_table, shrink
+from tuner.core.errors import InvalidInput, InvalidTable, TableTuneError
+from tuner.core.table import Table, check_for_engine, documented_table, shrink
 
 DOC = [[1, 64, 3], [65, 128, 1], [129, 512, 0]]
 
@@ -202,7 +202,7 @@ def test_validator_accepts_exactly_what_vllm_accepts(ranges: list[tuple[int, int
 
 
 def test_every_k_table_holds_each_k_once_and_covers_the_engine() -> None:
-    from tuner.table import every_k_table
+    from tuner.core.table import every_k_table
 
     t = every_k_table(3, 16)
     assert t.to_list() == [[1, 1, 3], [2, 2, 2], [3, 3, 1], [4, 16, 0]]

@@ -22,7 +22,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from tuner.confidence import Confident
+from tuner.core.confidence import Confident
 
 __all__ = ["Recommendation", "recommend"]
 

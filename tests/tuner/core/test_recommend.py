@@ -1,9 +1,9 @@
-"""The deployment recommendation (tuner/recommend.py) on a synthetic profile."""
+"""The deployment recommendation (tuner/core/recommend.py) on a synthetic profile."""
 
 from __future__ import annotations
 
 from benchmarks.synthetic import paper_profile
-from tuner.profile import Preflight
+from tuner.core.profile import Preflight
 
 
 def with_preflight(nospec_ms: list[float]):

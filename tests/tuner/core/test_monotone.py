@@ -1,4 +1,4 @@
-"""Weighted isotonic projections (tuner/monotone.py)."""
+"""Weighted isotonic projections (tuner/core/monotone.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tuner.monotone import monotone_step_times, nondecreasing, nonincreasing
+from tuner.core.monotone import monotone_step_times, nondecreasing, nonincreasing
 
 
 def test_pool_adjacent_violators() -> None:

@@ -1,11 +1,11 @@
-"""No incumbent k whose extra drafts buy nothing (tuner/incumbent.py, issue #27.4)."""
+"""No incumbent k whose extra drafts buy nothing (tuner/core/incumbent.py, issue #27.4)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from tuner.confidence import Change
-from tuner.incumbent import drop_futile, is_futile
+from tuner.core.confidence import Change
+from tuner.core.incumbent import drop_futile, is_futile
 
 # B = 1..3 at the demo's CPU step times: k=3 within the noise of k=0
 T = np.array([[6.92, 6.92, 6.92, 6.96]] * 3)

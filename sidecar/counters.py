@@ -20,6 +20,8 @@ class Stats:
     resets: int = 0
     foreign_tables: int = 0  # table changes by someone else (foreign_table events)
     scrapes: int = 0
+    # a Summary's count and sum kept here, not in a prometheus_client.Summary: the scrape-time
+    # collector (sidecar/metrics.py) builds every series from this one record, /v1/state too
     scrape_seconds: float = 0.0  # sum over successful scrapes
     last_scrape_seconds: float | None = None
     explore_steps: float = 0.0  # the plugin's exploration steps seen (across the allowed k)

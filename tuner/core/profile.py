@@ -1,8 +1,8 @@
 """The profile: one versioned JSON document with everything needed to rebuild a table later
 without the engine: what was measured (raw samples too), on what, and how long it took.
 
-Schema and file I/O only; statistics over samples live in tuner/samples.py, the table rule in
-tuner/confidence.py, and what a profile says in words in tuner/findings.py.
+Schema and file I/O only; statistics over samples live in tuner/core/samples.py, the table rule in
+tuner/core/confidence.py, and what a profile says in words in tuner/findings.py.
 """
 
 from __future__ import annotations
@@ -15,17 +15,17 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from tuner.confidence import Confident, choose_confident
-from tuner.errors import InvalidInput, ProfileMismatch
-from tuner.files import write_atomic
-from tuner.goodput import cliffs, interpolate_step_times, tau
-from tuner.graphs import Boundary, boundaries, snap_edges
-from tuner.intervals import sigma_log
-from tuner.monotone import monotone_step_times
-from tuner.recommend import Recommendation, recommend
-from tuner.samples import cell_sigma, pooled_log_sd
-from tuner.table import Table
-from tuner.workload import Workload
+from tuner.core.confidence import Confident, choose_confident
+from tuner.core.errors import InvalidInput, ProfileMismatch
+from tuner.core.files import write_atomic
+from tuner.core.goodput import cliffs, interpolate_step_times, tau
+from tuner.core.graphs import Boundary, boundaries, snap_edges
+from tuner.core.intervals import sigma_log
+from tuner.core.monotone import monotone_step_times
+from tuner.core.recommend import Recommendation, recommend
+from tuner.core.samples import cell_sigma, pooled_log_sd
+from tuner.core.table import Table
+from tuner.core.workload import Workload
 
 SCHEMA_VERSION = 1
 
@@ -119,7 +119,7 @@ def _shape(w: Workload | None) -> str:
 
 
 class GraphInfo(_Model):
-    """What the engine said of its CUDA graphs and token budget (tuner/graphs.py)."""
+    """What the engine said of its CUDA graphs and token budget (tuner/core/graphs.py)."""
 
     capture_sizes: list[int] = Field(default_factory=list)
     max_num_batched_tokens: int | None = None
@@ -184,7 +184,7 @@ class Profile(_Model):
                          monotone: bool = True) -> np.ndarray:
         """T[g, k] in ms for grid point g; raises if a cell is missing.
 
-        monotone: the weighted isotonic fit, non-decreasing in k and in B (tuner/monotone.py).
+        monotone: the weighted isotonic fit, non-decreasing in k and in B (tuner/core/monotone.py).
         Drafting and verifying more tokens, or serving more requests, never makes a step
         cheaper; a measured T(B,3) < T(B,0) is noise, and with near-zero acceptance (equal τ)
         noise alone would otherwise pick k=3. Cliffs (jumps up) are kept as measured.
@@ -200,7 +200,7 @@ class Profile(_Model):
         return monotone_step_times(T, 1.0 / np.square(self.step_time_sigma()))
 
     def step_time_sigma(self) -> np.ndarray:
-        """σ of log T per grid cell, from the profile's own repeats (tuner/samples.cell_sigma):
+        """σ of log T per grid cell, from the profile's own repeats (tuner/core/samples.cell_sigma):
         the larger of the cell's repeat sd and the sd pooled over all cells' repeats, over √n,
         and at least what its 95% interval implies. A profile with no repeated cell pools its
         cells' intervals instead (their median σ); with neither it says nothing of its noise,
@@ -226,7 +226,7 @@ class Profile(_Model):
 
     def build(self, a: list[float] | None = None, allowed_k: set[int] | None = None) -> Confident:
         """The table for this profile's step times and acceptance (or ``a``), splitting only
-        where the data can tell (tuner/confidence.py)."""
+        where the data can tell (tuner/core/confidence.py)."""
         acc = a if a is not None else (self.acceptance.a if self.acceptance else None)
         if acc is None:
             raise InvalidInput("profile has no acceptance yet; pass --acceptance a1,a2,...")
@@ -254,7 +254,7 @@ class Profile(_Model):
         return {k for k in (allowed_k or range(self.K + 1)) if k >= self.min_k}
 
     def graph_boundaries(self, a: list[float] | None = None) -> list[Boundary]:
-        """Where steps leave the engine's CUDA graphs or token budget, per k (tuner/graphs.py);
+        """Where steps leave the engine's CUDA graphs or token budget, per k (tuner/core/graphs.py);
         under a workload each step also carries τ(k)·prompt/output prefill tokens a request."""
         if self.graph is None:
             return []
@@ -267,7 +267,7 @@ class Profile(_Model):
                           self.engine.max_num_seqs, prefill)
 
     def recommendation(self) -> Recommendation:
-        """What to deploy (tuner/recommend.py): the table, one k, or no speculation."""
+        """What to deploy (tuner/core/recommend.py): the table, one k, or no speculation."""
         pf = self.preflight
         return recommend(self.build(), self.tie, pf.B if pf else None, pf.nospec_ms if pf else None)
 

@@ -1,6 +1,6 @@
 """The k in force stays unless a change is confidently better; not for drafts that buy nothing (pure).
 
-confident_changes (tuner/confidence.py) keeps the engine's k over a run of batch sizes unless
+confident_changes (tuner/core/confidence.py) keeps the engine's k over a run of batch sizes unless
 the new k beats it beyond the tie at the confidence level. At acceptance ~0 every k has
 τ(k) ≈ 1, so G(B, k) = B·τ(k)/T(B, k) ranks the k by step time alone, and where step times are a
 tie the incumbent stays, however many drafts it wastes: in the demo, after acceptance fell to
@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tuner.confidence import Change, draw_step_times
-from tuner.goodput import tau
+from tuner.core.confidence import Change, draw_step_times
+from tuner.core.goodput import tau
 
 __all__ = ["drop_futile", "is_futile"]
 

@@ -1,4 +1,4 @@
-"""Two scrapes -> one interval's counts (sidecar/interval.py): restart, incomplete, new series."""
+"""Two scrapes -> one interval's counts (sidecar/scrape_delta.py): restart, incomplete, new series."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.interval import compare, delta, is_reset
-from tests.tuner.test_scrape import BODY, LINES, _bytes, _mutate, byte_op, engine_counts, exposition, line_op
-from tuner.errors import ScrapeError
-from tuner.scrape import Snapshot, parse
+from sidecar.scrape_delta import compare, delta, is_reset
+from tests.tuner.core.test_scrape import (BODY, LINES, _bytes, _mutate, byte_op, engine_counts,
+                                         exposition, line_op)
+from tuner.core.errors import ScrapeError
+from tuner.core.scrape import Snapshot, parse
 
 
 def snapshot(**changes: object) -> Snapshot:

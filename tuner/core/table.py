@@ -2,7 +2,7 @@
 
 A table is a list of inclusive ranges ``[[start_bs, end_bs, K], ...]``: a step with batch
 size B drafts K tokens, where K comes from the range holding B. TableTune fills it with the k
-maximising the paper's goodput G(B, k) = B·tau(k)/T(B, k) (eq. G, see tuner/goodput.py).
+maximising the paper's goodput G(B, k) = B·tau(k)/T(B, k) (eq. G, see tuner/core/goodput.py).
 vLLM expands it into a dense lookup (``build_dynamic_sd_schedule_lookup``); :meth:`Table.dense`
 reproduces that expansion exactly, and :meth:`Table.from_dense` compacts a per-B choice back.
 
@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from tuner.errors import InvalidInput, InvalidTable
+from tuner.core.errors import InvalidInput, InvalidTable
 
 __all__ = ["Table", "check_for_engine", "documented_table", "shrink"]
 

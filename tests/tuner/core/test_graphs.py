@@ -3,8 +3,8 @@ engine captures no graphs)."""
 
 from __future__ import annotations
 
-from tuner.graphs import Boundary, boundaries, grid_points, snap_edges
-from tuner.table import Table
+from tuner.core.graphs import Boundary, boundaries, grid_points, snap_edges
+from tuner.core.table import Table
 
 # vLLM's default capture sizes end at 512 tokens (the H200 runs)
 SIZES = [1, 2, 4, 8, 16, 24, 32, 64, 128, 256, 512]
@@ -39,7 +39,7 @@ def test_an_edge_near_a_boundary_snaps_onto_it() -> None:
 
 def test_a_profile_with_graph_limits_snaps_its_table_and_reports_them(tmp_path) -> None:
     from benchmarks.synthetic import paper_profile
-    from tuner.profile import GraphInfo
+    from tuner.core.profile import GraphInfo
     from tuner.report import markdown, plot
 
     p = paper_profile()  # K=3, B up to 16: k=3 up to B=12, then k=1

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import PurePath
 
-from tuner.engine_client import TableInfo
-from tuner.errors import InvalidInput, ProfileMismatch
-from tuner.profile import EngineInfo, Profile
+from tuner.core.admin_api import TableReply
+from tuner.core.errors import InvalidInput, ProfileMismatch
+from tuner.core.profile import EngineInfo, Profile
 
 __all__ = ["check", "check_served_name", "mismatches", "resolve_allowed_k"]
 
@@ -31,7 +31,7 @@ def check_served_name(model_name: str | None, served: str) -> None:
                            f"/metrics label model_name); pass --model-name {served}")
 
 
-def mismatches(profile: Profile, info: TableInfo | None, num_positions: int | None,
+def mismatches(profile: Profile, info: TableReply | None, num_positions: int | None,
                model_name: str | None) -> list[str]:
     """Human-readable differences between the profile and the engine (empty: they match)."""
     diffs = []
@@ -53,7 +53,7 @@ def mismatches(profile: Profile, info: TableInfo | None, num_positions: int | No
     return diffs
 
 
-def check(profile: Profile, info: TableInfo | None, num_positions: int | None = None,
+def check(profile: Profile, info: TableReply | None, num_positions: int | None = None,
           model_name: str | None = None) -> None:
     """Raise ProfileMismatch naming every difference; the fix is the right profile."""
     diffs = mismatches(profile, info, num_positions, model_name)
@@ -63,7 +63,7 @@ def check(profile: Profile, info: TableInfo | None, num_positions: int | None = 
                               "profile measured for it")
 
 
-def resolve_allowed_k(spec: str, info: TableInfo | None,
+def resolve_allowed_k(spec: str, info: TableReply | None,
                       num_speculative_tokens: int) -> set[int] | None:
     """The k the table may use: None means every k = 0..K.
 

@@ -8,7 +8,7 @@ measurement supports. Here every goodput is a distribution, not a point:
     G_r(B, k) = B·τ_r(k)/T_r(B, k)   for replicates r = 1..R                      (eq. G)
 
 where T_r is drawn log-normally around each measured T(B, k) with the spread its repeats imply
-(tuner/samples.cell_sigma), and τ_r from a_i drawn from its Beta posterior (accepted, drafted
+(tuner/core/samples.cell_sigma), and τ_r from a_i drawn from its Beta posterior (accepted, drafted
 counts). Where the step times were measured at grid points and interpolated between them
 (``grid``), each grid cell's error is drawn once and interpolated along B as T was: 146 batch
 sizes between 8 measured points carry 8 errors, not 146 independent ones whose average would
@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tuner.errors import InvalidInput
-from tuner.goodput import Cliff, _allowed_mask, goodput, interpolation_weights, tau
-from tuner.table import Table
+from tuner.core.errors import InvalidInput
+from tuner.core.goodput import Cliff, _allowed_mask, goodput, interpolation_weights, tau
+from tuner.core.table import Table
 
 __all__ = ["Change", "Confident", "Edge", "RangeGain", "better_at", "choose_confident",
            "confident_changes", "draw_acceptance", "draw_step_times", "merge_remnants", "min_width",

@@ -12,8 +12,8 @@ import pytest
 from benchmarks.synthetic import INFO, paper_profile
 from tuner import findings
 from tuner.commands import tune_config
-from tuner.errors import InvalidInput, ProfileMismatch
-from tuner.profile import load
+from tuner.core.errors import InvalidInput, ProfileMismatch
+from tuner.core.profile import load
 
 
 def test_build_follows_the_paper_example() -> None:
@@ -97,8 +97,8 @@ def test_step_times_are_made_monotone_in_k() -> None:
 
 
 def test_workload_parse_and_lifetimes() -> None:
-    from tuner.errors import InvalidInput
-    from tuner.workload import Workload
+    from tuner.core.errors import InvalidInput
+    from tuner.core.workload import Workload
 
     w = Workload.parse("96:128")
     assert (w.prompt_tokens, w.output_tokens) == (96, 128)
@@ -114,8 +114,8 @@ def test_workload_parse_and_lifetimes() -> None:
 
 
 def test_a_profile_timed_under_another_workload_is_not_resumed() -> None:
-    from tuner.errors import ProfileMismatch
-    from tuner.workload import Workload
+    from tuner.core.errors import ProfileMismatch
+    from tuner.core.workload import Workload
 
     p = paper_profile()
     with pytest.raises(ProfileMismatch, match="workload: profile has none, now 96:128"):
@@ -125,8 +125,8 @@ def test_a_profile_timed_under_another_workload_is_not_resumed() -> None:
 
 
 def test_another_repeat_while_the_cells_interval_is_wide() -> None:
-    from tuner.profile import StepSample
-    from tuner.samples import needs_more
+    from tuner.core.profile import StepSample
+    from tuner.core.samples import needs_more
 
     def smp(steps: list[float]) -> StepSample:
         return StepSample(B=4, k=1, rep=0, client_ms=10.0, engine_ms=float(np.median(steps)),
@@ -144,7 +144,7 @@ def test_another_repeat_while_the_cells_interval_is_wide() -> None:
 def test_noise_line_on_the_h200_3b_profile() -> None:
     # a real profile (two repeats per cell, before adaptive repeats): the report says how far
     # repeats disagree, which is what decides whether a k choice is a finding
-    p = load(Path(__file__).parents[2] / "benchmarks" / "results" / "h200-vllm0.26-3b-ngram-v1"
+    p = load(Path(__file__).parents[3] / "benchmarks" / "results" / "h200-vllm0.26-3b-ngram-v1"
              / "profile.json")
     spreads = findings.repeat_spreads(p)
     assert len(spreads) == len(p.cells) and {n for _, n in spreads.values()} == {2}
@@ -159,7 +159,7 @@ def test_noise_line_on_the_h200_3b_profile() -> None:
 def test_underfilled_workload_cells_are_named_on_the_h200_profile() -> None:
     # the H200 workload run (before the tuner waited for the batch): at B=256 the engine ran
     # 23-91 requests a step; the report must say T there is not T(256)
-    p = load(Path(__file__).parents[2] / "benchmarks" / "results"
+    p = load(Path(__file__).parents[3] / "benchmarks" / "results"
              / "h200-vllm0.26-3b-ngram-v1-wl96x128" / "profile.json")
     under = findings.underfilled(p)
     assert {s.B for s in under} >= {64, 128, 192, 256}
@@ -170,14 +170,14 @@ def test_underfilled_workload_cells_are_named_on_the_h200_profile() -> None:
     from tuner.report import markdown
     assert "B=256: " in markdown(p, "profile-report.png")
     # pure-decode samples record no batch: nothing to warn about
-    old = load(Path(__file__).parents[2] / "benchmarks" / "results" / "h200-vllm0.26-3b-ngram-v1"
+    old = load(Path(__file__).parents[3] / "benchmarks" / "results" / "h200-vllm0.26-3b-ngram-v1"
                / "profile.json")
     assert findings.underfilled(old) == [] and findings.batch_warnings(old) == []
 
 
 def test_bench_serves_the_shape_the_profile_was_timed_for(capsys: pytest.CaptureFixture[str]) -> None:
     from benchmarks.cli import request_shape
-    from tuner.workload import Workload
+    from tuner.core.workload import Workload
 
     def bench_args(**kw: object) -> argparse.Namespace:
         return argparse.Namespace(**{"prompts": "repetitive", "prompt_tokens": None,
@@ -209,7 +209,7 @@ def test_repeats_alternate_their_k_order_so_drift_falls_on_every_k() -> None:
 def test_report_plots_repeats_over_time_when_samples_say_when_they_started(tmp_path: Path) -> None:
     from PIL import Image
 
-    from tuner.profile import StepSample
+    from tuner.core.profile import StepSample
     from tuner.report import over_time, plot
 
     p = paper_profile()
@@ -230,8 +230,8 @@ def test_report_plots_repeats_over_time_when_samples_say_when_they_started(tmp_p
 
 
 def test_a_sample_that_missed_its_batch_is_retaken_and_left_out_of_the_median() -> None:
-    from tuner.profile import StepSample
-    from tuner.samples import needs_more, usable
+    from tuner.core.profile import StepSample
+    from tuner.core.samples import needs_more, usable
 
     def smp(ms: float, batch: float | None) -> StepSample:
         return StepSample(B=4, k=1, rep=0, client_ms=ms, engine_ms=ms, engine_steps=64,
@@ -249,7 +249,7 @@ def test_a_sample_that_missed_its_batch_is_retaken_and_left_out_of_the_median() 
 
 
 def test_cell_sigma_comes_from_the_profiles_own_repeats() -> None:
-    from tuner.profile import Cell, Profile, StepSample
+    from tuner.core.profile import Cell, Profile, StepSample
 
     def smp(B: int, k: int, rep: int, ms: float) -> StepSample:
         return StepSample(B=B, k=k, rep=rep, client_ms=ms, engine_ms=ms, engine_steps=64,

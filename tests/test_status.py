@@ -1,11 +1,11 @@
-"""`tabletune status` renders what a sidecar's /v1/state says (sidecar/status.py)."""
+"""`tabletune status` renders what a sidecar's /v1/state says (tabletune/status.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from sidecar.server import state_of
-from sidecar.status import render
+from tabletune.status import render
 from tests.sidecar.fake_engine import TUNED, FakeEngine
 from tests.sidecar.test_controller import controller_for, rebuild_once
 

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from tuner.errors import ScrapeError
-from tuner.scrape import WANTED, parse
+from tuner.core.errors import ScrapeError
+from tuner.core.scrape import WANTED, parse
 
 # vLLM 0.32's real exposition for the spec-decode series of a 3-token ngram drafter
 REAL = """\
@@ -211,9 +211,9 @@ def test_a_real_vllm_body_reads_the_same_as_parsing_all_of_it(monkeypatch: pytes
     """Only the wanted lines are parsed (fast); the result equals parsing the whole ~50 KB body."""
     import re
 
-    from tuner import scrape
+    from tuner.core import scrape
 
-    text = (Path(__file__).parent.parent / "data" / "vllm-0.32-cpu-metrics.txt").read_text()
+    text = (Path(__file__).parents[2] / "data" / "vllm-0.32-cpu-metrics.txt").read_text()
     # give every wanted sample a distinct value, so the comparison is not between zeros
     counter = iter(range(1, 10_000))
     text = re.sub(r"^((?:vllm:spec_decode|tabletune_)\S*(?:\{[^}]*\})?) \S+$",
@@ -261,7 +261,7 @@ def test_hostile_numbers_are_scrape_errors(text: str, match: str) -> None:
 
 
 def test_a_body_with_too_many_wanted_lines_is_refused_not_parsed() -> None:
-    from tuner.scrape import MAX_WANTED_CHARS
+    from tuner.core.scrape import MAX_WANTED_CHARS
 
     line = 'tabletune_steps_timed_total{batch_size="%d",k="1"} 1\n'
     body = REAL + "".join(line % i for i in range(MAX_WANTED_CHARS // 40))
@@ -277,7 +277,7 @@ def test_a_wrong_model_name_says_which_the_engine_serves() -> None:
 
 # --- fuzz: mutations of the real body are a Snapshot or a ScrapeError, nothing else ----------
 
-BODY = (Path(__file__).parent.parent / "data" / "vllm-0.32-cpu-metrics.txt").read_text()
+BODY = (Path(__file__).parents[2] / "data" / "vllm-0.32-cpu-metrics.txt").read_text()
 LINES = BODY.splitlines(keepends=True)
 WANTED_AT = [i for i, line in enumerate(LINES) if not line.startswith("#") and
              line.split("{")[0].split(" ")[0] in WANTED]

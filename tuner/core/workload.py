@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tuner.errors import InvalidInput
+from tuner.core.errors import InvalidInput
 
 __all__ = ["Workload"]
 

@@ -1,13 +1,13 @@
-"""Tables that only split where the data can tell (tuner/confidence.py), on synthetic profiles."""
+"""Tables that only split where the data can tell (tuner/core/confidence.py), on synthetic profiles."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tuner.confidence import choose_confident, draw_acceptance, min_width
-from tuner.errors import InvalidInput
-from tuner.goodput import Cliff, choose_table
+from tuner.core.confidence import choose_confident, draw_acceptance, min_width
+from tuner.core.errors import InvalidInput
+from tuner.core.goodput import Cliff, choose_table
 
 A = [0.7, 0.5, 0.3]  # tau = 1, 1.7, 2.2, 2.5
 
@@ -82,7 +82,7 @@ def test_acceptance_draws_stay_nested() -> None:
 
 
 def test_changes_against_the_table_in_force_keep_only_confident_gains() -> None:
-    from tuner.confidence import confident_changes, replicates
+    from tuner.core.confidence import confident_changes, replicates
 
     n = 32
     T = np.empty((n, 4))
@@ -103,7 +103,7 @@ def test_changes_against_the_table_in_force_keep_only_confident_gains() -> None:
 
 
 def test_merge_remnants_merges_new_narrow_ranges_and_keeps_the_old_tables_own() -> None:
-    from tuner.confidence import merge_remnants
+    from tuner.core.confidence import merge_remnants
 
     G = np.ones((16, 4))
     G[:, 0] = 2.0  # k=0 does better wherever a merge must pick a neighbour
@@ -116,7 +116,7 @@ def test_merge_remnants_merges_new_narrow_ranges_and_keeps_the_old_tables_own() 
 # --- noise drawn per grid cell -------------------------------------------------------------
 
 def test_draws_between_grid_points_share_the_grid_cells_errors() -> None:
-    from tuner.confidence import draw_step_times
+    from tuner.core.confidence import draw_step_times
 
     T = flat(200, [4.0, 5.0])
     sigma = np.full(T.shape, 0.05)
@@ -147,11 +147,11 @@ def test_interpolated_batch_sizes_are_not_more_precise_than_the_grid_on_the_32b_
     # the interval is as wide as the few measurements behind it
     from pathlib import Path
 
-    from tuner.confidence import replicates
-    from tuner.goodput import interpolate_step_times
-    from tuner.profile import load
+    from tuner.core.confidence import replicates
+    from tuner.core.goodput import interpolate_step_times
+    from tuner.core.profile import load
 
-    p = load(Path(__file__).parents[2] / "benchmarks" / "results"
+    p = load(Path(__file__).parents[3] / "benchmarks" / "results"
              / "h200-vllm0.26-32b-ngram-emulated" / "profile.json")
     assert p.acceptance is not None
     n = p.engine.max_num_seqs

@@ -84,7 +84,8 @@ def render(state: dict[str, Any], url: str, tty: bool, now: float | None = None)
     used = state.get("a_used") or a_hat
     drafted, accepted = est.get("drafted") or [], est.get("accepted") or []
     lines.append(_section(f"acceptance (prior weight w = {est.get('w', 0):g} drafts)", tty))
-    rows: list[list[Any]] = [["position", "â used", "â", "prior", "live kept", "live drafted"]]  # since the last halving
+    # live: since the last halving
+    rows: list[list[Any]] = [["position", "â used", "â", "prior", "live kept", "live drafted"]]
     for i, a in enumerate(a_hat):
         rows.append([i + 1, f"{used[i]:.3f}" if i < len(used) else None, f"{a:.3f}",
                      f"{prior[i]:.3f}" if i < len(prior) else None,

@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from tuner.table import Table
+from tuner.core.table import Table
 
 __all__ = ["Boundary", "boundaries", "grid_points", "snap_edges"]
 

@@ -30,7 +30,7 @@ The per-position deltas are the accepted_i and drafted_i of the estimator's
 Every outcome of :func:`parse` is a Snapshot or a ScrapeError, whatever the text: values must be
 finite counts in [0, MAX_VALUE], integer labels plain digits, and the wanted lines are bounded
 (MAX_LINE_CHARS, MAX_WANTED_CHARS) so a hostile body cannot stall the caller's event loop.
-Whether two snapshots may be subtracted, and their difference, is sidecar/interval.py's.
+Whether two snapshots may be subtracted, and their difference, is sidecar/scrape_delta.py's.
 
 Pure: takes text, returns values.
 """
@@ -45,7 +45,7 @@ from typing import Literal
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tuner.errors import ScrapeError
+from tuner.core.errors import ScrapeError
 
 __all__ = ["Snapshot", "parse"]
 
@@ -75,7 +75,7 @@ WANTED = frozenset({ACCEPTED_PER_POS, PLUGIN_ACCEPTED_PER_POS, DRAFTED_PER_POS, 
 
 # A line of a wanted sample. vLLM's body is ~50 KB, mostly histograms; prometheus_client's parser
 # took 7.0 ms for all of it, 0.43 ms for these lines alone (benchmarks/overhead.py, scrape_parse).
-_WANTED_LINE = re.compile(r"^[ \t]*(?:%s)[{ \t].*$" % "|".join(map(re.escape, sorted(WANTED))), re.M)
+_WANTED_LINE = re.compile(r"^[ \t]*(?:" + "|".join(map(re.escape, sorted(WANTED))) + r")[{ \t].*$", re.M)
 # Bounds on what is handed to prometheus_client's parser (pure Python, ~0.5 µs a byte; 10 MB of
 # wanted lines took 5-6 s). A real wanted line is < 300 chars; a GPU engine with max_num_seqs=1024
 # has ~2,600 of them (step-time cells), ~280 KB.

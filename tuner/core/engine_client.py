@@ -1,9 +1,9 @@
 """The one client for vLLM's /metrics and the plugin's admin API: timeouts, retries, typed errors.
 
 Every TableTune part that talks to the plugin uses it: the sidecar, the tuner, the demo and the
-benchmarks. Bodies and replies are the models of tuner/admin_api.py.
+benchmarks. Bodies and replies are the models of tuner/core/admin_api.py.
 
-Errors (see tuner/errors.py for the whole tree):
+Errors (see tuner/core/errors.py for the whole tree):
 
     EngineUnavailable      connection refused or reset, timeout, 5xx, a reply that is not
      │                     what the API documents; raised after the retries are spent
@@ -24,13 +24,12 @@ import aiohttp
 from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
-from tuner.admin_api import NO_STEPS, EmulationReply, ErrorReply, PolicyReply, StatsReply, TableReply
-from tuner.errors import EngineUnavailable, InvalidTable, ScrapeError
-from tuner.table import Table
+from tuner.core.admin_api import NO_STEPS, EmulationReply, ErrorReply, PolicyReply, StatsReply, TableReply
+from tuner.core.errors import EngineUnavailable, InvalidTable, ScrapeError
+from tuner.core.table import Table
 
-__all__ = ["AdminRejected", "EngineClient", "ReplyTooLarge", "TableInfo"]
+__all__ = ["AdminRejected", "EngineClient", "ReplyTooLarge"]
 
-TableInfo = TableReply  # the sidecar's name for the table state
 R = TypeVar("R", bound=BaseModel)
 
 
