@@ -102,3 +102,12 @@ def test_the_challenger_already_dueled_keeps_its_turn() -> None:
                   model_error=0.05, min_served=32, max_pairs=40, duel_width=1,
                   previous=((9, 16, (2,)),))
     assert v.duels == ((9, 16, (2,)),)
+
+
+def test_a_conclusive_measurement_decides_even_when_wider_than_the_model() -> None:
+    old = [2] * 16
+    G = draws({0: 0.5, 1: 0.8, 2: 1.0, 3: 1.0}, sd=0.001)  # the model: a tie, and sure of it
+    v = decide(G, measured_with(16, 3, 2, math.log(1.22), n=10, sd=0.15), {16: 100}, old)
+    (s,) = v.switches()
+    assert s.k == 3 and s.decided_by == "measured" and s.measured is not None
+    assert s.measured.low > 1.005 and (s.measured.high - s.measured.low) > (s.model.high - s.model.low)
