@@ -103,6 +103,7 @@ class Controller:
         self.ring_started_at: float | None = None  # the engine run the ring's seqs belong to
         self.pairs_seen = 0  # paired runs at the last rebuild: new ones may settle a duel
         self.unmeasured = np.zeros(self.K, dtype=bool)  # positions a rebase left at a guess
+        self.acceptance_changed = False  # the last detected change was one of acceptance
         self.recent = RecentWindow(settings.change_window)
         self.guard = Guardrail(window=settings.guard_window, drop=settings.guard_drop,
                                hold_s=settings.guard_hold_s)
@@ -379,6 +380,11 @@ class Controller:
                                         ratio=s.change_step_ratio)
         if found is None and not slow:
             return None
+        # only a change of acceptance lets the model move every range: the pairs measured under
+        # the old acceptance are dropped with it, while a change of step times keeps them (the
+        # CPU run: a step-time change sent k=3 at B 3..4 back to the model's k=2, and the
+        # measurement pushed it again 1.4 s later)
+        self.acceptance_changed = found is not None
         if found is not None:  # keep only the newest counts; the prior's weight at most this
             # goodput before and after a push under other traffic says nothing of the table:
             # no verdict across the change, and what was held out was judged on the old traffic
@@ -450,7 +456,8 @@ class Controller:
         measuring = s.decide_by == "measured" and self.goodput.measuring and not s.dry_run
         arbiter = None if not measuring else Arbiter(
             self.goodput, dict(self.goodput.served), s.model_error, s.min_served, s.max_pairs,
-            s.duel_width, everywhere=trigger == "change", duels=self.engine.duels)
+            s.duel_width, everywhere=trigger == "change" and self.acceptance_changed,
+            duels=self.engine.duels)
         inputs = Inputs(tie=s.tie, confidence=s.confidence, allowed_k=self.allowed_k,
                         cliffs=self.cliffs, prior_steps=self.w_T,
                         measured=self.live_T.measured(self.T_dense.shape[0], self.w_T),

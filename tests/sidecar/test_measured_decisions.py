@@ -84,3 +84,16 @@ async def test_the_model_alone_moves_unserved_buckets_but_measured_mode_does_not
         await serve(c, fake, clock, 20)
         assert Table.from_list(fake.table).k_at(2, 3) == 3
         assert Table.from_list(fake.table).k_at(B, 3) == 3
+
+
+async def test_a_step_time_change_keeps_what_was_measured(tmp_path: Path) -> None:
+    """A change of step times is no reason to let the model move the measured bands back."""
+    clock = Clock()
+    fake = FakeEngine(table=[list(r) for r in START])
+    async with controller_for(fake, tmp_path, clock=clock, **options()) as (c, fake):
+        assert await c.tick() is None
+        await serve(c, fake, clock, 60)
+        assert Table.from_list(fake.table).k_at(B, 3) == 2
+        c.acceptance_changed = False
+        choice = c.choose(Table.from_list(fake.table), trigger="change")
+        assert choice.table.k_at(B, 3) == 2
