@@ -65,7 +65,7 @@ async def test_the_aa_interval_covers_one_on_the_real_engine(tmp_path: Path) -> 
     assert s["aa_ci_halfwidth"] > 0 and set(s["loads"]) == {"1", "4"}
     for cell in s["loads"]["4"].values():
         assert {"ratio", "ratio_ci_low", "ratio_ci_high", "verdict"} <= set(cell)
-    assert {"loss_median", "loss_ci_low", "loss_ci_high"} <= set(s["worst_case"]["fixed-k0"])
+    assert {"loss", "loss_ci_low", "loss_ci_high"} <= set(s["worst_case"]["fixed-k0"])
     assert (cfg.out / "cells.csv").read_text().count("\n") == 61
 
 

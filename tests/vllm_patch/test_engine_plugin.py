@@ -84,7 +84,10 @@ async def test_mutations_need_the_token(engine: Engine) -> None:
 
 async def test_exploration_runs_time_and_offer_every_allowed_k(engine: Engine) -> None:
     await engine.admin("PUT", "/v1/table", {"table": [[1, 16, 1]]})
-    status, policy = await engine.admin("PUT", "/v1/policy", {"explore_every": 6, "explore_run": 3})
+    # half the steps explore: the budget all exploration shares (duel_share of any
+    # duel_horizon steps) must allow it, or the rotation's steps run the table instead
+    status, policy = await engine.admin("PUT", "/v1/policy", {
+        "explore_every": 6, "explore_run": 3, "duel_share": 0.5, "duel_horizon": 100})
     assert status == 200 and policy["explore_run"] == 3
     before = await engine.stats()
     await burst(engine.url, prompts(engine, 2, seed=3), max_tokens=96)
@@ -100,6 +103,7 @@ async def test_exploration_runs_time_and_offer_every_allowed_k(engine: Engine) -
     assert delta(after, before, "drafted_per_pos")[2] > 0  # k=3 drafted while the table says 1
     assert delta(after, before, "explore_steps") > 0
     assert after["current_k"] == 1  # exploration never becomes the hysteresis memory
+    await engine.admin("PUT", "/v1/policy", {"duel_share": 0.02, "duel_horizon": 10_000})
 
 
 async def test_hysteresis_holds_k_at_an_edge(engine: Engine) -> None:
