@@ -3,7 +3,9 @@
 Repair of a wrong table is in `bench` (sidecar-from-quarter); this is the switch. Workload A
 (the one the profile was tuned on) and workload B (the same prompts at another temperature, so
 very different acceptance), on one vLLM with the plugin, under a stationary load of `--load`
-closed-loop clients; throughput from the engine's counters (benchmarks/window.py).
+closed-loop clients; throughput from the engine's counters (benchmarks/window.py). With dummy
+weights (a GPU setting) acceptance is replayed instead: `--emulate A_RATES --emulate-b B_RATES`,
+and the switch is the plugin's `PUT /v1/emulation` at the moment B's traffic starts.
 
 1. Acceptance under A and under B (plugin counters), and each one's own table from the profile.
 2. The gap, paired: `--blocks` blocks under B traffic, each running A's table (stale), B's
@@ -36,6 +38,7 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,19 +46,43 @@ import numpy as np
 
 from benchmarks.design import rotated
 from benchmarks.inference import MIN_BLOCKS, bounds, estimate
-from benchmarks.engines import TOKEN, admin_client
+from benchmarks.engines import admin_client, max_model_len, spec_server
 from benchmarks.stateful import sidecar
 from benchmarks.window import measure, swap
+from benchmarks.workload import requests as request_pool
+from pydantic import ValidationError
+from tuner import flags
+from tuner.core.errors import InvalidInput
+from tuner.replay import Replay
 from tuner.acceptance import monotone, per_position
 from tuner.core.engine_client import EngineClient
-from tuner.engine_defaults import plugin_env, resolve_model, vocab_size
-from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
+from tuner.engine_defaults import resolve_model, vocab_size
+from tuner.launcher import free_port, launch
 from tuner.load import Request, StationaryLoad
 from tuner.core.profile import Profile, load
 from tuner.prompts import repetitive
 from tuner.core.table import Table
 
 MAX_TOKENS = 48
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the traffic is: its sampling temperature and, with dummy weights, the acceptance
+    the plugin's emulator replays (None: the drafter's own)."""
+    temperature: float
+    rates: tuple[float, ...] | None = None
+
+    def describe(self) -> str:
+        if self.rates is not None:
+            return "repetitive prompts, acceptance replayed at " + "/".join(map(str, self.rates))
+        return f"repetitive prompts, temperature {self.temperature}"
+
+
+async def enter(admin: EngineClient, w: Workload) -> None:
+    """Make the engine serve workload w (only the emulator's rates are engine state)."""
+    if w.rates is not None:
+        await admin.put_emulation(list(w.rates))
 
 
 def interval(values: list[float], ratio: bool = True) -> dict[str, Any] | None:
@@ -76,8 +103,9 @@ def interval(values: list[float], ratio: bool = True) -> dict[str, Any] | None:
 
 
 async def acceptance(url: str, engine: EngineClient, admin: EngineClient, requests: list[Request],
-                     n: int, temperature: float, seconds: float = 10.0) -> list[float]:
-    async with StationaryLoad(url, requests, n, temperature) as traffic:
+                     n: int, w: Workload, seconds: float = 10.0) -> list[float]:
+    await enter(admin, w)
+    async with StationaryLoad(url, requests, n, w.temperature) as traffic:
         await asyncio.sleep(1.0)
         s0 = await admin.get_stats()
         await asyncio.sleep(seconds)
@@ -89,7 +117,7 @@ async def acceptance(url: str, engine: EngineClient, admin: EngineClient, reques
 
 
 async def gap(url: str, engine: EngineClient, admin: EngineClient, requests: list[Request],
-              n: int, temp_b: float, stale: Table, candidates: dict[str, Table], blocks: int,
+              n: int, work_b: Workload, stale: Table, candidates: dict[str, Table], blocks: int,
               window_s: float) -> dict[str, Any]:
     """Under B traffic, in paired blocks (rotating order): A's table (stale) and every candidate
     for "best" (B's table by the profile, and each fixed k: the best fixed k, not only the best
@@ -98,7 +126,8 @@ async def gap(url: str, engine: EngineClient, admin: EngineClient, requests: lis
     names = ["stale", *candidates]
     tables = {"stale": stale, **candidates}
     tps: dict[str, list[float]] = {name: [] for name in names}
-    async with StationaryLoad(url, requests, n, temp_b, seed=5) as traffic:
+    await enter(admin, work_b)
+    async with StationaryLoad(url, requests, n, work_b.temperature, seed=5) as traffic:
         await asyncio.sleep(1.0)
         for b in range(blocks):
             for name in rotated(tuple(names), b):
@@ -122,23 +151,25 @@ async def right_table_after(admin: EngineClient, table_b: Table, n: int, t0: flo
 
 
 async def arm(url: str, engine: EngineClient, admin: EngineClient, requests: list[Request],
-              n: int, temps: tuple[float, float], tables: tuple[Table, Table], which: str,
+              n: int, works: tuple[Workload, Workload], tables: tuple[Table, Table], which: str,
               side: Callable[[], AbstractAsyncContextManager[Any]], adapt_s: float,
               follow_s: float, window_s: float, seed: int) -> dict[str, Any]:
     """One arm of a cycle: A's traffic from A's table, then B's; `which` says what follows B."""
     await admin.put_table(tables[0])
     await admin.put_policy(explore_every=0)  # a sidecar arm's sidecar sets its own at start
+    await enter(admin, works[0])
     async with contextlib.AsyncExitStack() as stack:
         if which == "sidecar":
             await stack.enter_async_context(side())
-        async with StationaryLoad(url, requests, n, temps[0], seed=seed) as traffic:
+        async with StationaryLoad(url, requests, n, works[0].temperature, seed=seed) as traffic:
             await asyncio.sleep(adapt_s)
             traffic.check()
             table_before = (await admin.get_table()).table
         t0 = time.monotonic()
+        await enter(admin, works[1])
         if which == "best":
             await admin.put_table(tables[1])
-        async with StationaryLoad(url, requests, n, temps[1], seed=seed + 1) as traffic:
+        async with StationaryLoad(url, requests, n, works[1].temperature, seed=seed + 1) as traffic:
             poll = asyncio.create_task(right_table_after(admin, tables[1], n, t0, follow_s))
             windows = []
             while time.monotonic() - t0 + window_s <= follow_s:
@@ -212,25 +243,45 @@ def rerender(path: Path) -> dict[str, Any]:
             "analysis": "re-analysed: geometric means / means with t-intervals (issue #26)"}
 
 
+def workloads(args: argparse.Namespace, K: int) -> tuple[Workload, Workload]:
+    """A and B from the flags: two temperatures, or (dummy weights) two replayed acceptances."""
+    replay = flags.replay(args, K)
+    if replay is None and args.emulate_b is None:
+        return Workload(args.temp_a), Workload(args.temp_b)
+    if replay is None or replay.by != "plugin":
+        raise InvalidInput("--emulate-b: the switch is the plugin's PUT /v1/emulation; give A's "
+                           "rates with --emulate and keep --emulate-with plugin")
+    try:
+        b = Replay.parse(args.emulate_b)
+    except (ValueError, ValidationError) as exc:
+        raise InvalidInput(f"--emulate-b={args.emulate_b!r}: {exc}") from None
+    if len(b.rates) != len(replay.rates):
+        raise InvalidInput(f"--emulate-b={args.emulate_b!r}: {len(b.rates)} rates where --emulate "
+                           f"has {len(replay.rates)}; give one per position for both")
+    return Workload(args.temp_a, replay.rates), Workload(args.temp_a, b.rates)
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     profile: Profile = load(Path(args.profile))
-    model = resolve_model(profile.engine.model, None)
-    requests = [Request(p, MAX_TOKENS) for p in repetitive(64, vocab_size(model), seed=11)]
+    model = resolve_model(profile.engine.model, args.model)
+    extra = tuple(args.engine_arg or ())
+    long = repetitive(64, vocab_size(model), length=args.prompt_tokens, seed=11)
+    requests = request_pool("steady", long, args.prompt_tokens, args.max_tokens,
+                            max_model_len(extra), seed=0)
     K, n_max = profile.K, profile.engine.max_num_seqs
     out, n = Path(args.out), args.load
     admin_port = free_port()
-    cfg = ServerConfig(model=model, max_num_seqs=n_max, env=plugin_env(admin_port, token=TOKEN),
-                       speculative=SpeculativeSpec(num_speculative_tokens=K,
-                                                   table=Table.from_list([[1, n_max, K]])))
-    temps = (args.temp_a, args.temp_b)
+    works = workloads(args, K)
+    replay = flags.replay(args, K)
+    cfg = spec_server(profile, model, admin_port, replay, extra)
     async with (launch(cfg, log_dir=out / "logs") as server, admin_client(admin_port) as admin,
                 EngineClient(engine_url=server.url) as engine):
-        a_a = await acceptance(server.url, engine, admin, requests, n, temps[0])
-        a_b = await acceptance(server.url, engine, admin, requests, n, temps[1])
+        a_a = await acceptance(server.url, engine, admin, requests, n, works[0])
+        a_b = await acceptance(server.url, engine, admin, requests, n, works[1])
         table_a, table_b = profile.build(a_a).table, profile.build(a_b).table
         candidates = {"table_b": table_b} | {f"fixed-k{k}": Table.from_list([[1, n_max, k]])
                                              for k in range(K + 1)}
-        paired = await gap(server.url, engine, admin, requests, n, temps[1], table_a, candidates,
+        paired = await gap(server.url, engine, admin, requests, n, works[1], table_a, candidates,
                            args.blocks, args.window_s)
         # the best arm runs the best fixed k when one beat B's own table: recovery_30s is then
         # against the best fixed k (all k allowed), not only the profile's choice
@@ -240,7 +291,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                  admin.admin_url, tuple(args.sidecar_arg or ()))
         for i in range(args.cycles):
             order = rotated(ARMS, i)  # none of the arms always runs first (after the gap blocks)
-            arms = {w: await arm(server.url, engine, admin, requests, n, temps, (table_a, table_b),
+            arms = {w: await arm(server.url, engine, admin, requests, n, works, (table_a, table_b),
                                  w, side, args.adapt_s, args.follow_s, args.window_s, seed=10 * i)
                     for w in order}
             cycles.append({"order": order, "arms": arms,
@@ -249,8 +300,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             print(f"cycle {i + 1}/{args.cycles}: right table after "
                   f"{cycles[-1]['seconds_to_right_table']} s, 30 s recovery "
                   f"{cycles[-1]['recovery_30s']}", file=sys.stderr)
-    return {"load": n, "workload_a": f"repetitive prompts, temperature {temps[0]}",
-            "workload_b": f"repetitive prompts, temperature {temps[1]}", "a_a": a_a, "a_b": a_b,
+            # after every cycle: a run cut short by a time limit keeps its cycles
+            result = report(args, works, a_a, a_b, table_a, table_b, paired, cycles)
+            (out / "switch.json").write_text(json.dumps(result, indent=1))
+    return report(args, works, a_a, a_b, table_a, table_b, paired, cycles)
+
+
+def report(args: argparse.Namespace, works: tuple[Workload, Workload], a_a: list[float],
+           a_b: list[float], table_a: Table, table_b: Table, paired: dict[str, Any],
+           cycles: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"load": args.load, "workload_a": works[0].describe(),
+            "workload_b": works[1].describe(), "a_a": a_a, "a_b": a_b,
             "table_a": table_a.to_list(), "table_b": table_b.to_list(), **paired,
             "cycles": cycles, **summarize(paired["stale_tps"], paired["best_tps"], cycles),
             "window_s": args.window_s, "adapt_s": args.adapt_s, "follow_s": args.follow_s,
@@ -272,6 +332,13 @@ def main() -> int:
     ap.add_argument("--follow-s", type=float, default=30.0, help="windows after each switch")
     ap.add_argument("--window-s", type=float, default=2.5)
     ap.add_argument("--sidecar-arg", action="append", help="extra flag for the sidecar (repeat)")
+    ap.add_argument("--model", help="model path (default: the profile's)")
+    ap.add_argument("--prompt-tokens", type=int, default=96)
+    ap.add_argument("--max-tokens", type=int, default=MAX_TOKENS,
+                    help="mean output length (0.5-1.5x)")
+    ap.add_argument("--emulate-b", help="workload B's replayed acceptance, e.g. 0.1,0.02,0.01 "
+                    "(with --emulate for A's; the temperatures are then unused)")
+    flags.add_engine_flags(ap)
     args = ap.parse_args()
     if args.rerender:
         args.rerender.write_text(json.dumps(rerender(args.rerender), indent=1))
@@ -280,7 +347,11 @@ def main() -> int:
         ap.error("--profile is required (or --rerender FILE)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    result = asyncio.run(run(args))
+    try:
+        result = asyncio.run(run(args))
+    except InvalidInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     (out / "switch.json").write_text(json.dumps(result, indent=1))
     print(json.dumps({k: result[k] for k in ("stale_loss", "best_over_stale",
                                               "seconds_to_right_table", "recovery_30s")}, indent=1))

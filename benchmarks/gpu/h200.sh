@@ -14,6 +14,9 @@
 #   goodput      does the sidecar end on the k that measures best? (benchmarks/goodput.py) from the
 #                committed profile as measured: the fixed k's KS in BLOCKS paired blocks at each of
 #                LOADS, then RUNS fresh sidecars from the profile's table, FOLLOW_S each
+#   switch       the workload switch (benchmarks/switch.py) at LOAD (64): acceptance replayed at
+#                EMULATE, dropped to EMULATE_B (0.1,0.02,0.01) through PUT /v1/emulation at each
+#                switch; CYCLES paired cycles of stale / best (best fixed k or B's table) / sidecar
 #   hooks        the plugin's per-step Python cost on this machine's CPU (no server)
 #   ab           throughput with vs without the plugin on the setting's target (ngram, K=3): two
 #                vLLM starts in the order AB_ORDER (off,on; run a second GPU with on,off)
@@ -116,6 +119,14 @@ for stage in "$@"; do case $stage in
      --out $R/goodput "${ENGINE[@]}" 2>&1 | grep -v "^(APIServer\|^(EngineCore" | tail -30
   tar czf "$O/goodput-logs.tgz" -C $R/goodput logs 2>/dev/null
   keep $R/goodput/goodput.json; need $R/goodput/goodput.json ;;
+ switch)
+  timeout $(( ${SWITCH_S:-540} + 25 )) python3 -m benchmarks.switch --profile "$DONE/profile.json" \
+     --model "$MODEL" --load "${LOAD:-64}" --emulate "$EMULATE" --emulate-b "${EMULATE_B:-0.1,0.02,0.01}" \
+     --blocks "${BLOCKS:-2}" --cycles "${CYCLES:-3}" --adapt-s "${ADAPT_S:-10}" --follow-s 30 \
+     --window-s "${WINDOW_S:-3.5}" --prompt-tokens 96 --max-tokens 128 \
+     --out $R/switch "${ENGINE[@]}" 2>&1 | grep -v "^(APIServer\|^(EngineCore" | tail -30
+  tar czf "$O/switch-logs.tgz" -C $R/switch logs 2>/dev/null
+  keep $R/switch/switch.json; need $R/switch/switch.json ;;
  hooks)
   python3 -m benchmarks.overhead --hooks-only --out $R/overhead | tail -12
   keep $R/overhead/overhead.json; need $R/overhead/overhead.json ;;

@@ -42,3 +42,30 @@ def test_five_cycles_give_a_t_interval_not_min_and_max() -> None:
     assert interval([1.1, 1.2])["verdict_ready"] is False         # type: ignore[index]
     mean = interval([-0.3, 0.4, 0.1, 0.2], ratio=False)
     assert mean is not None and mean["estimate"] == 0.1 and mean["statistic"] == "mean"
+
+
+def test_dummy_weights_switch_by_the_emulators_rates_and_bad_rates_name_the_flag() -> None:
+    import argparse
+
+    import pytest
+
+    from benchmarks.switch import Workload, workloads
+    from tuner.core.errors import InvalidInput
+
+    def args(**kw: object) -> argparse.Namespace:
+        base = {"temp_a": 0.0, "temp_b": 1.5, "emulate": None, "emulate_with": "plugin",
+                "emulate_b": None}
+        return argparse.Namespace(**{**base, **kw})
+
+    assert workloads(args(), 3) == (Workload(0.0), Workload(1.5))
+    a, b = workloads(args(emulate="0.75,0.55,0.4", emulate_b="0.1,0.02,0.01"), 3)
+    assert a.rates == (0.75, 0.55, 0.4) and b.rates == (0.1, 0.02, 0.01)
+    assert a.temperature == b.temperature == 0.0        # greedy both: only acceptance changes
+    assert "0.1/0.02/0.01" in b.describe()
+    for bad, field in [({"emulate_b": "0.1,0.02,0.01"}, "--emulate-b"),          # no A rates
+                       ({"emulate": "0.75,0.55,0.4", "emulate_b": "0.1,0.2,0.01"}, "--emulate-b"),
+                       ({"emulate": "0.75,0.55,0.4", "emulate_b": "0.1,0.02"}, "--emulate-b"),
+                       ({"emulate": "0.75,0.55,0.4", "emulate_b": "0.1,0.02,0.01",
+                         "emulate_with": "vllm"}, "--emulate-b")]:
+        with pytest.raises(InvalidInput, match=field):
+            workloads(args(**bad), 3)
