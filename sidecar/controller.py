@@ -320,14 +320,21 @@ class Controller:
         self.last_batch = request_steps / engine_steps
         tokens = request_steps + d.num_accepted_tokens
         if self.settings.guard_window and not self.settings.dry_run:
-            verdict = self.guard.observe(Sample(self.last_batch, tokens / (now - before)), now)
+            verdict = self.guard.observe(Sample(self.last_batch, tokens / (now - before)), now,
+                                         self._paired_bounds)
             if verdict is not None:
                 log.info("guardrail verdict", extra={"verdict": {
                     "rolled_back": verdict.rolled_back, "ratio": verdict.ratio, "t": verdict.t,
                     "before": verdict.before, "after": verdict.after,
-                    "table": verdict.new_table}})
+                    "table": verdict.new_table, "judged_by": verdict.judged_by,
+                    "paired": [dataclasses.asdict(c) for c in verdict.paired]}})
                 if verdict.rolled_back:
                     self.pending_rollback = verdict
+
+    def _paired_bounds(self, bucket: int, k_new: int, k_old: int) -> tuple[float, float] | None:
+        """G(k_new)/G(k_old) at one bucket from the pairs, at the rebuild's confidence."""
+        c = self.goodput.compare(bucket, k_new, k_old, 1.0 - self.settings.confidence)
+        return None if c is None else (c.low, c.high)
 
     def _check_foreign(self) -> None:
         """Someone else wrote the engine's table: a guardrail trial would judge their table."""
@@ -479,7 +486,10 @@ class Controller:
         else:
             outcome, reason = await self.engine.push(choice.table, fresh)
         if outcome == "pushed" and old is not None and self.settings.guard_window:
-            self.guard.start(old, choice.table)
+            # the changes the pairs decided are judged by the pairs (sidecar/guardrail.py)
+            measured = tuple((c.bucket, c.k_old, c.k) for c in choice.calls
+                             if c.status == "switch" and c.decided_by == "measured")
+            self.guard.start(old, choice.table, measured)
         if outcome == "pushed":
             self.goodput.mark()  # served since this push: the buckets a next push may change
             choice = dataclasses.replace(choice, duels=())  # the new k's have no verdicts yet
@@ -497,8 +507,15 @@ class Controller:
         self.goodput.forget()
         self.goodput.mark()
         choice = self.choose(back)
-        reason = (f"guardrail: live goodput {verdict.ratio:.3f}x of before (t={verdict.t}, "
-                  f"{verdict.before}+{verdict.after} scrapes) after pushing {verdict.new_table}; "
+        if verdict.judged_by == "pairs":
+            lost = "; ".join(f"B band {c.bucket}: k={c.k_new} over k={c.k_old} "
+                             f"[{c.low:.4f}, {c.high:.4f}]" for c in verdict.paired
+                             if c.high is not None and c.low is not None and c.high < 1.0)
+            why = f"guardrail: the pairs at the buckets it changed turned against it ({lost})"
+        else:
+            why = (f"guardrail: live goodput {verdict.ratio:.3f}x of before (t={verdict.t}, "
+                   f"{verdict.before}+{verdict.after} scrapes)")
+        reason = (f"{why} after pushing {verdict.new_table}; "
                   f"held out {self.settings.guard_hold_s:g} s; {reason}")
         chosen = Choice(back, choice.proposed, choice.G, choice.a_used, choice.a_raw, [])
         return self._decide(chosen, old, "rolled_back" if outcome == "pushed" else outcome,

@@ -14,6 +14,13 @@ engine back to the table before the push and holds the pushed table out for ``ho
 detected change of traffic (sidecar/change.py) cancels the trial and the holds: goodput
 before and after a push under different traffic says nothing about the table.
 
+A push that measurement decided (sidecar/arbiter.py: paired runs of realized goodput at the
+buckets it changed) is judged by those pairs, not by the scrapes: the scrape-level goodput
+mixes every bucket and the minute-to-minute drift that pairing cancels, so a drop there rolls
+such a push back only when the pairs at its buckets do not say the new k wins
+(``paired_overrule``). The pairs keep coming after the push (a confidence sequence stays valid
+at every look), so a measured push whose pairs turn against it is rolled back by the same rule.
+
 Bounded regret: a bad table runs at most (settle + window) scrape intervals before it is
 rolled back, then is held out for hold_s; the same table can come back at most once per hold,
 so the share of time on a table that loses beyond the noise is at most
@@ -23,13 +30,38 @@ so the share of time on a table that loses beyond the noise is at most
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from tuner.core.table import Table
 
-__all__ = ["Guardrail", "Sample", "Verdict"]
+__all__ = ["Guardrail", "PairedCheck", "Sample", "Verdict", "paired_overrule"]
+
+
+@dataclass(frozen=True, slots=True)
+class PairedCheck:
+    """Where a measured push stands at one bucket it changed: G(k_new)/G(k_old) from the pairs
+    (None: fewer pairs than a comparison needs)."""
+    bucket: int
+    k_old: int
+    k_new: int
+    low: float | None
+    high: float | None
+
+
+def paired_overrule(checks: list[PairedCheck]) -> bool | None:
+    """The pairs' verdict on a measured push: True (keep it: at every bucket it changed the new
+    k is not worse beyond the interval), False (roll back: at some bucket the new k loses
+    with confidence), None (no pairs at some bucket: the scrapes judge)."""
+    if not checks:
+        return None
+    if any(c.high is not None and c.high < 1.0 for c in checks):
+        return False
+    if any(c.low is None or c.high is None for c in checks):
+        return None
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +79,12 @@ class Verdict:
     after: int
     old_table: list[list[int]]
     new_table: list[list[int]]
+    paired: list[PairedCheck] = field(default_factory=list)  # a measured push's buckets
+    judged_by: str = "scrapes"   # scrapes | pairs
+
+
+# (bucket, k_new, k_old) -> (low, high) of G(k_new)/G(k_old) from the pairs, or None
+Compare = Callable[[int, int, int], tuple[float, float] | None]
 
 
 @dataclass(slots=True)
@@ -56,6 +94,7 @@ class _Trial:
     before: list[Sample]
     after: list[Sample] = field(default_factory=list)
     skipped: int = 0
+    measured: tuple[tuple[int, int, int], ...] = ()   # (bucket, k_old, k_new) the pairs decided
 
 
 def _comparable(samples: list[Sample], centre: float, band: float) -> list[float]:
@@ -75,13 +114,16 @@ class Guardrail:
     trial: _Trial | None = None
     held: dict[tuple[tuple[int, int, int], ...], float] = field(default_factory=dict)
 
-    def start(self, old: Table, new: Table) -> None:
+    def start(self, old: Table, new: Table,
+              measured: tuple[tuple[int, int, int], ...] = ()) -> None:
         """A table was pushed: judge it against the samples before it. A push during a trial
-        extends it: the last judged table and its baseline stay, the new table is judged."""
+        extends it: the last judged table and its baseline stay, the new table is judged.
+        ``measured``: the (bucket, k_old, k_new) changes that paired measurement decided."""
         if self.trial is not None:
-            self.trial = _Trial(self.trial.old, new, self.trial.before)
+            self.trial = _Trial(self.trial.old, new, self.trial.before,
+                                measured=self.trial.measured + measured)
             return
-        self.trial = _Trial(old, new, list(self.baseline))
+        self.trial = _Trial(old, new, list(self.baseline), measured=measured)
 
     def cancel(self) -> None:
         """Someone else changed the table, or the engine restarted: no verdict on this push."""
@@ -104,8 +146,9 @@ class Guardrail:
         until = self.held.get(tuple(table.ranges))
         return until if until is not None and until > now else None
 
-    def observe(self, sample: Sample, now: float) -> Verdict | None:
-        """Add one scrape's sample; a Verdict when a trial is complete."""
+    def observe(self, sample: Sample, now: float, compare: Compare | None = None) -> Verdict | None:
+        """Add one scrape's sample; a Verdict when a trial is complete. ``compare`` reads the
+        pairs for a measured push's buckets (paired_overrule)."""
         trial = self.trial
         if trial is None:
             self.baseline.append(sample)
@@ -119,13 +162,29 @@ class Guardrail:
         if len(trial.after) < self.window:
             return None
         self.trial = None
-        verdict = self._judge(trial)
+        verdict = self._paired(trial, self._judge(trial), compare)
         if verdict is not None and verdict.rolled_back:
             self.held[tuple(trial.new.ranges)] = now + self.hold_s
             self.baseline = deque()  # those samples were the bad table's: no bar for the next
         else:
             self.baseline = deque(trial.after)
         return verdict
+
+    @staticmethod
+    def _paired(trial: _Trial, verdict: Verdict | None, compare: Compare | None) -> Verdict | None:
+        """A measured push: the pairs at its buckets overrule the scrapes where they speak."""
+        if not trial.measured or compare is None:
+            return verdict
+        checks = []
+        for bucket, k_old, k_new in trial.measured:
+            got = compare(bucket, k_new, k_old)
+            checks.append(PairedCheck(bucket, k_old, k_new, *(got or (None, None))))
+        keep = paired_overrule(checks)
+        if keep is None:
+            return None if verdict is None else replace(verdict, paired=checks)
+        base = verdict or Verdict(False, 1.0, 0.0, len(trial.before), len(trial.after),
+                                  trial.old.to_list(), trial.new.to_list())
+        return replace(base, rolled_back=not keep, paired=checks, judged_by="pairs")
 
     def _judge(self, trial: _Trial) -> Verdict | None:
         if len(trial.before) < 3:

@@ -130,6 +130,36 @@ def test_guardrail_keeps_a_push_inside_the_noise_or_under_another_load() -> None
     assert out[-1] is None and g.is_held(new, 3.0) is None
 
 
+def test_a_measured_push_is_judged_by_its_pairs_not_by_the_scrapes() -> None:
+    """A scrape-level drop (another bucket's traffic, drift) does not roll back a push whose
+    pairs at the bucket it changed still say the new k wins; pairs that turned against it roll
+    it back even when the scrapes saw nothing; without pairs the scrapes judge."""
+    old, new = Table.from_list([[1, 256, 3]]), Table.from_list([[1, 112, 3], [113, 256, 2]])
+
+    def trial(after: float, bounds: tuple[float, float] | None) -> object:
+        g = Guardrail(window=5, settle=1, drop=0.05, z=3.0)
+        for i in range(5):
+            g.observe(Sample(120.0, 1000.0 + i), 0.0)
+        g.start(old, new, measured=((128, 3, 2),))
+        asked: list[tuple[int, int, int]] = []
+
+        def compare(bucket: int, k_new: int, k_old: int) -> tuple[float, float] | None:
+            asked.append((bucket, k_new, k_old))
+            return bounds
+        out = [g.observe(Sample(120.0, after + i), 1.0, compare) for i in range(6)]
+        assert asked == [(128, 2, 3)]                  # k=2 over k=3 at the bucket it changed
+        return out[-1]
+    drop = trial(800.0, (1.0015, 1.067))                # scrapes -20%, pairs: k=2 wins
+    assert drop is not None and not drop.rolled_back and drop.judged_by == "pairs"
+    assert drop.paired[0].low == 1.0015
+    turned = trial(1000.0, (0.95, 0.99))                # scrapes flat, pairs: k=2 loses
+    assert turned is not None and turned.rolled_back and turned.judged_by == "pairs"
+    scrapes = trial(800.0, None)                        # too few pairs: the scrapes judge
+    assert scrapes is not None and scrapes.rolled_back and scrapes.judged_by == "scrapes"
+    tie = trial(1000.0, (0.98, 1.03))                   # an interval holding 1: keep
+    assert tie is not None and not tie.rolled_back
+
+
 def test_projection_makes_a_hat_non_increasing_where_the_evidence_is_thin() -> None:
     # the demo's case after a switch: positions 1-2 well observed at 0.22, position 3 (never
     # drafted by the k=2 ranges) still at the prior's 1.0: â_3 = 0.45 would beat â_2
