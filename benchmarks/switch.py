@@ -102,9 +102,16 @@ def interval(values: list[float], ratio: bool = True) -> dict[str, Any] | None:
     return out
 
 
+def drafting_everywhere(K: int, max_num_seqs: int) -> Table:
+    """The table acceptance is measured under: every position drafted at every batch size (the
+    engine starts with every k in its table, k=0 from B=K+1 on: no drafts, acceptance 0)."""
+    return Table.from_list([[1, max_num_seqs, K]])
+
+
 async def acceptance(url: str, engine: EngineClient, admin: EngineClient, requests: list[Request],
-                     n: int, w: Workload, seconds: float = 10.0) -> list[float]:
+                     n: int, w: Workload, K: int, seconds: float = 10.0) -> list[float]:
     await enter(admin, w)
+    await admin.put_table(drafting_everywhere(K, (await admin.get_table()).max_num_seqs))
     async with StationaryLoad(url, requests, n, w.temperature) as traffic:
         await asyncio.sleep(1.0)
         s0 = await admin.get_stats()
@@ -276,8 +283,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     cfg = spec_server(profile, model, admin_port, replay, extra)
     async with (launch(cfg, log_dir=out / "logs") as server, admin_client(admin_port) as admin,
                 EngineClient(engine_url=server.url) as engine):
-        a_a = await acceptance(server.url, engine, admin, requests, n, works[0])
-        a_b = await acceptance(server.url, engine, admin, requests, n, works[1])
+        a_a = await acceptance(server.url, engine, admin, requests, n, works[0], K)
+        a_b = await acceptance(server.url, engine, admin, requests, n, works[1], K)
+        if sum(a_a) == 0:
+            raise RuntimeError(f"workload A's acceptance measured {a_a}: no drafts were accepted, "
+                               "so A's table would be k=0 and there is no switch to follow")
         table_a, table_b = profile.build(a_a).table, profile.build(a_b).table
         candidates = {"table_b": table_b} | {f"fixed-k{k}": Table.from_list([[1, n_max, k]])
                                              for k in range(K + 1)}
@@ -352,6 +362,9 @@ def main() -> int:
     except InvalidInput as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:  # the run cannot answer its question (said why)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     (out / "switch.json").write_text(json.dumps(result, indent=1))
     print(json.dumps({k: result[k] for k in ("stale_loss", "best_over_stale",
                                               "seconds_to_right_table", "recovery_30s")}, indent=1))

@@ -69,3 +69,14 @@ def test_dummy_weights_switch_by_the_emulators_rates_and_bad_rates_name_the_flag
                          "emulate_with": "vllm"}, "--emulate-b")]:
         with pytest.raises(InvalidInput, match=field):
             workloads(args(**bad), 3)
+
+
+def test_acceptance_is_measured_where_every_position_is_drafted() -> None:
+    """The GPU run of 2026-12-02 measured A's acceptance under the engine's startup table (k=0
+    from B=4 on): [0, 0, 0] at N=64, A's table k=0, and no switch to follow."""
+    from benchmarks.switch import drafting_everywhere
+    from tuner.core.table import every_k_table
+
+    assert every_k_table(3, 256).k_at(64) == 0                # what the engine starts with
+    t = drafting_everywhere(3, 256)
+    assert all(t.k_at(b) == 3 for b in (1, 4, 64, 256))
