@@ -15,7 +15,10 @@ closed-loop clients:
    load runs at (the mode over the last 60 s). ``sidecar_k`` is the final table's k there,
    ``seconds_to_final`` when that k last changed, ``pushes`` the table versions the sidecar wrote.
 
-A run matches when sidecar_k is in the best set. ``goodput.json``:
+A run matches when sidecar_k is in the best set. The fixed k's blocks are also written as the
+bench's windows (``cells.csv``) and analysed like any bench (``summary.json``/``summary.md``:
+Holm-corrected verdicts at a 1% threshold, benchmarks/stats.py); ``--render DIR`` does that again
+from a ``goodput.json``. ``goodput.json``:
 ``{"runs": [{"load", "run", "best_fixed_k", "best_fixed_ci", "sidecar_k", "seconds_to_final",
 "pushes", ...}], "match_rate", ...}``.
 
@@ -34,7 +37,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.cells import TABLES, Window, write_windows
 from benchmarks.engines import admin_client, max_model_len, spec_server
+from benchmarks.report import write as write_report
+from benchmarks.stats import Settings, analyze
 from benchmarks.stateful import sidecar
 from benchmarks.switch import interval
 from benchmarks.window import measure, swap
@@ -157,6 +163,41 @@ def decisions(log: Path) -> dict[str, int]:
     return dict(count)
 
 
+def fixed_windows(loads: dict[Any, dict[str, Any]], ks: list[int],
+                  window_s: float) -> list[Window]:
+    """The fixed k's blocks as the bench's windows: block b at load n holds each k's b-th
+    window, in the order ``fixed`` ran them (its shuffle, seeded by n, replayed)."""
+    out: list[Window] = []
+    for r, n in enumerate(sorted(loads, key=int)):
+        tps = {int(k): v for k, v in loads[n]["tokens_per_s"].items()}
+        rng = random.Random(int(n))
+        for b in range(min(len(v) for v in tps.values())):
+            order = list(ks)
+            rng.shuffle(order)
+            block = len({w.block for w in out})
+            out += [Window(block=block, round=r, load=int(n), group=TABLES, position=i,
+                           policy=f"fixed-k{k}", tokens_per_s=float(tps[k][b]),
+                           window_s=window_s, started_s=0.0)
+                    for i, k in enumerate(order)]
+    return out
+
+
+def analysed(out: Path, loads: dict[Any, dict[str, Any]], ks: list[int], window_s: float,
+             command: str) -> None:
+    """cells.csv, summary.json, summary.md (and intervals.png) of the fixed k's blocks."""
+    windows = fixed_windows(loads, ks, window_s)
+    if not windows:
+        return
+    write_windows(windows, out / "cells.csv")
+    planned = {str(n): min(len(v) for v in fk["tokens_per_s"].values()) for n, fk in loads.items()}
+    meta = {"title": "The fixed k's of the goodput bench", "window_s": window_s,
+            "command": command,
+            "design": {"kind": "fixed", "planned_blocks": planned,
+                       "basis": "--blocks per load, set by the time a call had (not planned "
+                                "for power); fixed before the run, so no optional stopping"}}
+    write_report(windows, analyze(windows, Settings()), out, str(meta["title"]), meta)
+
+
 def summary(runs: list[dict[str, Any]], loads: dict[int, dict[str, Any]], start: Table,
             base: Profile, args: argparse.Namespace) -> dict[str, Any]:
     matched = [r["match"] for r in runs]
@@ -165,8 +206,12 @@ def summary(runs: list[dict[str, Any]], loads: dict[int, dict[str, Any]], start:
             "max_pushes_per_run": max((r["pushes"] for r in runs), default=0),
             "loads": loads, "scale": args.scale, "start_table": start.to_list(),
             "profile_table": base.table, "window_s": args.window_s, "blocks": args.blocks,
-            "follow_s": args.follow_s,
+            "follow_s": args.follow_s, "ks": fixed_ks(args, base.K),
             "command": "python -m benchmarks.goodput " + " ".join(sys.argv[1:])}
+
+
+def fixed_ks(args: argparse.Namespace, K: int) -> list[int]:
+    return [int(x) for x in args.ks.split(",")] if args.ks else list(range(K + 1))
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -193,10 +238,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     async with (launch(cfg, log_dir=out / "logs") as server, admin_client(admin_port) as admin,
                 EngineClient(engine_url=server.url) as engine):
         for n in (int(x) for x in args.loads.split(",")):
-            ks = [int(x) for x in args.ks.split(",")] if args.ks else list(range(K + 1))
+            ks = fixed_ks(args, K)
             best = await fixed(server.url, engine, admin, requests, n, ks, args.blocks,
                                args.window_s, seed=n)
             loads[n] = best
+            analysed(out, loads, ks, args.window_s, "python -m benchmarks.goodput "
+                     + " ".join(sys.argv[1:]))
             print(f"N={n}: best fixed k={best['best_fixed_k']} {best['best_fixed_ci']}, "
                   f"best set {best['best_set']}", file=sys.stderr)
             for r in range(args.runs):
@@ -219,9 +266,40 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return summary(runs, loads, start, base, args)
 
 
+def merge(paths: list[Path]) -> dict[str, Any]:
+    """Several goodput.json (one call each on a GPU) as one: runs concatenated, loads joined
+    (each load's blocks ran on one engine, so its pairs stay valid), the rates recomputed."""
+    parts = [json.loads(p.read_text()) for p in paths]
+    runs = [r for g in parts for r in g["runs"]]
+    loads = {n: fk for g in parts for n, fk in g["loads"].items()}
+    matched = [r["match"] for r in runs]
+    return {**parts[0], "runs": runs, "loads": loads,
+            "match_rate": round(sum(matched) / len(matched), 3) if runs else None,
+            "within_180s": all(r["seconds_to_final"] <= 180 for r in runs),
+            "max_pushes_per_run": max((r["pushes"] for r in runs), default=0),
+            "blocks": {n: min(len(v) for v in fk["tokens_per_s"].values()) for n, fk in loads.items()},
+            "follow_s": {str(r["load"]): g["follow_s"] for g in parts for r in g["runs"]},
+            "command": [g["command"] for g in parts], "merged_from": [p.name for p in paths]}
+
+
+def render(path: Path) -> None:
+    """cells.csv and the summary beside a committed goodput.json, from its fixed k's blocks (a
+    goodput.json before "ks" was recorded: the k's its loads hold, in order)."""
+    got = json.loads(path.read_text())
+    loads = got.get("loads", {})
+    ks = got.get("ks") or sorted({int(k) for fk in loads.values() for k in fk["tokens_per_s"]})
+    command = got.get("command", "")
+    analysed(path.parent, loads, ks, float(got.get("window_s", 7.0)),
+             " && ".join(command) if isinstance(command, list) else command)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", required=True)
+    ap.add_argument("--render", type=Path, metavar="GOODPUT_JSON",
+                    help="write cells.csv and the summary beside a goodput.json, and stop")
+    ap.add_argument("--merge", type=Path, nargs="+", metavar="PART_JSON",
+                    help="with --render: first write GOODPUT_JSON from these goodput.json files")
+    ap.add_argument("--profile")
     ap.add_argument("--scale", default="3:1.3", help="K:FACTOR, the profile's T(., K) times "
                     "FACTOR; 'none': the profile as measured")
     ap.add_argument("--ks", help="the fixed k's measured (default 0..K)")
@@ -237,6 +315,14 @@ def main() -> int:
     ap.add_argument("--sidecar-arg", action="append", help="extra flag for the sidecar (repeat)")
     flags.add_engine_flags(ap)
     args = ap.parse_args()
+    if args.render:
+        if args.merge:
+            args.render.write_text(json.dumps(merge(args.merge), indent=1) + "\n")
+        render(args.render)
+        print((args.render.parent / "summary.md").read_text())
+        return 0
+    if not args.profile:
+        ap.error("--profile is required (or --render GOODPUT_JSON)")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     result = asyncio.run(run(args))
     (Path(args.out) / "goodput.json").write_text(json.dumps(result, indent=1))

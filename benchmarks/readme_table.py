@@ -31,7 +31,9 @@ BENCHES = {  # folder -> setting, in the order shown
 SWITCHES = ["cpu-tiny-online/switch-paired-3", "cpu-tiny-online/switch-paired-4"]
 GOODPUTS = {  # folder -> setting: does the sidecar end on the k that measures best? (goodput.json)
     "h200-vllm0.26-32b-ngram-goodput":
-        "H200, 32B-shaped dense, ngram, the sidecar deciding by measured goodput",
+        "H200, 32B-shaped dense, ngram, the sidecar deciding by measured goodput (first run)",
+    "h200-vllm0.26-32b-ngram-goodput-3loads":
+        "H200, 32B-shaped dense, ngram, the sidecar deciding by measured goodput at three loads",
     "cpu-tiny-goodput":
         "CPU, tiny model, the sidecar deciding by measured goodput, from a profile made wrong",
 }
@@ -89,11 +91,23 @@ def switch_row(runs: list[tuple[str, dict[str, Any]]]) -> str:
             f"[cpu-tiny-online](benchmarks/results/cpu-tiny-online/README.md) |")
 
 
-def goodput_row(folder: str, g: dict[str, Any]) -> str:
+def goodput_row(folder: str, g: dict[str, Any], summary: dict[str, Any] | None = None) -> str:
+    """One goodput.json's row; with the fixed k's analysed (summary.json beside it), each run's
+    final k against the load's reference with its Holm-level interval and verdict."""
     parts = []
     for n, load in sorted(g["loads"].items(), key=lambda x: int(x[0])):
         runs = [r for r in g["runs"] if int(r["load"]) == int(n)]
-        ends = ", ".join(f"k={r['start_k']}→{r['sidecar_k']} in {r['seconds_to_final']:g} s, "
+
+        def versus(k: int) -> str:
+            c = ((summary or {}).get("loads", {}).get(str(n)) or {}).get(f"fixed-k{k}")
+            if c is None:
+                return ""
+            if c["verdict"] == "reference":
+                return " (the reference)"
+            return (f" ({c['ratio']:.3f} [{c['ratio_ci_low']:.3f}, {c['ratio_ci_high']:.3f}] of "
+                    f"{c['versus'].replace(' | ', ' or ')}, {word(c['verdict'], summary['threshold'])})")  # type: ignore[index]
+        ends = ", ".join(f"k={r['start_k']}→{r['sidecar_k']}{versus(r['sidecar_k'])} in "
+                         f"{r['seconds_to_final']:g} s, "
                          f"{r['pushes']} push{'es' if r['pushes'] != 1 else ''}" for r in runs)
         blocks = min(len(v) for v in load["tokens_per_s"].values())
         parts.append(f"N={n}: fixed k's not beaten beyond their intervals {load['best_set']} "
@@ -110,7 +124,9 @@ def table() -> str:
     for folder in GOODPUTS:
         path = RESULTS / folder / "goodput.json"
         if path.exists():
-            rows.append(goodput_row(folder, json.loads(path.read_text())))
+            summary = RESULTS / folder / "summary.json"
+            rows.append(goodput_row(folder, json.loads(path.read_text()),
+                                    json.loads(summary.read_text()) if summary.exists() else None))
     rows.append(switch_row([(r, json.loads((RESULTS / r / "switch.json").read_text())) for r in SWITCHES]))
     return "\n".join(rows)
 

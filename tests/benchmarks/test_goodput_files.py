@@ -1,0 +1,56 @@
+"""The goodput bench's files: calls merged, fixed k's blocks analysed like any bench (pure)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from benchmarks.cells import read_windows
+from benchmarks.goodput import fixed_windows, merge, render
+from benchmarks.readme_table import goodput_row
+
+
+def part(n: int, tps: dict[int, list[float]], k_end: int) -> dict[str, object]:
+    return {"runs": [{"load": n, "run": 0, "start_k": k_end, "sidecar_k": k_end,
+                      "seconds_to_final": 0.0, "pushes": 0, "match": True}],
+            "loads": {str(n): {"tokens_per_s": {str(k): v for k, v in tps.items()},
+                               "best_set": [k_end]}},
+            "window_s": 7.0, "follow_s": 180.0, "ks": [1, 2, 3],
+            "command": f"python -m benchmarks.goodput --loads {n}"}
+
+
+def test_blocks_replay_the_order_they_ran_in() -> None:
+    tps = {1: [100.0, 101.0], 2: [110.0, 111.0], 3: [90.0, 91.0]}
+    got = fixed_windows({"64": {"tokens_per_s": tps}}, [1, 2, 3], 7.0)
+    rng = random.Random(64)                   # benchmarks.goodput.fixed's shuffle, seed = load
+    for b in range(2):
+        order = [1, 2, 3]
+        rng.shuffle(order)
+        block = sorted((w for w in got if w.block == b), key=lambda w: w.position)
+        assert [w.policy for w in block] == [f"fixed-k{k}" for k in order]
+        assert all(w.tokens_per_s == tps[int(w.policy[-1])][b] for w in block)
+
+
+def test_calls_merge_and_the_fixed_ks_get_the_benchs_verdicts(tmp_path: Path) -> None:
+    noise = random.Random(0)
+    blocks = 6
+    k2_best = {k: [1000.0 * f * (1 + 0.003 * noise.gauss(0, 1)) for _ in range(blocks)]
+               for k, f in ((1, 0.90), (2, 1.0), (3, 0.99))}
+    flat = {k: [1000.0 * (1 + 0.003 * noise.gauss(0, 1)) for _ in range(3)] for k in (1, 2, 3)}
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(part(64, k2_best, 2)))
+    b.write_text(json.dumps(part(256, flat, 1)))
+    out = tmp_path / "goodput.json"
+    out.write_text(json.dumps(merge([a, b])))
+    render(out)
+    g = json.loads(out.read_text())
+    assert g["blocks"] == {"64": 6, "256": 3} and g["match_rate"] == 1.0 and len(g["runs"]) == 2
+    assert len(read_windows(tmp_path / "cells.csv")) == 3 * (6 + 3)
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["design"]["kind"] == "fixed" and s["design"]["planned_blocks"] == {"64": 6, "256": 3}
+    assert s["loads"]["64"]["fixed-k2"]["verdict"] == "reference"
+    assert s["loads"]["64"]["fixed-k1"]["verdict"] == "worse"       # 10% down, 0.3% noise
+    assert s["loads"]["256"]["fixed-k1"]["verdict"] in ("reference", "too_few_blocks")
+    row = goodput_row("h200-vllm0.26-32b-ngram-goodput-3loads", g, s)
+    assert "k=2→2 (the reference)" in row and " | fixed" not in row
