@@ -463,7 +463,12 @@ class Controller:
         measuring = s.decide_by == "measured" and self.goodput.measuring and not s.dry_run
         arbiter = None if not measuring else Arbiter(
             self.goodput, dict(self.goodput.served), s.model_error, s.min_served, s.max_pairs,
-            s.duel_width, everywhere=trigger == "change" and self.acceptance_changed,
+            s.duel_width,
+            # after a change of acceptance every range may move until the prior has settled on
+            # the new traffic (rebase_left): the change's own rebuild often sees â half-way
+            # (the CPU switch: â 0.45 at the change, "unchanged"; 7 s later a step-time change
+            # moved only the served band to k=0 and left k=3 at â 0.13 everywhere else)
+            everywhere=(trigger == "change" and self.acceptance_changed) or self.rebase_left > 0,
             duels=self.engine.duels)
         inputs = Inputs(tie=s.tie, confidence=s.confidence, allowed_k=self.allowed_k,
                         cliffs=self.cliffs, prior_steps=self.w_T,
