@@ -28,7 +28,8 @@ BENCHES = {  # folder -> setting, in the order shown
     "h200-vllm0.26-3b-ngram-v1-ci": "H200, 3B-shaped dense, ngram, sidecar from a pure-decode profile",
     "cpu-tiny-ci": "CPU, tiny model, the paired bench",
 }
-SWITCHES = ["cpu-tiny-online/switch-paired-3", "cpu-tiny-online/switch-paired-4"]
+SWITCHES = ["cpu-tiny-online/switch-paired-3", "cpu-tiny-online/switch-paired-4",
+            "cpu-tiny-online/switch-emulated-2"]
 GOODPUTS = {  # folder -> setting: does the sidecar end on the k that measures best? (goodput.json)
     "h200-vllm0.26-32b-ngram-goodput":
         "H200, 32B-shaped dense, ngram, the sidecar deciding by measured goodput (first run)",
