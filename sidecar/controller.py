@@ -40,7 +40,7 @@ from sidecar import checkpoint, profile_fit, scrape_delta
 from sidecar.change import MIN_CHANGE_DRAFTS, RecentWindow, acceptance_change, step_time_changes_robust
 from sidecar.decision import BIAS_NOTE, Decision, DriftCell, Outcome, Source, range_gains
 from sidecar.engine_table import EngineTable
-from sidecar.estimator import DRAW_PSEUDO, decay_prior, halve_live, observe
+from sidecar.estimator import DRAW_PSEUDO, decay_prior, halve_live, observe, rebase, restart
 from sidecar.guardrail import Guardrail, Sample, Verdict
 from sidecar.logs import Conditions
 from sidecar.measured import MeasuredGoodput
@@ -201,13 +201,11 @@ class Controller:
                                 positions=len(snap.accepted_per_pos))
             return None
         elapsed = time.perf_counter() - started
-        self.stats.scrapes += 1
-        self.stats.scrape_seconds += elapsed
-        self.stats.last_scrape_seconds = elapsed
+        self.stats.scraped(elapsed)
         return snap
 
     def _scrape_failed(self, kind: str, message: str, error: str) -> None:
-        self.stats.failures[f"scrape_{kind}"] += 1
+        self.stats.failed(f"scrape_{kind}")
         self.consecutive_failures += 1
         self.conditions.set("scrape", kind, message, error=error)
 
@@ -251,7 +249,7 @@ class Controller:
         return comparison.kind
 
     def _restarted(self, reason: str) -> None:
-        self.stats.resets += 1
+        self.stats.engine_restarted()
         self.engine.restarted()
         self.guard.cancel()  # a verdict across two engine runs would compare nothing
         self.recent.clear()
@@ -267,8 +265,7 @@ class Controller:
         observe(self.state, accepted, drafted)
         engine_steps = sum(d.engine_steps.values())
         self.steps_since_rebuild += engine_steps if snap.engine_steps else d.num_drafts
-        self.stats.explore_steps += d.explore_steps
-        self.stats.transition_steps += d.transition_steps
+        self.stats.stepped(d.explore_steps, d.transition_steps)
         self.live_T.observe(d.step_time)
         self.recent.push(accepted, drafted, d.step_time)
         self._check_resume(d, float(accepted[0]), float(drafted[0]))
@@ -284,11 +281,11 @@ class Controller:
             if self.ring_started_at is None:  # from the newest step on: what ran before the
                 # sidecar started ran tables it did not choose (and the whole ring is ~0.5 MB)
                 first = await self.client.get_stats()
-                self.goodput.restart()
-                self.ring_started_at, self.goodput.last_seq = first.started_at, first.engine_steps
+                self.goodput.restart(since=first.engine_steps)
+                self.ring_started_at = first.started_at
             stats = await self.client.get_stats(since=self.goodput.last_seq)
         except EngineUnavailable as exc:
-            self.goodput.measuring = False  # the model decides everywhere until it can be read
+            self.goodput.pause()  # the model decides everywhere until it can be read
             self.conditions.set("ring", "unreadable", "the plugin's step ring cannot be read; "
                                 "deciding by the model until it can", error=str(exc))
             return
@@ -399,8 +396,7 @@ class Controller:
             new_acc, new_dra = self.recent.newest()
             if new_dra.size and new_dra[0] >= MIN_CHANGE_DRAFTS:
                 acc, dra = new_acc, new_dra
-            self.state.accepted, self.state.drafted = acc.copy(), dra.copy()
-            self.state.w = min(self.state.w, s.change_prior_weight)
+            restart(self.state, acc, dra, s.change_prior_weight)
             # and the prior becomes what the new traffic shows: the profile's a_i described the
             # old traffic, and with live counts halved at every rebuild a table that drafts
             # little (k=0 after a switch to low acceptance: exploration's few drafts) would
@@ -415,7 +411,7 @@ class Controller:
             newer = self.recent.newer_step_time()  # the level the change test found
             self.live_T.replace({(c.batch_size, c.k): newer[(c.batch_size, c.k)] for c in slow})
         self.recent.clear()
-        self.stats.changes += 1
+        self.stats.traffic_changed()
         log.info("traffic change", extra={
             "acceptance": None if found is None else {
                 "position": found.position, "recent": found.recent, "estimate": found.estimate,
@@ -502,7 +498,7 @@ class Controller:
         old = Table.from_list(verdict.new_table)
         back = Table.from_list(verdict.old_table)
         outcome, reason = await self.engine.push(back, await self.engine.read())
-        self.stats.rollbacks += 1
+        self.stats.rolled_back()
         # the pairs that said "switch" lost to the engine's goodput: measure again from here
         self.goodput.forget()
         self.goodput.mark()
@@ -554,7 +550,7 @@ class Controller:
                 prior[i] = prior[i - 1]
             elif self.unmeasured[i]:
                 prior[i] = min(prior[i], prior[i - 1])
-        self.state.prior = prior
+        rebase(self.state, prior)
 
     def _finish(self, decision: Decision, table: Table, bookkeeping: bool = True) -> None:
         """Log the decision; with ``bookkeeping`` (not for a rebuild that only looked at new
@@ -563,7 +559,7 @@ class Controller:
         back to the prior."""
         level = logging.WARNING if decision.outcome in ("rejected", "failed") else logging.INFO
         log.log(level, "rebuild", extra={"decision": decision.model_dump(mode="json")})
-        self.stats.rebuilds[decision.outcome] += 1
+        self.stats.rebuilt(decision.outcome)
         self.last_decision, self.recommended = decision, table
         self.decisions.append(decision)
         if not bookkeeping:
@@ -587,7 +583,7 @@ class Controller:
         try:
             checkpoint.save(self.settings.checkpoint, self.state, self.clock(), self.profile_sha256)
         except OSError as exc:
-            self.stats.failures["checkpoint"] += 1
+            self.stats.failed("checkpoint")
             self.conditions.set("checkpoint", "failing", "cannot write the checkpoint",
                                 error=str(exc))
         else:
