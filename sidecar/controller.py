@@ -495,8 +495,7 @@ class Controller:
     async def rollback(self, verdict: Verdict) -> Decision:
         """The guardrail's second half: put the table before the push back."""
         self.pending_rollback = None
-        old = Table.from_list(verdict.new_table)
-        back = Table.from_list(verdict.old_table)
+        old, back = verdict.new, verdict.old
         outcome, reason = await self.engine.push(back, await self.engine.read())
         self.stats.rolled_back()
         # the pairs that said "switch" lost to the engine's goodput: measure again from here
