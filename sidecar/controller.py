@@ -131,6 +131,27 @@ class Controller:
         self.tick_ended: float | None = None
         self.loop_delay_s = settings.interval_s  # the loop's current pause (back-off), for /healthz
 
+    # -- the control loop's bookkeeping (sidecar/app.py) -----------------------------------
+    @property
+    def connected(self) -> bool:
+        """The engine's admin endpoint (or, in dry-run, its absence) is known."""
+        return self.engine.is_connected
+
+    def tick_failed(self, exc: Exception) -> None:
+        """A tick raised: count it, back off, and say so once. Call it in the except block:
+        the condition logs the traceback being handled."""
+        self.stats.failed("tick_error")
+        self.consecutive_failures += 1
+        self.conditions.set("tick", f"error: {type(exc).__name__}", "tick failed; carrying on",
+                            exc_info=True)
+
+    def tick_succeeded(self) -> None:
+        self.conditions.ok("tick", "ticks succeed again")
+
+    def waiting(self, delay_s: float) -> None:
+        """The loop sleeps ``delay_s`` before the next tick: its period, for /healthz."""
+        self.loop_delay_s = delay_s
+
     # -- start ---------------------------------------------------------------------------
     async def _connect(self) -> bool:
         """Connect to the engine's admin endpoint; then the k the table may use."""
