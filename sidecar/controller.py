@@ -24,6 +24,11 @@
 Every expected fault (vLLM down, slow, 5xx, garbage, missing series, a 4xx) is handled here
 and logged once per state change; the control loop in sidecar/app.py only sleeps and repeats.
 The clock is injected so tests can drive ticks directly.
+
+The controller writes only its own fields: each helper (estimator, live step times, guardrail,
+engine table, measured goodput, counters) is changed through its own operations. What it
+publishes is one SidecarState (sidecar/state.py) built by :meth:`Controller.snapshot`, which
+/v1/state, /metrics, the probes and `tabletune status` read instead of its fields.
 """
 
 from __future__ import annotations
@@ -36,24 +41,26 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sidecar import checkpoint, profile_fit, scrape_delta
+from sidecar import checkpoint, probes, profile_fit, scrape_delta
 from sidecar.change import MIN_CHANGE_DRAFTS, RecentWindow, acceptance_change, step_time_changes_robust
 from sidecar.decision import BIAS_NOTE, Decision, DriftCell, Outcome, Source, range_gains
 from sidecar.engine_table import EngineTable
-from sidecar.estimator import DRAW_PSEUDO, decay_prior, halve_live, observe, rebase, restart
+from sidecar.estimator import DRAW_PSEUDO, decay_prior, estimate, halve_live, observe, rebase, restart
 from sidecar.guardrail import Guardrail, Sample, Verdict
 from sidecar.logs import Conditions
 from sidecar.measured import MeasuredGoodput
 from sidecar.rebuild import Arbiter, Choice, Inputs, choose, projected
 from sidecar.resume import ResumeTracker
 from sidecar.settings import SidecarSettings
+from sidecar.state import (ConditionDetail, Estimator, ForeignHold, GuardrailState, HeldOut, LiveCell,
+                           PredictedGoodput, Process, RecentDecision, SidecarState, StepTimes)
 from sidecar.counters import Stats
 from sidecar.step_times import Blend, LiveStepTimes, drifting
 from tuner.core import scrape
 from tuner.core.engine_client import EngineClient
 from tuner.core.errors import EngineUnavailable, InvalidInput, ProfileMismatch, ScrapeError
 from tuner.core.confidence import better_at
-from tuner.core.goodput import cliffs, interpolate_step_times
+from tuner.core.goodput import cliffs, interpolate_step_times, tau
 from tuner.core.profile import Profile
 from tuner.core.table import Table
 
@@ -608,3 +615,66 @@ class Controller:
                                 error=str(exc))
         else:
             self.conditions.ok("checkpoint", "checkpoint written again")
+
+    # -- what the sidecar publishes (sidecar/state.py) ----------------------------------------
+    def snapshot(self) -> SidecarState:
+        """GET /v1/state, and what /metrics and the probes read, at one moment."""
+        now = self.clock()
+        e, info = self.engine, self.engine.info
+        scrape_age = None if self.last_scrape_ok_at is None else now - self.last_scrape_ok_at
+        ready, reason = probes.readiness(self.settings, e.is_connected, e.has_admin, scrape_age,
+                                         self.conditions.states)
+        healthy, why = probes.liveness(self.settings, now, self.started_at, self.tick_started,
+                                       self.tick_ended, self.loop_delay_s)
+
+        def age(at: float | None) -> float | None:
+            return None if at is None else round(now - at, 3)
+
+        hold = None if not e.holding() or e.hold_until is None else ForeignHold(
+            version=e.hold_version, until=e.hold_until, remaining_s=round(e.hold_until - now, 3))
+        return SidecarState(
+            ready=ready, ready_reason=reason, dry_run=self.settings.dry_run, source=self.source,
+            last_scrape_ok_at=self.last_scrape_ok_at, last_scrape_age_s=age(self.last_scrape_ok_at),
+            last_admin_ok_at=e.last_ok_at, admin_age_s=age(e.last_ok_at), foreign_hold=hold,
+            foreign_tables_seen=self.stats.foreign_tables, conditions=dict(self.conditions.states),
+            condition_details={name: ConditionDetail(**d)
+                               for name, d in self.conditions.details.items()},
+            bias_note=BIAS_NOTE if self.source == "stock" else None,
+            estimator=Estimator(**self.state.to_dict()),
+            a_hat=estimate(self.state).tolist(), a_used=projected(self.state)[0].tolist(),
+            steps_since_rebuild=self.steps_since_rebuild,
+            explore_steps_seen=self.stats.explore_steps,
+            transition_steps_seen=self.stats.transition_steps,
+            rebuild_every_steps=self.settings.rebuild_every_steps,
+            allowed_k=sorted(self.allowed_k) if self.allowed_k is not None else "all",
+            engine_table=info.table if info is not None else None,
+            engine_table_version=info.version if info is not None else None,
+            recommended_table=self.recommended.to_list() if self.recommended is not None else None,
+            last_decision=self.last_decision, drift=list(self.drift_cells),
+            step_times=StepTimes(prior_steps=self.w_T, live=[
+                LiveCell(batch_size=b, k=k, steps=n, live_ms=self.live_T.live_ms((b, k)))
+                for (b, k), n in sorted(self.live_T.steps.items())]),
+            guardrail=GuardrailState(
+                judging=self.guard.trial is not None,
+                held_out=[HeldOut(table=[list(r) for r in ranges], until=until)
+                          for ranges, until in self.guard.held.items() if until > now],
+                rollbacks=self.stats.rollbacks),
+            traffic_changes=self.stats.changes,
+            recent_decisions=[RecentDecision(time=d.time, outcome=d.outcome, trigger=d.trigger,
+                                             old_table=d.old_table, new_table=d.new_table,
+                                             reason=d.reason) for d in self.decisions],
+            prior_acceptance=self.prior.tolist(), profile_sha256=self.profile_sha256,
+            process=Process(healthy=healthy, health_reason=why, scrape_age_s=scrape_age,
+                            stats=self.stats.model_copy(deep=True),
+                            goodput=self._predicted_goodput()))
+
+    def _predicted_goodput(self) -> list[PredictedGoodput]:
+        """G(B, k) per allowed k at the last interval's mean batch size, from â and T̂."""
+        if self.last_batch is None:
+            return []
+        B = min(max(int(round(self.last_batch)), 1), self.profile.engine.max_num_seqs)
+        T = self.blend().T[B - 1]  # ms
+        taus = tau(projected(self.state)[0])
+        ks = range(len(T)) if self.allowed_k is None else sorted(self.allowed_k)
+        return [PredictedGoodput(k=k, batch_size=B, tokens_per_s=float(B * taus[k] / T[k] * 1000.0))
+                for k in ks]

@@ -2,22 +2,23 @@
 
 Each count has the one method that moves it, so the controller and the engine table say what
 happened (``stats.failed("push_rejected")``) and never write the record's fields themselves.
+A pydantic model, so that the published snapshot (sidecar/state.py) holds a typed copy.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+
+from pydantic import BaseModel, Field
 
 __all__ = ["Stats"]
 
 
-@dataclass(slots=True)
-class Stats:
+class Stats(BaseModel):
     """Counters for the sidecar's own /metrics."""
 
-    rebuilds: Counter[str] = field(default_factory=Counter)  # by outcome
-    failures: Counter[str] = field(default_factory=Counter)  # by kind
+    rebuilds: Counter[str] = Field(default_factory=Counter)  # by outcome
+    failures: Counter[str] = Field(default_factory=Counter)  # by kind
     pushes: int = 0
     changes: int = 0    # traffic changes detected (sidecar/change.py)
     rollbacks: int = 0  # pushes the guardrail rolled back (sidecar/guardrail.py)

@@ -139,16 +139,16 @@ async def test_healthz_goes_stale_without_ticks_but_not_when_vllm_is_down(tmp_pa
     s = settings(write_profile(tmp_path / "p.json"), "http://127.0.0.1:9", interval_s=1.0)
     async with EngineClient(s.engine_url, s.admin_url, None, 0.1, 1) as client:
         c = Controller(s, make_profile(), client, clock=lambda: now[0])
-        assert health(c) == (True, "ok")
+        assert health(c.snapshot()) == (True, "ok")
         await c.tick()  # vLLM is down: still a tick
-        assert health(c)[0] and not ready(c)[0]
+        assert health(c.snapshot())[0] and not ready(c.snapshot())[0]
         now[0] += 2.9
-        assert health(c)[0]
+        assert health(c.snapshot())[0]
         now[0] += 0.2
-        ok, reason = health(c)
+        ok, reason = health(c.snapshot())
         assert not ok and "has not ticked for 3.1 s" in reason
         c.loop_delay_s = 10.0  # backing off: the allowance follows the loop's period
-        assert health(c)[0]
+        assert health(c.snapshot())[0]
 
 
 def test_backoff_doubles_up_to_the_ceiling(tmp_path: Path) -> None:
