@@ -62,7 +62,7 @@ def _is_refusal(controller: Controller, exc: Exception) -> bool:
     """A profile that does not fit the engine, or settings the engine refutes while connecting
     (e.g. a --model-name it does not serve): retrying cannot help, so the sidecar exits 2."""
     return isinstance(exc, ProfileMismatch) or (
-        isinstance(exc, InvalidInput) and not controller.engine.is_connected)
+        isinstance(exc, InvalidInput) and not controller.connected)
 
 
 async def control_loop(controller: Controller, stop: asyncio.Event) -> None:
@@ -73,14 +73,11 @@ async def control_loop(controller: Controller, stop: asyncio.Event) -> None:
         except Exception as exc:  # the edge of an eternal task: log with context, carry on
             if _is_refusal(controller, exc):
                 raise
-            controller.stats.failures["tick_error"] += 1
-            controller.consecutive_failures += 1
-            controller.conditions.set("tick", f"error: {type(exc).__name__}",
-                                      "tick failed; carrying on", exc_info=True)
+            controller.tick_failed(exc)
         else:
-            controller.conditions.ok("tick", "ticks succeed again")
+            controller.tick_succeeded()
         delay = backoff_delay(controller.settings, controller.consecutive_failures)
-        controller.loop_delay_s = delay
+        controller.waiting(delay)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(delay):
                 await stop.wait()

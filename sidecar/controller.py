@@ -24,6 +24,11 @@
 Every expected fault (vLLM down, slow, 5xx, garbage, missing series, a 4xx) is handled here
 and logged once per state change; the control loop in sidecar/app.py only sleeps and repeats.
 The clock is injected so tests can drive ticks directly.
+
+The controller writes only its own fields: each helper (estimator, live step times, guardrail,
+engine table, measured goodput, counters) is changed through its own operations. What it
+publishes is one SidecarState (sidecar/state.py) built by :meth:`Controller.snapshot`, which
+/v1/state, /metrics, the probes and `tabletune status` read instead of its fields.
 """
 
 from __future__ import annotations
@@ -36,24 +41,26 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sidecar import checkpoint, profile_fit, scrape_delta
+from sidecar import checkpoint, probes, profile_fit, scrape_delta
 from sidecar.change import MIN_CHANGE_DRAFTS, RecentWindow, acceptance_change, step_time_changes_robust
 from sidecar.decision import BIAS_NOTE, Decision, DriftCell, Outcome, Source, range_gains
 from sidecar.engine_table import EngineTable
-from sidecar.estimator import DRAW_PSEUDO, decay_prior, halve_live, observe
+from sidecar.estimator import DRAW_PSEUDO, decay_prior, estimate, halve_live, observe, rebase, restart
 from sidecar.guardrail import Guardrail, Sample, Verdict
 from sidecar.logs import Conditions
 from sidecar.measured import MeasuredGoodput
 from sidecar.rebuild import Arbiter, Choice, Inputs, choose, projected
 from sidecar.resume import ResumeTracker
 from sidecar.settings import SidecarSettings
+from sidecar.state import (ConditionDetail, Estimator, ForeignHold, GuardrailState, HeldOut, LiveCell,
+                           PredictedGoodput, Process, RecentDecision, SidecarState, StepTimes)
 from sidecar.counters import Stats
 from sidecar.step_times import Blend, LiveStepTimes, drifting
 from tuner.core import scrape
 from tuner.core.engine_client import EngineClient
 from tuner.core.errors import EngineUnavailable, InvalidInput, ProfileMismatch, ScrapeError
 from tuner.core.confidence import better_at
-from tuner.core.goodput import cliffs, interpolate_step_times
+from tuner.core.goodput import cliffs, interpolate_step_times, tau
 from tuner.core.profile import Profile
 from tuner.core.table import Table
 
@@ -131,6 +138,27 @@ class Controller:
         self.tick_ended: float | None = None
         self.loop_delay_s = settings.interval_s  # the loop's current pause (back-off), for /healthz
 
+    # -- the control loop's bookkeeping (sidecar/app.py) -----------------------------------
+    @property
+    def connected(self) -> bool:
+        """The engine's admin endpoint (or, in dry-run, its absence) is known."""
+        return self.engine.is_connected
+
+    def tick_failed(self, exc: Exception) -> None:
+        """A tick raised: count it, back off, and say so once. Call it in the except block:
+        the condition logs the traceback being handled."""
+        self.stats.failed("tick_error")
+        self.consecutive_failures += 1
+        self.conditions.set("tick", f"error: {type(exc).__name__}", "tick failed; carrying on",
+                            exc_info=True)
+
+    def tick_succeeded(self) -> None:
+        self.conditions.ok("tick", "ticks succeed again")
+
+    def waiting(self, delay_s: float) -> None:
+        """The loop sleeps ``delay_s`` before the next tick: its period, for /healthz."""
+        self.loop_delay_s = delay_s
+
     # -- start ---------------------------------------------------------------------------
     async def _connect(self) -> bool:
         """Connect to the engine's admin endpoint; then the k the table may use."""
@@ -201,13 +229,11 @@ class Controller:
                                 positions=len(snap.accepted_per_pos))
             return None
         elapsed = time.perf_counter() - started
-        self.stats.scrapes += 1
-        self.stats.scrape_seconds += elapsed
-        self.stats.last_scrape_seconds = elapsed
+        self.stats.scraped(elapsed)
         return snap
 
     def _scrape_failed(self, kind: str, message: str, error: str) -> None:
-        self.stats.failures[f"scrape_{kind}"] += 1
+        self.stats.failed(f"scrape_{kind}")
         self.consecutive_failures += 1
         self.conditions.set("scrape", kind, message, error=error)
 
@@ -251,7 +277,7 @@ class Controller:
         return comparison.kind
 
     def _restarted(self, reason: str) -> None:
-        self.stats.resets += 1
+        self.stats.engine_restarted()
         self.engine.restarted()
         self.guard.cancel()  # a verdict across two engine runs would compare nothing
         self.recent.clear()
@@ -267,8 +293,7 @@ class Controller:
         observe(self.state, accepted, drafted)
         engine_steps = sum(d.engine_steps.values())
         self.steps_since_rebuild += engine_steps if snap.engine_steps else d.num_drafts
-        self.stats.explore_steps += d.explore_steps
-        self.stats.transition_steps += d.transition_steps
+        self.stats.stepped(d.explore_steps, d.transition_steps)
         self.live_T.observe(d.step_time)
         self.recent.push(accepted, drafted, d.step_time)
         self._check_resume(d, float(accepted[0]), float(drafted[0]))
@@ -284,11 +309,11 @@ class Controller:
             if self.ring_started_at is None:  # from the newest step on: what ran before the
                 # sidecar started ran tables it did not choose (and the whole ring is ~0.5 MB)
                 first = await self.client.get_stats()
-                self.goodput.restart()
-                self.ring_started_at, self.goodput.last_seq = first.started_at, first.engine_steps
+                self.goodput.restart(since=first.engine_steps)
+                self.ring_started_at = first.started_at
             stats = await self.client.get_stats(since=self.goodput.last_seq)
         except EngineUnavailable as exc:
-            self.goodput.measuring = False  # the model decides everywhere until it can be read
+            self.goodput.pause()  # the model decides everywhere until it can be read
             self.conditions.set("ring", "unreadable", "the plugin's step ring cannot be read; "
                                 "deciding by the model until it can", error=str(exc))
             return
@@ -399,8 +424,7 @@ class Controller:
             new_acc, new_dra = self.recent.newest()
             if new_dra.size and new_dra[0] >= MIN_CHANGE_DRAFTS:
                 acc, dra = new_acc, new_dra
-            self.state.accepted, self.state.drafted = acc.copy(), dra.copy()
-            self.state.w = min(self.state.w, s.change_prior_weight)
+            restart(self.state, acc, dra, s.change_prior_weight)
             # and the prior becomes what the new traffic shows: the profile's a_i described the
             # old traffic, and with live counts halved at every rebuild a table that drafts
             # little (k=0 after a switch to low acceptance: exploration's few drafts) would
@@ -415,7 +439,7 @@ class Controller:
             newer = self.recent.newer_step_time()  # the level the change test found
             self.live_T.replace({(c.batch_size, c.k): newer[(c.batch_size, c.k)] for c in slow})
         self.recent.clear()
-        self.stats.changes += 1
+        self.stats.traffic_changed()
         log.info("traffic change", extra={
             "acceptance": None if found is None else {
                 "position": found.position, "recent": found.recent, "estimate": found.estimate,
@@ -504,10 +528,9 @@ class Controller:
     async def rollback(self, verdict: Verdict) -> Decision:
         """The guardrail's second half: put the table before the push back."""
         self.pending_rollback = None
-        old = Table.from_list(verdict.new_table)
-        back = Table.from_list(verdict.old_table)
+        old, back = verdict.new, verdict.old
         outcome, reason = await self.engine.push(back, await self.engine.read())
-        self.stats.rollbacks += 1
+        self.stats.rolled_back()
         # the pairs that said "switch" lost to the engine's goodput: measure again from here
         self.goodput.forget()
         self.goodput.mark()
@@ -559,7 +582,7 @@ class Controller:
                 prior[i] = prior[i - 1]
             elif self.unmeasured[i]:
                 prior[i] = min(prior[i], prior[i - 1])
-        self.state.prior = prior
+        rebase(self.state, prior)
 
     def _finish(self, decision: Decision, table: Table, bookkeeping: bool = True) -> None:
         """Log the decision; with ``bookkeeping`` (not for a rebuild that only looked at new
@@ -568,7 +591,7 @@ class Controller:
         back to the prior."""
         level = logging.WARNING if decision.outcome in ("rejected", "failed") else logging.INFO
         log.log(level, "rebuild", extra={"decision": decision.model_dump(mode="json")})
-        self.stats.rebuilds[decision.outcome] += 1
+        self.stats.rebuilt(decision.outcome)
         self.last_decision, self.recommended = decision, table
         self.decisions.append(decision)
         if not bookkeeping:
@@ -592,8 +615,71 @@ class Controller:
         try:
             checkpoint.save(self.settings.checkpoint, self.state, self.clock(), self.profile_sha256)
         except OSError as exc:
-            self.stats.failures["checkpoint"] += 1
+            self.stats.failed("checkpoint")
             self.conditions.set("checkpoint", "failing", "cannot write the checkpoint",
                                 error=str(exc))
         else:
             self.conditions.ok("checkpoint", "checkpoint written again")
+
+    # -- what the sidecar publishes (sidecar/state.py) ----------------------------------------
+    def snapshot(self) -> SidecarState:
+        """GET /v1/state, and what /metrics and the probes read, at one moment."""
+        now = self.clock()
+        e, info = self.engine, self.engine.info
+        scrape_age = None if self.last_scrape_ok_at is None else now - self.last_scrape_ok_at
+        ready, reason = probes.readiness(self.settings, e.is_connected, e.has_admin, scrape_age,
+                                         self.conditions.states)
+        healthy, why = probes.liveness(self.settings, now, self.started_at, self.tick_started,
+                                       self.tick_ended, self.loop_delay_s)
+
+        def age(at: float | None) -> float | None:
+            return None if at is None else round(now - at, 3)
+
+        hold = None if not e.holding() or e.hold_until is None else ForeignHold(
+            version=e.hold_version, until=e.hold_until, remaining_s=round(e.hold_until - now, 3))
+        return SidecarState(
+            ready=ready, ready_reason=reason, dry_run=self.settings.dry_run, source=self.source,
+            last_scrape_ok_at=self.last_scrape_ok_at, last_scrape_age_s=age(self.last_scrape_ok_at),
+            last_admin_ok_at=e.last_ok_at, admin_age_s=age(e.last_ok_at), foreign_hold=hold,
+            foreign_tables_seen=self.stats.foreign_tables, conditions=dict(self.conditions.states),
+            condition_details={name: ConditionDetail(**d)
+                               for name, d in self.conditions.details.items()},
+            bias_note=BIAS_NOTE if self.source == "stock" else None,
+            estimator=Estimator(**self.state.to_dict()),
+            a_hat=estimate(self.state).tolist(), a_used=projected(self.state)[0].tolist(),
+            steps_since_rebuild=self.steps_since_rebuild,
+            explore_steps_seen=self.stats.explore_steps,
+            transition_steps_seen=self.stats.transition_steps,
+            rebuild_every_steps=self.settings.rebuild_every_steps,
+            allowed_k=sorted(self.allowed_k) if self.allowed_k is not None else "all",
+            engine_table=info.table if info is not None else None,
+            engine_table_version=info.version if info is not None else None,
+            recommended_table=self.recommended.to_list() if self.recommended is not None else None,
+            last_decision=self.last_decision, drift=list(self.drift_cells),
+            step_times=StepTimes(prior_steps=self.w_T, live=[
+                LiveCell(batch_size=b, k=k, steps=n, live_ms=self.live_T.live_ms((b, k)))
+                for (b, k), n in sorted(self.live_T.steps.items())]),
+            guardrail=GuardrailState(
+                judging=self.guard.trial is not None,
+                held_out=[HeldOut(table=[list(r) for r in ranges], until=until)
+                          for ranges, until in self.guard.held.items() if until > now],
+                rollbacks=self.stats.rollbacks),
+            traffic_changes=self.stats.changes,
+            recent_decisions=[RecentDecision(time=d.time, outcome=d.outcome, trigger=d.trigger,
+                                             old_table=d.old_table, new_table=d.new_table,
+                                             reason=d.reason) for d in self.decisions],
+            prior_acceptance=self.prior.tolist(), profile_sha256=self.profile_sha256,
+            process=Process(healthy=healthy, health_reason=why, scrape_age_s=scrape_age,
+                            stats=self.stats.model_copy(deep=True),
+                            goodput=self._predicted_goodput()))
+
+    def _predicted_goodput(self) -> list[PredictedGoodput]:
+        """G(B, k) per allowed k at the last interval's mean batch size, from â and T̂."""
+        if self.last_batch is None:
+            return []
+        B = min(max(int(round(self.last_batch)), 1), self.profile.engine.max_num_seqs)
+        T = self.blend().T[B - 1]  # ms
+        taus = tau(projected(self.state)[0])
+        ks = range(len(T)) if self.allowed_k is None else sorted(self.allowed_k)
+        return [PredictedGoodput(k=k, batch_size=B, tokens_per_s=float(B * taus[k] / T[k] * 1000.0))
+                for k in ks]

@@ -68,7 +68,7 @@ class EngineTable:
             self._answered()  # a 4xx: the endpoint is up, it refused this request
             raise
         except EngineUnavailable as exc:
-            self.stats.failures["admin_unavailable"] += 1
+            self.stats.failed("admin_unavailable")
             self.conditions.set("admin", "unavailable", "the plugin's admin endpoint does not "
                                 f"answer ({doing})", error=str(exc))
             raise
@@ -86,7 +86,7 @@ class EngineTable:
             info: TableReply | None = await self.client.get_table()
         except EngineUnavailable as exc:
             if not self.settings.dry_run:
-                self.stats.failures["admin_unavailable"] += 1
+                self.stats.failed("admin_unavailable")
                 self.conditions.set("admin", "unavailable", "waiting for the plugin's admin "
                                     "endpoint", error=str(exc))
                 return False
@@ -145,7 +145,7 @@ class EngineTable:
         try:
             await self._call(self.client.put_policy(**self.policy_fields()), "setting the policy")
         except AdminRejected as exc:
-            self.stats.failures["policy_rejected"] += 1
+            self.stats.failed("policy_rejected")
             log.error("policy rejected; the engine keeps its own", extra={"error": str(exc)})
         except EngineUnavailable:
             return False
@@ -179,7 +179,7 @@ class EngineTable:
         self._foreign(known, fresh)
 
     def _foreign(self, known: TableReply, fresh: TableReply) -> None:
-        self.stats.foreign_tables += 1
+        self.stats.foreign_table()
         hold_s = self.settings.foreign_hold_s
         if self.settings.dry_run:
             action = "dry-run: the sidecar never writes, nothing to hold"
@@ -232,16 +232,16 @@ class EngineTable:
             if (self.desired is not None and info.parsed_table() != self.desired
                     and not self.holding()):
                 info = await self._call(self.client.put_table(self.desired), "pushing the table")
-                self.stats.pushes += 1
+                self.stats.pushed()
                 log.info("table re-pushed", extra={"table": info.table, "version": info.version})
             self.info, self.needs_sync = info, False
             self.conditions.ok("sync", "the engine runs our table and policy again")
         except AdminRejected as exc:
             self.needs_sync = False
-            self.stats.failures["push_rejected"] += 1
+            self.stats.failed("push_rejected")
             log.error("re-push rejected", extra={"error": str(exc)})
         except EngineUnavailable as exc:
-            self.stats.failures["push_failed"] += 1
+            self.stats.failed("push_failed")
             self.conditions.set("sync", "pending", "cannot re-push yet; retrying next tick",
                                 error=str(exc))
 
@@ -261,13 +261,13 @@ class EngineTable:
         try:
             self.info = await self._call(self.client.put_table(new), "pushing the table")
         except AdminRejected as exc:
-            self.stats.failures["push_rejected"] += 1
+            self.stats.failed("push_rejected")
             return "rejected", str(exc)
         except EngineUnavailable as exc:
-            self.stats.failures["push_failed"] += 1
+            self.stats.failed("push_failed")
             self.desired, self.needs_sync = new, True
             return "failed", f"{exc}; the engine keeps its table, the push is retried"
-        self.stats.pushes += 1
+        self.stats.pushed()
         self.desired = new
         before = f"v{fresh.version}" if fresh is not None else "unknown"
         return "pushed", f"engine table {before} -> v{self.info.version}"

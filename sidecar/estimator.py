@@ -23,7 +23,8 @@ import numpy.typing as npt
 
 from tuner.core.errors import InvalidInput
 
-__all__ = ["DRAW_PSEUDO", "EstimatorState", "decay_prior", "estimate", "halve_live", "observe"]
+__all__ = ["DRAW_PSEUDO", "EstimatorState", "decay_prior", "estimate", "halve_live", "observe",
+           "rebase", "restart"]
 
 # â's uncertainty for the confidence rule is Beta(â·n, (1 - â)·n), n = w + drafted: the prior
 # is already in â and n, so the draws add no pseudo-counts of their own
@@ -128,3 +129,20 @@ def decay_prior(state: EstimatorState, factor: float = 0.5) -> None:
     if not 0 <= factor <= 1:
         raise InvalidInput(f"factor={factor} must be in [0, 1]")
     state.w *= factor
+
+
+def restart(state: EstimatorState, accepted: Any, drafted: Any, max_weight: float) -> None:
+    """Keep only these live counts, and the prior's weight at most ``max_weight``: a detected
+    change of traffic (sidecar/change.py) made the older counts describe other traffic."""
+    size = state.prior.size
+    state.accepted = _vector("accepted", accepted, size)
+    state.drafted = _vector("drafted", drafted, size)
+    state.w = min(state.w, max_weight)
+
+
+def rebase(state: EstimatorState, prior: Any) -> None:
+    """A new prior a_i, e.g. the current estimate after a change of traffic (its weight stays)."""
+    new = _vector("prior", prior, state.prior.size)
+    if np.any(new > 1):
+        raise InvalidInput(f"prior: need probabilities in [0, 1], got {new.tolist()}")
+    state.prior = new

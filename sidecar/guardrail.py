@@ -77,10 +77,18 @@ class Verdict:
     t: float
     before: int          # samples behind each side
     after: int
-    old_table: list[list[int]]
-    new_table: list[list[int]]
+    old: Table           # the table before the push: what a rollback puts back
+    new: Table           # the pushed table
     paired: list[PairedCheck] = field(default_factory=list)  # a measured push's buckets
     judged_by: str = "scrapes"   # scrapes | pairs
+
+    @property
+    def old_table(self) -> list[list[int]]:
+        return self.old.to_list()
+
+    @property
+    def new_table(self) -> list[list[int]]:
+        return self.new.to_list()
 
 
 # (bucket, k_new, k_old) -> (low, high) of G(k_new)/G(k_old) from the pairs, or None
@@ -183,7 +191,7 @@ class Guardrail:
         if keep is None:
             return None if verdict is None else replace(verdict, paired=checks)
         base = verdict or Verdict(False, 1.0, 0.0, len(trial.before), len(trial.after),
-                                  trial.old.to_list(), trial.new.to_list())
+                                  trial.old, trial.new)
         return replace(base, rolled_back=not keep, paired=checks, judged_by="pairs")
 
     def _judge(self, trial: _Trial) -> Verdict | None:
@@ -199,4 +207,4 @@ class Guardrail:
         t = diff / se if se > 0 else (0.0 if diff == 0 else float("-inf") if diff < 0 else float("inf"))
         bad = diff < np.log(1 - self.drop) and t < -self.z
         return Verdict(bool(bad), round(float(np.exp(diff)), 4), round(t, 2), len(before),
-                       len(after), trial.old.to_list(), trial.new.to_list())
+                       len(after), trial.old, trial.new)

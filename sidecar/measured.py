@@ -263,9 +263,14 @@ class MeasuredGoodput:
         self.done = {seq for seq in self.done if seq >= oldest}
         return len(found)
 
-    def restart(self) -> None:
-        """A new engine run: its seq starts again from 1; what was measured stays."""
-        self.last_seq, self.tail, self.done = 0, [], set()
+    def restart(self, since: int = 0) -> None:
+        """A new engine run (its seq starts again from 1), or reading from step ``since`` on;
+        what was measured stays."""
+        self.last_seq, self.tail, self.done = since, [], set()
+
+    def pause(self) -> None:
+        """The ring cannot be read: the model decides everywhere until a step is read again."""
+        self.measuring = False
 
     def forget(self) -> None:
         """A change of traffic: what was measured described the old traffic."""

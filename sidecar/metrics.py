@@ -1,4 +1,4 @@
-"""The sidecar's own Prometheus series, built at scrape time from the controller's state.
+"""The sidecar's own Prometheus series, built at scrape time from one SidecarState snapshot.
 
 | series | labels | meaning |
 |---|---|---|
@@ -20,17 +20,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
-from sidecar import probes
-from sidecar.controller import Controller
-from sidecar.estimator import estimate
-from sidecar.rebuild import projected
-from tuner.core.goodput import tau
-from tuner.core.table import Table
+from sidecar.counters import Stats
+from sidecar.state import SidecarState
 
 __all__ = ["FAILURE_KINDS", "SidecarCollector", "registry_for"]
 
@@ -59,75 +55,67 @@ def _counter(name: str, doc: str, labels: list[str], rows: Rows) -> GaugeMetricF
     return _family(CounterMetricFamily, name, doc, labels, rows)
 
 
-def _table_rows(name: str, table: Table | None) -> list[tuple[list[str], float]]:
+def _table_rows(name: str, table: list[list[int]] | None) -> Rows:
     if table is None:
         return []
-    return [([name, str(start), str(end)], float(k)) for start, end, k in table.ranges]
-
-
-def _goodput(c: Controller) -> list[tuple[list[str], float]]:
-    if c.last_batch is None:
-        return []
-    B = min(max(int(round(c.last_batch)), 1), c.profile.engine.max_num_seqs)
-    T = c.blend().T[B - 1]  # ms
-    taus = tau(projected(c.state)[0])
-    ks = range(len(T)) if c.allowed_k is None else sorted(c.allowed_k)
-    return [([str(k), str(B)], float(B * taus[k] / T[k] * 1000.0)) for k in ks]
+    return [([name, str(start), str(end)], float(k)) for start, end, k in table]
 
 
 class SidecarCollector:
-    """A prometheus Collector: everything is read from the controller when scraped."""
+    """A prometheus Collector: every series is read from one snapshot, taken when scraped."""
 
-    def __init__(self, controller: Controller) -> None:
-        self.controller = controller
+    def __init__(self, snapshot: Callable[[], SidecarState]) -> None:
+        self.snapshot = snapshot
 
     def collect(self) -> Iterator[Metric]:
-        c = self.controller
-        positions = [str(i) for i in range(c.K)]
+        state = self.snapshot()
+        process = state.in_process()
+        positions = [str(i) for i in range(len(state.a_hat))]
         yield _gauge("tabletune_sidecar_acceptance", "Estimated acceptance a_i (eq. â).",
-                     ["position"], list(zip(([p] for p in positions),
-                                            estimate(c.state).tolist(), strict=True)))
+                     ["position"], list(zip(([p] for p in positions), state.a_hat, strict=True)))
         yield _gauge("tabletune_sidecar_live_drafted", "Live drafted_i since the last halving.",
-                     ["position"], list(zip(([p] for p in positions),
-                                            c.state.drafted.tolist(), strict=True)))
+                     ["position"], list(zip(([p] for p in positions), state.estimator.drafted,
+                                            strict=True)))
         yield _gauge("tabletune_sidecar_prior_weight", "Weight w of the prior.", [],
-                     [([], c.state.w)])
+                     [([], state.estimator.w)])
         yield _gauge("tabletune_sidecar_prior_acceptance", "The profile's a_i (the prior).",
-                     ["position"], list(zip(([p] for p in positions), c.prior.tolist(), strict=True)))
+                     ["position"], list(zip(([p] for p in positions), state.prior_acceptance,
+                                            strict=True)))
         yield _gauge("tabletune_sidecar_goodput_tokens_per_second", "Predicted goodput "
                      "G(B, k) = B·τ(k)/T̂(B, k) per k at the last interval's mean batch size B, "
-                     "from â and the live step times.", ["k", "batch_size"], _goodput(c))
+                     "from â and the live step times.", ["k", "batch_size"],
+                     [([str(g.k), str(g.batch_size)], g.tokens_per_s) for g in process.goodput])
         yield _gauge("tabletune_sidecar_condition", "1 for each condition's current state "
                      "(scrape, admin, sync, drift, resume, checkpoint).", ["condition", "state"],
-                     [([name, state], 1.0) for name, state in sorted(c.conditions.states.items())])
-        engine = c.engine.info.parsed_table() if c.engine.info is not None else None
+                     [([name, s], 1.0) for name, s in sorted(state.conditions.items())])
         yield _gauge("tabletune_sidecar_table_k", "k per range of the engine's table "
                      "(table=engine) and of the recommended one (table=recommended).",
                      ["table", "batch_size_start", "batch_size_end"],
-                     _table_rows("engine", engine) + _table_rows("recommended", c.recommended))
-        yield from self._counters()
+                     _table_rows("engine", state.engine_table)
+                     + _table_rows("recommended", state.recommended_table))
+        yield from self._counters(process.stats)
         yield _gauge("tabletune_sidecar_step_time_drift_ratio",
                      "Live engine step time / the profile's T(B, k).", ["batch_size", "k"],
-                     [([str(x.batch_size), str(x.k)], x.ratio) for x in c.drift_cells])
+                     [([str(x.batch_size), str(x.k)], x.ratio) for x in state.drift])
         yield _gauge("tabletune_sidecar_step_time_live_steps",
                      "Live steps behind T̂ per (B bucket, k) cell.", ["batch_size", "k"],
-                     [([str(b), str(k)], n) for (b, k), n in sorted(c.live_T.steps.items())])
+                     [([str(c.batch_size), str(c.k)], c.steps) for c in state.step_times.live])
         yield _gauge("tabletune_sidecar_guardrail_trial", "1 while a pushed table is being "
                      "judged against live goodput before it.", [],
-                     [([], float(c.guard.trial is not None))])
+                     [([], float(state.guardrail.judging))])
         yield _gauge("tabletune_sidecar_ready", "1 when /readyz answers 200.", [],
-                     [([], float(probes.ready(c)[0]))])
+                     [([], float(state.ready))])
         yield _gauge("tabletune_sidecar_foreign_hold", "1 while holding off after someone "
-                     "else changed the engine's table.", [], [([], float(c.engine.holding()))])
-        age = probes.scrape_age_s(c)
+                     "else changed the engine's table.", [], [([], float(state.foreign_hold is not None))])
+        age = process.scrape_age_s
         yield _gauge("tabletune_sidecar_last_scrape_age_seconds", "Seconds since the last "
                      "complete vLLM /metrics scrape.", [], [] if age is None else [([], age)])
         yield _gauge("tabletune_sidecar_estimate_biased", "1 while counting from vLLM's stock "
                      "counters (no plugin): the estimate is biased low.", [],
-                     [([], float(c.source == "stock"))])
+                     [([], float(state.source == "stock"))])
 
-    def _counters(self) -> Iterator[Metric]:
-        s = self.controller.stats
+    @staticmethod
+    def _counters(s: Stats) -> Iterator[Metric]:
         yield _counter("tabletune_sidecar_rebuilds", "Rebuilds by outcome.", ["outcome"],
                        [([o], float(n)) for o, n in sorted(s.rebuilds.items())])
         yield _counter("tabletune_sidecar_pushes", "Tables written to the engine.", [],
@@ -148,8 +136,9 @@ class SidecarCollector:
                                   count_value=s.scrapes, sum_value=s.scrape_seconds)
 
 
-def registry_for(controller: Controller) -> CollectorRegistry:
-    """A registry of our own (never the global one), so tests and processes stay isolated."""
+def registry_for(snapshot: Callable[[], SidecarState]) -> CollectorRegistry:
+    """A registry of our own (never the global one), so tests and processes stay isolated;
+    ``snapshot``: Controller.snapshot."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SidecarCollector(controller))
+    registry.register(SidecarCollector(snapshot))
     return registry

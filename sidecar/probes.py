@@ -4,13 +4,20 @@ Liveness is deliberately not "vLLM is up" (the kiwigrid staleness rule): it says
 loop still turns, so a vLLM restart never restarts the sidecar. Readiness says the sidecar
 can act on what it last saw: the engine connected, a complete scrape within READY_INTERVALS
 intervals (plus one request timeout), and, unless dry-run, the last admin call answered.
+
+The rules (:func:`readiness`, :func:`liveness`) take plain values: Controller.snapshot() applies
+them once and publishes the verdicts in its SidecarState (sidecar/state.py), which the routes
+read (:func:`ready`, :func:`health`).
 """
 
 from __future__ import annotations
 
-from sidecar.controller import Controller
+from collections.abc import Mapping
 
-__all__ = ["READY_INTERVALS", "health", "ready", "scrape_age_s"]
+from sidecar.settings import SidecarSettings
+from sidecar.state import SidecarState
+
+__all__ = ["READY_INTERVALS", "health", "liveness", "readiness", "ready"]
 
 READY_INTERVALS = 3
 # the most admin requests one tick makes: a table read on a foreign version, a sync (read,
@@ -18,44 +25,53 @@ READY_INTERVALS = 3
 ADMIN_CALLS_PER_TICK = 6
 
 
-def scrape_age_s(c: Controller) -> float | None:
-    """Seconds since the last complete scrape (None: none yet)."""
-    return None if c.last_scrape_ok_at is None else c.clock() - c.last_scrape_ok_at
-
-
-def ready(c: Controller) -> tuple[bool, str]:
-    """Ready: engine connected, a recent complete scrape, the admin endpoint answering."""
-    if not c.engine.is_connected:
-        return False, f"waiting for the plugin's admin endpoint at {c.settings.admin_url}"
-    age = scrape_age_s(c)
-    scraped = c.conditions.states.get("scrape")
-    if age is None:
-        return False, (f"no complete scrape of {c.settings.engine_url}/metrics yet"
+def readiness(settings: SidecarSettings, connected: bool, has_admin: bool,
+              scrape_age_s: float | None, conditions: Mapping[str, str]) -> tuple[bool, str]:
+    """Ready: engine connected, a recent complete scrape, the admin endpoint answering.
+    ``scrape_age_s``: seconds since the last complete scrape (None: none yet)."""
+    if not connected:
+        return False, f"waiting for the plugin's admin endpoint at {settings.admin_url}"
+    scraped = conditions.get("scrape")
+    if scrape_age_s is None:
+        return False, (f"no complete scrape of {settings.engine_url}/metrics yet"
                        + (f" (the last one: {scraped})" if scraped else ""))
-    allowance = READY_INTERVALS * c.settings.interval_s + c.settings.timeout_s
-    if age > allowance:
-        return False, (f"no complete scrape of {c.settings.engine_url}/metrics for {age:.1f} s "
-                       f"(> {allowance:.1f} s); the last one: {scraped}")
-    admin = c.conditions.states.get("admin")
-    if c.engine.has_admin and not c.settings.dry_run and admin != "ok":
-        return False, (f"the last call to the plugin's admin endpoint at {c.settings.admin_url} "
+    allowance = READY_INTERVALS * settings.interval_s + settings.timeout_s
+    if scrape_age_s > allowance:
+        return False, (f"no complete scrape of {settings.engine_url}/metrics for "
+                       f"{scrape_age_s:.1f} s (> {allowance:.1f} s); the last one: {scraped}")
+    admin = conditions.get("admin")
+    if has_admin and not settings.dry_run and admin != "ok":
+        return False, (f"the last call to the plugin's admin endpoint at {settings.admin_url} "
                        f"failed ({admin}): the sidecar cannot write the table")
     return True, "ready"
 
 
-def health(c: Controller) -> tuple[bool, str]:
+def liveness(settings: SidecarSettings, now: float, started_at: float, tick_started: float | None,
+             tick_ended: float | None, loop_delay_s: float) -> tuple[bool, str]:
     """Live: a tick ended within 3 loop periods, or one is running within its budget.
 
-    The loop period is interval_s, or the back-off delay while vLLM keeps failing.
+    The loop period is interval_s, or the back-off delay (``loop_delay_s``) while vLLM keeps
+    failing.
     """
-    attempts, timeout_s = c.settings.retry_attempts, c.settings.timeout_s
-    allowance = 3 * max(c.settings.interval_s, c.loop_delay_s)
-    last = max(t for t in (c.started_at, c.tick_started, c.tick_ended) if t is not None)
-    if c.tick_started is not None and (c.tick_ended is None or c.tick_ended < c.tick_started):
+    attempts, timeout_s = settings.retry_attempts, settings.timeout_s
+    allowance = 3 * max(settings.interval_s, loop_delay_s)
+    last = max(t for t in (started_at, tick_started, tick_ended) if t is not None)
+    if tick_started is not None and (tick_ended is None or tick_ended < tick_started):
         # in a tick: one scrape plus the admin requests, each with its retries (and waits)
         calls = ADMIN_CALLS_PER_TICK * attempts
         allowance += timeout_s * (1 + calls) + calls
-    age = c.clock() - last
+    age = now - last
     if age > allowance:
         return False, f"the control loop has not ticked for {age:.1f} s (> {allowance:.1f} s)"
     return True, "ok"
+
+
+def ready(state: SidecarState) -> tuple[bool, str]:
+    """/readyz: the snapshot's readiness and its reason."""
+    return state.ready, state.ready_reason
+
+
+def health(state: SidecarState) -> tuple[bool, str]:
+    """/healthz: the snapshot's liveness and its reason (a running sidecar's snapshot only)."""
+    process = state.in_process()
+    return process.healthy, process.health_reason

@@ -45,6 +45,9 @@ def _sidecar(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from sidecar.state import SidecarState
     from tabletune.status import render
     from tuner.core.errors import EngineUnavailable
 
@@ -53,7 +56,7 @@ def _status(args: argparse.Namespace) -> int:
         raise InvalidInput(f"--sidecar={args.sidecar!r}: give the sidecar's base URL, e.g. "
                            "http://127.0.0.1:9109")
 
-    async def fetch() -> dict[str, object]:
+    async def fetch() -> SidecarState:
         import aiohttp
 
         timeout = aiohttp.ClientTimeout(total=args.timeout_s)
@@ -62,8 +65,14 @@ def _status(args: argparse.Namespace) -> int:
                 if r.status != 200:
                     raise EngineUnavailable(f"{url}/v1/state answered {r.status}; is this a "
                                             "TableTune sidecar (--listen-port)?")
-                state: dict[str, object] = await r.json(content_type=None)
-                return state
+                # the model the sidecar serves it from (sidecar/state.py)
+                return SidecarState.model_validate(await r.json(content_type=None))
+        except ValidationError as exc:  # a ValueError too: before the catch-all below
+            error = exc.errors()[0]
+            where = ".".join(str(p) for p in error["loc"])
+            raise EngineUnavailable(f"{url}/v1/state is not a TableTune sidecar's state "
+                                    f"({where}: {error['msg']}); is this a TableTune sidecar "
+                                    "(--listen-port)?") from None
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             raise EngineUnavailable(f"no sidecar answered at {url} ({exc.__class__.__name__}: "
                                     f"{exc}); is it running? pass --sidecar URL") from None

@@ -3,8 +3,9 @@
 The first thing an operator types: the engine and the table in force (and its version), the
 recommended table where it differs, â per position with the evidence behind it, live against
 profile step times, the last decisions, readiness and the age of the last scrape. ``render``
-takes the state as JSON and returns text: aligned columns with box rules for a terminal, plain
-``key: value`` lines and tab-separated rows when piped (grep- and cut-friendly).
+takes the state, parsed with the model the sidecar serves it from (sidecar/state.SidecarState),
+and returns text: aligned columns with box rules for a terminal, plain ``key: value`` lines and
+tab-separated rows when piped (grep- and cut-friendly).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
+
+from sidecar.state import SidecarState
 
 __all__ = ["render"]
 
@@ -58,32 +61,32 @@ def _section(title: str, tty: bool) -> str:
     return f"\n{title}" if tty else f"\n# {title}"
 
 
-def render(state: dict[str, Any], url: str, tty: bool, now: float | None = None) -> str:
+def render(state: SidecarState, url: str, tty: bool, now: float | None = None) -> str:
     """The status screen for a sidecar's /v1/state (see the module)."""
     now = time.time() if now is None else now
-    ready = "ready" if state.get("ready") else f"NOT READY ({state.get('ready_reason')})"
-    mode = "dry-run (recommends only)" if state.get("dry_run") else "pushing tables"
-    scrape, admin = _ago(state.get("last_scrape_age_s")), _ago(state.get("admin_age_s"))
-    bias = state.get("bias_note")
+    ready = "ready" if state.ready else f"NOT READY ({state.ready_reason})"
+    mode = "dry-run (recommends only)" if state.dry_run else "pushing tables"
+    scrape, admin = _ago(state.last_scrape_age_s), _ago(state.admin_age_s)
+    bias = state.bias_note
     lines = [f"sidecar {url}: {ready}, {mode}",
-             f"counts from: {state.get('source') or 'no scrape yet'}" + (f" — {bias}" if bias else ""),
+             f"counts from: {state.source or 'no scrape yet'}" + (f" — {bias}" if bias else ""),
              f"last complete scrape: {scrape}; admin endpoint answered: {admin}",
-             f"engine table v{state.get('engine_table_version')}: {_ranges(state.get('engine_table'))}"]
-    if state.get("recommended_table") and state.get("recommended_table") != state.get("engine_table"):
-        lines.append(f"recommended:     {_ranges(state['recommended_table'])}")
-    hold = state.get("foreign_hold")
+             f"engine table v{state.engine_table_version}: {_ranges(state.engine_table)}"]
+    if state.recommended_table and state.recommended_table != state.engine_table:
+        lines.append(f"recommended:     {_ranges(state.recommended_table)}")
+    hold = state.foreign_hold
     if hold:
-        lines.append(f"holding off: someone else wrote v{hold.get('version')}; "
-                     f"{hold.get('remaining_s', 0):.0f} s left")
-    bad = {k: v for k, v in (state.get("conditions") or {}).items() if v != "ok"}
+        lines.append(f"holding off: someone else wrote v{hold.version}; "
+                     f"{hold.remaining_s:.0f} s left")
+    bad = {k: v for k, v in state.conditions.items() if v != "ok"}
     if bad:
         lines.append("conditions: " + ", ".join(f"{k}={v}" for k, v in sorted(bad.items())))
 
-    est = state.get("estimator") or {}
-    prior, a_hat = state.get("prior_acceptance") or est.get("prior") or [], state.get("a_hat") or []
-    used = state.get("a_used") or a_hat
-    drafted, accepted = est.get("drafted") or [], est.get("accepted") or []
-    lines.append(_section(f"acceptance (prior weight w = {est.get('w', 0):g} drafts)", tty))
+    est = state.estimator
+    prior, a_hat = state.prior_acceptance or est.prior, state.a_hat
+    used = state.a_used or a_hat
+    drafted, accepted = est.drafted, est.accepted
+    lines.append(_section(f"acceptance (prior weight w = {est.w:g} drafts)", tty))
     # live: since the last halving
     rows: list[list[Any]] = [["position", "â used", "â", "prior", "live kept", "live drafted"]]
     for i, a in enumerate(a_hat):
@@ -93,24 +96,22 @@ def render(state: dict[str, Any], url: str, tty: bool, now: float | None = None)
                      f"{drafted[i]:.0f}" if i < len(drafted) else None])
     lines += _table(rows, tty) if len(rows) > 1 else ["no estimate yet"]
 
-    drift = state.get("drift") or []
-    steps = state.get("step_times") or {}
+    drift = state.drift
     lines.append(_section(f"step times, live against the profile (w_T = "
-                          f"{steps.get('prior_steps', 0):g} steps)", tty))
+                          f"{state.step_times.prior_steps:g} steps)", tty))
     rows = [["B", "k", "live ms", "profile ms", "ratio", "live steps"]]
-    rows += [[c["batch_size"], c["k"], f"{c['live_ms']:.2f}", f"{c['profile_ms']:.2f}",
-              f"{c['ratio']:.2f}x", f"{c['steps']:.0f}"] for c in drift]
+    rows += [[c.batch_size, c.k, f"{c.live_ms:.2f}", f"{c.profile_ms:.2f}",
+              f"{c.ratio:.2f}x", f"{c.steps:.0f}"] for c in drift]
     lines += _table(rows, tty) if drift else ["no live step times yet (the plugin's series, "
                                               "5 steps a cell)"]
 
-    decisions = state.get("recent_decisions") or []
-    lines.append(_section(f"last decisions (traffic changes {state.get('traffic_changes', 0)}, "
-                          f"rollbacks {(state.get('guardrail') or {}).get('rollbacks', 0)})", tty))
+    decisions = state.recent_decisions
+    lines.append(_section(f"last decisions (traffic changes {state.traffic_changes}, "
+                          f"rollbacks {state.guardrail.rollbacks})", tty))
     rows = [["when", "outcome", "trigger", "table", "reason"]]
-    rows += [[_when(d["time"], now), d["outcome"], d.get("trigger"), _ranges(d["new_table"]),
-              d["reason"][:80]] for d in reversed(decisions)]
+    rows += [[_when(d.time, now), d.outcome, d.trigger, _ranges(d.new_table),
+              d.reason[:80]] for d in reversed(decisions)]
     lines += _table(rows, tty) if decisions else ["no rebuild yet"]
-    held = (state.get("guardrail") or {}).get("held_out") or []
-    for h in held:
-        lines.append(f"held out by the guardrail until {_when(h['until'], now)}: {_ranges(h['table'])}")
+    for h in state.guardrail.held_out:
+        lines.append(f"held out by the guardrail until {_when(h.until, now)}: {_ranges(h.table)}")
     return "\n".join(lines) + "\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sidecar.server import state_of
+from sidecar.state import SidecarState
 from tabletune.status import render
 from tests.sidecar.fake_engine import TUNED, FakeEngine
 from tests.sidecar.test_controller import controller_for, rebuild_once
@@ -16,22 +17,25 @@ async def test_status_shows_table_estimate_step_times_and_decisions(tmp_path: Pa
         fake.run(50, B=4, step_ms=27.0)
         decision = await rebuild_once(c, fake)
         assert decision is not None and decision.outcome == "pushed"
-        state = state_of(c)
+        reply = state_of(c)  # GET /v1/state, parsed as `tabletune status` parses it
+        state = SidecarState.model_validate(reply)
+    # the reply parses back into the model it was served from, decision and all
+    assert state.last_decision is not None and state.model_dump(mode="json") == reply
     plain = render(state, "http://127.0.0.1:9109", tty=False, now=decision.time + 5)
     assert plain.startswith("sidecar http://127.0.0.1:9109: ready, pushing tables\n")
-    assert f"engine table v{state['engine_table_version']}: B 1-8: k=3  B 9-16: k=1" in plain
+    assert f"engine table v{state.engine_table_version}: B 1-8: k=3  B 9-16: k=1" in plain
     # acceptance with its evidence, tab-separated when piped
     assert "1\t0.900\t0.900\t0.900\t360\t400" in plain  # live counts after the halving
     assert "4\t3\t27.00\t18.00\t1.50x\t50" in plain  # live against the profile's step time
     assert "(5 s ago)\tpushed\tscheduled\tB 1-8: k=3  B 9-16: k=1" in plain
     table = render(state, "http://127.0.0.1:9109", tty=True, now=decision.time + 5)
     assert "─" in table and "\t" not in table and "live ms" in table
-    assert TUNED == state["engine_table"]
+    assert TUNED == state.engine_table
 
 
 def test_status_of_a_sidecar_that_has_seen_nothing_yet() -> None:
     state = {"ready": False, "ready_reason": "not connected to the engine yet", "dry_run": True,
              "source": None, "engine_table": None, "estimator": {}, "a_hat": []}
-    text = render(state, "http://x:1", tty=False, now=0.0)
+    text = render(SidecarState.model_validate(state), "http://x:1", tty=False, now=0.0)
     assert "NOT READY (not connected to the engine yet), dry-run" in text
     assert "no estimate yet" in text and "no rebuild yet" in text and "engine table vNone: unknown" in text

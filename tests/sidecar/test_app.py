@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from sidecar import checkpoint
-from sidecar.app import backoff_delay, main, run
+from sidecar.app import backoff_delay, control_loop, main, run
 from sidecar.controller import Controller
 from sidecar.probes import health, ready
 from sidecar.settings import SidecarSettings
@@ -139,16 +139,39 @@ async def test_healthz_goes_stale_without_ticks_but_not_when_vllm_is_down(tmp_pa
     s = settings(write_profile(tmp_path / "p.json"), "http://127.0.0.1:9", interval_s=1.0)
     async with EngineClient(s.engine_url, s.admin_url, None, 0.1, 1) as client:
         c = Controller(s, make_profile(), client, clock=lambda: now[0])
-        assert health(c) == (True, "ok")
+        assert health(c.snapshot()) == (True, "ok")
         await c.tick()  # vLLM is down: still a tick
-        assert health(c)[0] and not ready(c)[0]
+        assert health(c.snapshot())[0] and not ready(c.snapshot())[0]
         now[0] += 2.9
-        assert health(c)[0]
+        assert health(c.snapshot())[0]
         now[0] += 0.2
-        ok, reason = health(c)
+        ok, reason = health(c.snapshot())
         assert not ok and "has not ticked for 3.1 s" in reason
         c.loop_delay_s = 10.0  # backing off: the allowance follows the loop's period
-        assert health(c)[0]
+        assert health(c.snapshot())[0]
+
+
+async def test_a_tick_that_raises_is_counted_said_once_and_backs_off(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    s = settings(write_profile(tmp_path / "p.json"), "http://127.0.0.1:9", interval_s=0.01)
+    stop, calls = asyncio.Event(), []
+
+    async def tick() -> None:
+        calls.append(1)
+        if len(calls) == 3:
+            stop.set()
+        raise RuntimeError("a bug")
+
+    async with EngineClient(s.engine_url, s.admin_url, None, 0.1, 1) as client:
+        c = Controller(s, make_profile(), client)
+        monkeypatch.setattr(c, "tick", tick)
+        with caplog.at_level(logging.WARNING, logger="sidecar"):
+            await control_loop(c, stop)
+    assert c.stats.failures["tick_error"] == 3 and c.consecutive_failures == 3
+    assert c.snapshot().conditions["tick"] == "error: RuntimeError"
+    assert c.loop_delay_s == backoff_delay(s, 3)  # the period /healthz allows for
+    said = [r for r in caplog.records if r.getMessage() == "tick failed; carrying on"]
+    assert len(said) == 1 and said[0].exc_info is not None  # once, with the traceback
 
 
 def test_backoff_doubles_up_to_the_ceiling(tmp_path: Path) -> None:
