@@ -116,6 +116,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                        env=plugin_env(admin_port, token=TOKEN),
                        speculative=SpeculativeSpec(num_speculative_tokens=profile.K,
                                                    table=Table.from_list(profile.table)))
+    earlier = set((out / "logs").glob("sidecar-*.log"))  # an earlier run's stays beside this one
     async with launch(cfg, log_dir=out / "logs") as server, admin_client(admin_port) as admin:
         async with StationaryLoad(server.url, requests, args.load, 0.0, seed=1) as traffic:
             async with sidecar(Path(args.profile), out / "logs", server.url, admin.admin_url):
@@ -124,8 +125,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     await asyncio.sleep(5)
                     traffic.check()
                 wall = time.monotonic() - t0
-    (log,) = sorted((out / "logs").glob("sidecar-*.log"))
-    return {"seconds": round(wall, 1), "load": args.load, "interval_s": 0.5, **changes(log)}
+    (log,) = sorted(set((out / "logs").glob("sidecar-*.log")) - earlier)
+    return {"seconds": round(wall, 1), "load": args.load, "interval_s": 0.5, "log": log.name,
+            **changes(log)}
 
 
 def main() -> None:
