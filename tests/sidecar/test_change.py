@@ -30,8 +30,8 @@ SLOW_CELL = {(8, 3): (50.0, 20.0)}  # the slowest of them: 20 steps a second, 10
 FAST_CELL = {(8, 3): (20.0, 50.0)}
 
 # (end of interval s, mean step ms) of cell (B=8, k=3) between consecutive rebuilds of the run
-# (logs/sidecar-50727.log at 7826c6c: each rebuild's drift cell, live seconds and steps, less
-# the previous rebuild's after its cap at 2000 steps; none across a detected change)
+# (benchmarks.stationary.step_series of its logs/sidecar-50727.log, at 7826c6c: each rebuild's
+# live seconds and steps less the previous rebuild's after its cap; none across a change)
 MEASURED = (
     (5.3, 33.2), (9.6, 40.5), (14.1, 41.5), (17.9, 29.6), (22.1, 35.1), (26.4, 34.2), (30.4, 34.8),
     (34.5, 34.1), (38.4, 37.0), (42.4, 29.9), (47.0, 32.2), (52.9, 50.2), (65.4, 59.8), (77.1, 32.8),
