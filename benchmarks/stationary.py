@@ -4,7 +4,10 @@ fires when nothing changes.
 One vLLM CPU with the plugin, the table the profile chose, 8 closed-loop clients on the
 profile's repetitive prompts at temperature 0 for ``--seconds``, the sidecar beside it as the
 benchmarks run it (0.5 s scrapes: benchmarks/stateful.sidecar). Every ``traffic change`` event
-in the sidecar's log is false here; the step-time ones are what the calibration bounds.
+in the sidecar's log is false here; the step-time ones are what the calibration bounds (a
+``step-time change taken back`` is a transient the test had called a change, counted apart).
+What the machine did meanwhile is in ``steps``: the busiest cell's mean step between rebuilds
+(step_series), the noise the figure must be read against.
 
     python -m benchmarks.stationary --profile benchmarks/results/cpu-tiny/profile.json \\
         --out benchmarks/results/cpu-tiny/stationary-changes --seconds 600
@@ -16,8 +19,11 @@ import argparse
 import asyncio
 import json
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from benchmarks.engines import TOKEN, admin_client
 from benchmarks.stateful import sidecar
@@ -32,14 +38,72 @@ MAX_TOKENS = 48
 
 
 def changes(log: Path) -> dict[str, Any]:
-    """The sidecar log's traffic-change events, by kind."""
+    """The sidecar log's traffic-change events, by kind, and the busiest cell's steps."""
     events = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
     found = [e for e in events if e.get("event") == "traffic change"]
+    back = [e for e in events if e.get("event") == "step-time change taken back"]
+    series = step_series(events)
+    busiest = max(series, key=lambda c: sum(n for _, _, n in series[c]), default=None)
     return {"traffic_changes": len(found),
             "step_time_changes": sum(1 for e in found if e.get("step_times")),
             "acceptance_changes": sum(1 for e in found if e.get("acceptance")),
+            "step_time_taken_back": len(back),
             "rebuilds": sum(1 for e in events if e.get("event") == "rebuild"),
-            "events": found}
+            "steps": None if busiest is None else noise(busiest, series[busiest]),
+            "events": found + back}
+
+
+def step_series(events: list[dict[str, Any]]) -> dict[tuple[int, int], list[tuple[float, float, float]]]:
+    """Per (B bucket, k): (seconds since the first event, mean step ms, steps) of the steps
+    between consecutive rebuilds, from each rebuild's drift cells (the live seconds and steps
+    at its last scrape) less the previous one's, cut as the rebuild cut them (the cap at
+    step_memory steps, after a rebuild that did its bookkeeping). A cell whose live steps a
+    change, or a take-back, replaced skips the next rebuild: that one may have logged them
+    from before the replacement (the same tick)."""
+    memory = next((e["settings"].get("step_memory", 2000.0) for e in events
+                   if e.get("event") == "starting"), 2000.0)
+    t0 = datetime.fromisoformat(events[0]["ts"]).timestamp() if events else 0.0
+    prev: dict[tuple[int, int], tuple[float, float]] = {}
+    skip: set[tuple[int, int]] = set()
+    out: dict[tuple[int, int], list[tuple[float, float, float]]] = {}
+    for e in events:
+        if e.get("event") in ("traffic change", "step-time change taken back"):
+            for c in e.get("step_times") or []:
+                cell = (c["batch_size"], c["k"])
+                prev.pop(cell, None)
+                skip.add(cell)
+        if e.get("event") != "rebuild":
+            continue
+        d = e["decision"]
+        capped = d.get("trigger") != "measured" or d.get("outcome") == "pushed"
+        t = datetime.fromisoformat(e["ts"]).timestamp() - t0
+        for c in d.get("drift") or []:
+            cell, n = (c["batch_size"], c["k"]), float(c["steps"])
+            seconds = c["live_ms"] * n / 1000
+            if cell in skip:
+                skip.discard(cell)
+                continue
+            if cell in prev and n - prev[cell][1] > 0:
+                s0, n0 = prev[cell]
+                out.setdefault(cell, []).append(
+                    (round(t, 1), round(1000 * (seconds - s0) / (n - n0), 2), n - n0))
+            f = min(1.0, memory / n) if capped and n > 0 else 1.0
+            prev[cell] = (seconds * f, n * f)
+    return out
+
+
+def noise(cell: tuple[int, int], series: list[tuple[float, float, float]]) -> dict[str, Any]:
+    """The cell's step series and its spread: intervals of at least 20 steps, as ratios to
+    their median (what the change test's ×1.7 is set against)."""
+    kept = [(t, ms, n) for t, ms, n in series if n >= 20]
+    ms = np.array([m for _, m, _ in kept])
+    ratio = ms / np.median(ms) if ms.size else ms
+    return {"cell": list(cell), "intervals": len(kept),
+            "median_ms": round(float(np.median(ms)), 2) if ms.size else None,
+            "log_sd": round(float(np.std(np.log(ratio))), 3) if ms.size else None,
+            "ratio_range": [round(float(ratio.min()), 2), round(float(ratio.max()), 2)]
+            if ms.size else None,
+            "series": [list(x) for x in kept]}
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -52,6 +116,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                        env=plugin_env(admin_port, token=TOKEN),
                        speculative=SpeculativeSpec(num_speculative_tokens=profile.K,
                                                    table=Table.from_list(profile.table)))
+    earlier = set((out / "logs").glob("sidecar-*.log"))  # an earlier run's stays beside this one
     async with launch(cfg, log_dir=out / "logs") as server, admin_client(admin_port) as admin:
         async with StationaryLoad(server.url, requests, args.load, 0.0, seed=1) as traffic:
             async with sidecar(Path(args.profile), out / "logs", server.url, admin.admin_url):
@@ -60,8 +125,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     await asyncio.sleep(5)
                     traffic.check()
                 wall = time.monotonic() - t0
-    (log,) = sorted((out / "logs").glob("sidecar-*.log"))
-    return {"seconds": round(wall, 1), "load": args.load, "interval_s": 0.5, **changes(log)}
+    (log,) = sorted(set((out / "logs").glob("sidecar-*.log")) - earlier)
+    return {"seconds": round(wall, 1), "load": args.load, "interval_s": 0.5, "log": log.name,
+            **changes(log)}
 
 
 def main() -> None:
@@ -73,7 +139,8 @@ def main() -> None:
     args = p.parse_args()
     result = asyncio.run(run(args))
     Path(args.out, "stationary.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps({k: v for k, v in result.items() if k != "events"}))
+    print(json.dumps({k: v for k, v in result.items() if k != "events"}
+                     | {"steps": {k: v for k, v in (result["steps"] or {}).items() if k != "series"}}))
 
 
 if __name__ == "__main__":

@@ -111,7 +111,7 @@ class Controller:
         self.pairs_seen = 0  # paired runs at the last rebuild: new ones may settle a duel
         self.unmeasured = np.zeros(self.K, dtype=bool)  # positions a rebase left at a guess
         self.acceptance_changed = False  # the last detected change was one of acceptance
-        self.recent = RecentWindow(settings.change_window)
+        self.recent = RecentWindow(settings.change_window, settings.interval_s)
         self.guard = Guardrail(window=settings.guard_window, drop=settings.guard_drop,
                                hold_s=settings.guard_hold_s)
         self.pending_rollback: Verdict | None = None
@@ -408,8 +408,15 @@ class Controller:
         tested = np.where(self.unmeasured[:dra.size], 0.0, dra) if dra.size else dra
         found = acceptance_change(acc, tested, projected(self.state)[0], z=s.change_z,
                                   min_delta=s.change_min_delta)
-        slow = step_time_changes_robust(self.recent, self.live_T.seconds, self.live_T.steps,
-                                        ratio=s.change_step_ratio)
+        slow = step_time_changes_robust(self.recent, ratio=s.change_step_ratio)
+        if back := [c for c in slow if c.reverted]:  # a transient the test had called a change
+            # went back: the cell's level is the older one again, and that is no new change
+            newer = self.recent.newer_step_time()
+            self.live_T.replace({(c.batch_size, c.k): newer[(c.batch_size, c.k)] for c in back})
+            log.info("step-time change taken back", extra={"step_times": [
+                {"batch_size": c.batch_size, "k": c.k, "recent_ms": c.recent_ms,
+                 "estimate_ms": c.estimate_ms, "steps": c.steps} for c in back]})
+            slow = [c for c in slow if not c.reverted]
         if found is None and not slow:
             return None
         # only a change of acceptance lets the model move every range: the pairs measured under
@@ -602,7 +609,7 @@ class Controller:
             self.rebase_left -= 1
         halve_live(self.state)
         self.resume.halve()
-        self.recent.scale_step_time(self.live_T.cap(self.settings.step_memory))
+        self.live_T.cap(self.settings.step_memory)
         if self.settings.prior_decay < 1:
             decay_prior(self.state, self.settings.prior_decay)
         self.w_T *= self.settings.step_prior_decay

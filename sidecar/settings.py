@@ -57,7 +57,7 @@ class SidecarSettings(BaseSettings):
     change_window: int = Field(3, ge=1, description="scrapes in the recent window the change test compares with the estimate")
     change_z: float = Field(6.0, gt=0, description="acceptance change: |z| of the recent window against â beyond this (and change_min_delta apart)")
     change_min_delta: float = Field(0.1, ge=0, description="acceptance change: recent and â at least this far apart (absolute)")
-    change_step_ratio: float = Field(1.3, gt=1, description="step-time change: a cell's recent mean this factor away from its older live steps")
+    change_step_ratio: float = Field(1.7, gt=1, description="step-time change: a cell's steps this factor away from its level (the median of its last 2 minutes), the same way, in both of two 12-s windows; above what a shared CPU's noise reached (×1.5-1.85 for ~18 s), below the 2x change that matters (sidecar/change.py)")
     change_prior_weight: float = Field(50.0, ge=0, description="after a detected change of acceptance, w is at most this")
     guard_window: int = Field(5, ge=0, description="guardrail: scrapes before and after a push compared (0: off)")
     guard_drop: float = Field(0.05, gt=0, lt=1, description="guardrail: roll back a push whose live goodput drops by more than this (and beyond noise)")

@@ -95,7 +95,7 @@ class LiveStepTimes:
         fade where evidence is plentiful, while a k that only exploration visits (a few steps
         a rebuild) keeps what it has. Halving at every rebuild, as for acceptance, would hold
         such a cell near the steps of one rebuild, forever outweighed by the profile. Returns
-        the factor applied per scaled cell (the change test's window scales by it too)."""
+        the factor applied per scaled cell."""
         factors = {}
         for key, count in self.steps.items():
             if count > max_steps:

@@ -206,3 +206,24 @@ async def test_a_rebase_gives_an_undrafted_position_the_one_before_it(tmp_path: 
             clock.now += 1
             await c.tick()
         assert c.stats.changes == changes
+
+
+async def test_a_step_time_transient_is_one_change_and_its_cell_gets_its_level_back(
+        tmp_path: Path) -> None:
+    """Steps 2x slower for 40 s, then back (2-s scrapes): one traffic change, whose cell keeps
+    the slow level while it lasts, then taken back to the older level, with no second change
+    (the stationary CPU run: a transient found going and again coming back)."""
+    clock = Clock()
+    async with controller_for(FakeEngine(), tmp_path, clock=clock, rebuild_every_steps=100_000,
+                              guard_window=0, interval_s=2.0) as (c, fake):
+        assert await c.tick() is None
+        seen = []
+        for i in range(120):  # 80 s at 20 ms a step, 40 s at 40 ms, 120 s at 20 ms
+            slow = 40 <= i < 60
+            fake.run(50 if slow else 100, step_ms=40.0 if slow else 20.0)
+            clock.now += 2
+            await c.tick()
+            seen.append(c.live_T.live_ms((4, 3)))
+        assert c.stats.changes == 1, c.stats.changes
+        assert max(x or 0.0 for x in seen[40:80]) > 35.0   # the change: the slow level kept
+        assert seen[-1] is not None and abs(seen[-1] - 20.0) < 0.5  # taken back, not mixed

@@ -208,17 +208,6 @@ def test_no_profile_weight_and_no_live_steps_keeps_the_profiles_spread() -> None
     assert abs(blend.T[3, 3] - 20.0) < 1e-9  # with w_T = 0 the live mean alone
 
 
-def test_the_cap_scales_the_change_windows_cells_too() -> None:
-    t = live({(4, 3): (10.0, 10_000)})
-    w = RecentWindow(3)
-    w.push(np.zeros(3), np.zeros(3), {(4, 3): (0.012 * 900, 900.0)})
-    t.observe({(4, 3): (0.012 * 900, 900.0)})
-    w.scale_step_time(t.cap(2000))
-    (s, n), = w.step_time().values()
-    older_ms = 1000 * (t.seconds[(4, 3)] - s) / (t.steps[(4, 3)] - n)
-    assert abs(older_ms - 10.0) < 1e-6  # the older steps' mean survives the cap
-
-
 def test_a_push_during_a_trial_is_judged_against_the_last_judged_table() -> None:
     g = Guardrail(window=3, settle=0)
     first, middle, last = (Table.from_list([[1, 16, k]]) for k in (3, 2, 0))
