@@ -13,7 +13,7 @@ the *recent* window (the last few scrapes' counts) with the estimate in force:
   REFERENCE_S seconds before them, more than a factor ``ratio`` apart the same way in both;
   after a change the older level is held for HOLD_S seconds, and a cell whose steps go back to
   it in that time had a transient: the change is taken back, not followed by a second one
-  (step_time_changes_robust: its docstring derives the false-alarm rate).
+  (RecentWindow.step_time_changes: its docstring derives the false-alarm rate).
 
 On a change the caller drops the stale counts, lowers the prior's weight, and rebuilds at once
 (sidecar/controller.py). The change lies somewhere inside the window, so the counts kept are
@@ -33,11 +33,11 @@ import numpy.typing as npt
 from tuner.core.admin_api import BucketK
 
 __all__ = ["MIN_CHANGE_DRAFTS", "STEP_RATIO", "AcceptanceChange", "RecentWindow", "StepTimeChange",
-           "acceptance_change", "step_time_changes", "step_time_changes_robust"]
+           "acceptance_change"]
 
 FloatArray = npt.NDArray[np.float64]
 MIN_CHANGE_DRAFTS = 100.0  # fewer recent drafts at a position are no evidence of a change
-# The step-time test (step_time_changes_robust) in seconds, not scrapes: the noise it must
+# The step-time test (RecentWindow.step_time_changes) in seconds, not scrapes: the noise it must
 # ignore is correlated in time (a shared CPU: tens of percent for tens of seconds), whatever the
 # scrape interval.
 STEP_WINDOW_S = 12.0  # each of the two test windows
@@ -86,7 +86,7 @@ class _Cell:
 class RecentWindow:
     """The counts of the last ``size`` complete scrapes (the acceptance test), and each cell's
     per-scrape step times over the step-time test's span, the scrapes ``interval_s`` apart (its
-    windows are sized in seconds: step_time_changes_robust)."""
+    windows are sized in seconds: RecentWindow.step_time_changes)."""
 
     size: int = 3
     interval_s: float = 1.0
@@ -133,7 +133,7 @@ class RecentWindow:
     def clear(self) -> None:
         """Start the acceptance window afresh (after a change, a restart). The step times stay:
         the step-time test keeps each cell's own level, and moves it only on a change of that
-        cell (step_time_changes_robust)."""
+        cell (RecentWindow.step_time_changes)."""
         self._items.clear()
 
     @property
@@ -155,10 +155,6 @@ class RecentWindow:
         acc, dra, _ = self._items[-1]
         return acc.copy(), dra.copy()
 
-    def step_time(self) -> dict[BucketK, tuple[float, float]]:
-        """(seconds, steps) per cell summed over the acceptance window's scrapes."""
-        return _summed([cells for _, _, cells in self._items])
-
     def newer_step_time(self) -> dict[BucketK, tuple[float, float]]:
         """(seconds, steps) per cell over the newer of the two step windows: what a cell keeps
         after a change, or after a transient went back (its level now, from STEP_WINDOW_S
@@ -175,14 +171,95 @@ class RecentWindow:
         """The ring's slots from the oldest scrape in the span to the newest."""
         return np.arange(self._pushed - self.span, self._pushed) % self.span
 
+    def step_time_changes(self, min_steps: float = 30.0,
+                              ratio: float = STEP_RATIO) -> list[StepTimeChange]:
+        """Cells whose step time left their level by more than ``ratio``, the same way, in each of
+        the two last disjoint windows of STEP_WINDOW_S seconds; and cells whose change, found
+        within HOLD_S, went back (``reverted``). Records both in this window.
 
-def _summed(scrapes: list[dict[BucketK, tuple[float, float]]]) -> dict[BucketK, tuple[float, float]]:
-    out: dict[BucketK, tuple[float, float]] = {}
-    for cells in scrapes:
-        for key, (s, n) in cells.items():
-            s0, n0 = out.get(key, (0.0, 0.0))
-            out[key] = (s0 + s, n0 + n)
-    return out
+        A window's level is the median of its per-scrape mean steps (scrapes with MIN_SCRAPE_STEPS
+        of the cell's steps, more than half the window's scrapes), with ``min_steps`` steps in each
+        window. The cell's level is the same median over its scrapes in the REFERENCE_S seconds
+        before the windows, since its last change (at least one window's worth of votes, and
+        OLDER_STEPS·min_steps steps). Not from T̂: a profile wrong from the start is drift, which
+        the blend corrects as live steps accumulate (sidecar/step_times.py). After a change the
+        cell's level starts at the newer window, and for HOLD_S the older level is held beside it:
+        if both windows come back within √ratio of it (×1.3), the change was a transient and is
+        taken back (``reverted``: the caller restores the cell's steps and counts no change);
+        after HOLD_S the new level alone is the cell's.
+
+        Why: the last rule (two windows of 5 scrapes against the older live mean, ×1.3, the newer
+        window's steps the cell's only level after a change) fired 5 times in 600 s of a
+        stationary CPU load (benchmarks/results/cpu-tiny/stationary-changes): a CPU shared with
+        another job moved the steps by tens of percent for tens of seconds, which filled both
+        2.5-s windows, and each episode was found going and again coming back. Its busiest cell's
+        mean step between rebuilds had a log spread of 0.145 with a memory of ~10 s, and once rose
+        ×1.5-1.85 for ~18 s. No test that answers within 30 s can tell a 40-s episode from a
+        lasting change of the same size, so the ratio sits between what such noise reaches and
+        the change that matters (the demo's switch, a profile 2x wrong): ×1.7 (×1.6 let the
+        replay below through at ~1 per 10 minutes). A lasting change below it is drift, which the
+        live steps absorb as the cap keeps step_memory (2000) steps a cell: a minute or two at
+        the CPU load's 20-30 steps a second. Medians on both sides, not a median against a mean:
+        a heavy tail moves a mean (one scrape in ten a burst of 3x steps: +7%) and would tilt the
+        test one way. Windows in seconds, not scrapes: the noise is correlated in time, whatever
+        the interval.
+
+        False alarms. A scrape's mean over a cell's ~10 steps spreads by ~8% (0.25 a step), and a
+        burst scrape reads ×1.67: neither puts the majority of a window's scrapes beyond ×1.7, so
+        only the machine's level can, held beyond ×1.7 of the reference for 1.5·STEP_WINDOW_S =
+        18 s. The reference is a median over 2 minutes, which an episode of 10-40 s (less than
+        half of them) hardly moves, and which a wander of sd 0.12 and a 10-s memory moves by about
+        0.12·√(2·10/120) = 0.05. So a false change is an episode (×1.3-1.45) on a wander of +16%
+        or more (1.3 sd), the two lasting 18 s together. The replay of such a machine
+        (tests/sidecar/test_change.py: the wander, six episodes in 10 minutes, twice the run's,
+        and a burst scrape in ten) finds 0.35 false changes per 10 minutes at 0.5-s scrapes,
+        about one episode in 17 (0.30 at 2-s scrapes; 0.68 with twice the episodes), against ~18
+        (~6 at 2 s) for the last rule; the measured run replayed, 0 in 20 runs against 4-11 a run.
+        One excursion can be found in several cells a scrape or two apart, each an event. A
+        transient beyond ×1.7 is taken back once it has been within ×1.3 for most of both windows
+        (18 s), so one of up to ~HOLD_S = 60 s is one change, not two. Why ×1.3 and not "nearer
+        the older level than the new": a real 2x change seen through a ÷1.45 episode reads
+        ×1.38, nearer 1 than 2 (their middle is ×1.41), and would be taken back.
+
+        Detection. A lasting change of 2x (or 0.5x) is found once it fills the majority of both
+        windows: 18-21 s after it at 0.5- and 1-s scrapes, 18-22 s at 2 s (6 scrapes a window,
+        4 of the older), within 30 s given min_steps = 30 in each window (2.5 steps a second; the
+        slowest cell of the CPU load, 50 ms steps slowed 2x, has 10). With the wander on top,
+        90-100% are found within 30 s: the others are changes the wander holds below ×1.7 a while,
+        which any ratio between the noise and 2x misses. The first test comes 3·STEP_WINDOW_S
+        after the start (two windows and a reference of one).
+        """
+        i, n_w, span = self._pushed - 1, self.step_window, self.span
+        order = self._order()  # position p holds scrape i - span + 1 + p
+        out = []
+        for key, cell in sorted(self._cells.items()):
+            ms, steps = cell.ms[order], cell.steps[order]
+            n0, n1 = float(np.sum(steps[-2 * n_w:-n_w])), float(np.sum(steps[-n_w:]))
+            if min(n0, n1) < min_steps:
+                continue
+            m0, m1 = _window_ms(ms[-2 * n_w:-n_w]), _window_ms(ms[-n_w:])
+            held = cell.held
+            if held is not None:
+                if all(abs(np.log(m / held.old_ms)) < np.log(ratio) / 2 for m in (m0, m1)):
+                    # back to the older level: the change was a transient
+                    cell.held, cell.start = None, held.old_start
+                    out.append(StepTimeChange(key[0], key[1], round(m1, 4), round(held.new_ms, 4),
+                                              n1, reverted=True))
+                elif i >= held.until:
+                    cell.held = None
+                continue
+            first = max(cell.start - (i - span + 1), 0)  # the reference: since the level's start
+            votes = ms[first:span - 2 * n_w]
+            votes = votes[~np.isnan(votes)]
+            if votes.size < n_w or float(np.sum(steps[first:span - 2 * n_w])) < OLDER_STEPS * min_steps:
+                continue
+            level = _median(votes)
+            r0, r1 = m0 / level, m1 / level
+            if (r0 > ratio and r1 > ratio) or (r0 < 1 / ratio and r1 < 1 / ratio):
+                out.append(StepTimeChange(key[0], key[1], round(m1, 4), round(level, 4), n1))
+                cell.held = _Held(level, m1, cell.start, i + _scrapes(HOLD_S, self.interval_s))
+                cell.start = i - n_w + 1
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,118 +300,9 @@ def acceptance_change(accepted: FloatArray, drafted: FloatArray, a_hat: FloatArr
     return best
 
 
-def step_time_changes(recent: Mapping[BucketK, tuple[float, float]],
-                      older: Mapping[BucketK, tuple[float, float]], min_steps: float = 30.0,
-                      ratio: float = 1.3) -> list[StepTimeChange]:
-    """Cells whose recent mean step is more than ``ratio`` away (either way) from the same
-    cell's older live steps. Not from T̂: a profile that was wrong from the start is drift, which
-    the blend corrects as live steps accumulate; dropping them on every window would keep it
-    from ever doing so. (The pooled one-window test step_time_changes_robust replaced.)"""
-    out = []
-    for cell, (seconds, n) in sorted(recent.items()):
-        old_seconds, old_n = older.get(cell, (0.0, 0.0))
-        if n < min_steps or old_n < min_steps or old_seconds <= 0:
-            continue
-        recent_ms, before_ms = 1000.0 * seconds / n, 1000.0 * old_seconds / old_n
-        if not 1 / ratio <= recent_ms / before_ms <= ratio:
-            out.append(StepTimeChange(cell[0], cell[1], round(recent_ms, 4), round(before_ms, 4), n))
-    return out
-
-
 def _window_ms(ms: FloatArray) -> float:
     """A window's level: the median of its per-scrape means if more than half of its scrapes
     have one (nan: fewer than MIN_SCRAPE_STEPS steps), else nan. Unweighted: a scrape full of
     slow steps (a burst of prefills) is one vote."""
     voted = ms[~np.isnan(ms)]
     return _median(voted) if 2 * voted.size > ms.size else float("nan")
-
-
-def step_time_changes_robust(window: RecentWindow, min_steps: float = 30.0,
-                             ratio: float = STEP_RATIO) -> list[StepTimeChange]:
-    """Cells whose step time left their level by more than ``ratio``, the same way, in each of
-    the two last disjoint windows of STEP_WINDOW_S seconds; and cells whose change, found
-    within HOLD_S, went back (``reverted``). Records both in ``window``.
-
-    A window's level is the median of its per-scrape mean steps (scrapes with MIN_SCRAPE_STEPS
-    of the cell's steps, more than half the window's scrapes), with ``min_steps`` steps in each
-    window. The cell's level is the same median over its scrapes in the REFERENCE_S seconds
-    before the windows, since its last change (at least one window's worth of votes, and
-    OLDER_STEPS·min_steps steps). Not from T̂: a profile wrong from the start is drift, which
-    the blend corrects as live steps accumulate (sidecar/step_times.py). After a change the
-    cell's level starts at the newer window, and for HOLD_S the older level is held beside it:
-    if both windows come back within √ratio of it (×1.3), the change was a transient and is
-    taken back (``reverted``: the caller restores the cell's steps and counts no change);
-    after HOLD_S the new level alone is the cell's.
-
-    Why: the last rule (two windows of 5 scrapes against the older live mean, ×1.3, the newer
-    window's steps the cell's only level after a change) fired 5 times in 600 s of a
-    stationary CPU load (benchmarks/results/cpu-tiny/stationary-changes): a CPU shared with
-    another job moved the steps by tens of percent for tens of seconds, which filled both
-    2.5-s windows, and each episode was found going and again coming back. Its busiest cell's
-    mean step between rebuilds had a log spread of 0.145 with a memory of ~10 s, and once rose
-    ×1.5-1.85 for ~18 s. No test that answers within 30 s can tell a 40-s episode from a
-    lasting change of the same size, so the ratio sits between what such noise reaches and
-    the change that matters (the demo's switch, a profile 2x wrong): ×1.7 (×1.6 let the
-    replay below through at ~1 per 10 minutes). A lasting change below it is drift, which the
-    live steps absorb as the cap keeps step_memory (2000) steps a cell: a minute or two at
-    the CPU load's 20-30 steps a second. Medians on both sides, not a median against a mean:
-    a heavy tail moves a mean (one scrape in ten a burst of 3x steps: +7%) and would tilt the
-    test one way. Windows in seconds, not scrapes: the noise is correlated in time, whatever
-    the interval.
-
-    False alarms. A scrape's mean over a cell's ~10 steps spreads by ~8% (0.25 a step), and a
-    burst scrape reads ×1.67: neither puts the majority of a window's scrapes beyond ×1.7, so
-    only the machine's level can, held beyond ×1.7 of the reference for 1.5·STEP_WINDOW_S =
-    18 s. The reference is a median over 2 minutes, which an episode of 10-40 s (less than
-    half of them) hardly moves, and which a wander of sd 0.12 and a 10-s memory moves by about
-    0.12·√(2·10/120) = 0.05. So a false change is an episode (×1.3-1.45) on a wander of +16%
-    or more (1.3 sd), the two lasting 18 s together. The replay of such a machine
-    (tests/sidecar/test_change.py: the wander, six episodes in 10 minutes, twice the run's,
-    and a burst scrape in ten) finds 0.35 false changes per 10 minutes at 0.5-s scrapes,
-    about one episode in 17 (0.30 at 2-s scrapes; 0.68 with twice the episodes), against ~18
-    (~6 at 2 s) for the last rule; the measured run replayed, 0 in 20 runs against 4-11 a run.
-    One excursion can be found in several cells a scrape or two apart, each an event. A
-    transient beyond ×1.7 is taken back once it has been within ×1.3 for most of both windows
-    (18 s), so one of up to ~HOLD_S = 60 s is one change, not two. Why ×1.3 and not "nearer
-    the older level than the new": a real 2x change seen through a ÷1.45 episode reads
-    ×1.38, nearer 1 than 2 (their middle is ×1.41), and would be taken back.
-
-    Detection. A lasting change of 2x (or 0.5x) is found once it fills the majority of both
-    windows: 18-21 s after it at 0.5- and 1-s scrapes, 18-22 s at 2 s (6 scrapes a window,
-    4 of the older), within 30 s given min_steps = 30 in each window (2.5 steps a second; the
-    slowest cell of the CPU load, 50 ms steps slowed 2x, has 10). With the wander on top,
-    90-100% are found within 30 s: the others are changes the wander holds below ×1.7 a while,
-    which any ratio between the noise and 2x misses. The first test comes 3·STEP_WINDOW_S
-    after the start (two windows and a reference of one).
-    """
-    i, n_w, span = window._pushed - 1, window.step_window, window.span
-    order = window._order()  # position p holds scrape i - span + 1 + p
-    out = []
-    for key, cell in sorted(window._cells.items()):
-        ms, steps = cell.ms[order], cell.steps[order]
-        n0, n1 = float(np.sum(steps[-2 * n_w:-n_w])), float(np.sum(steps[-n_w:]))
-        if min(n0, n1) < min_steps:
-            continue
-        m0, m1 = _window_ms(ms[-2 * n_w:-n_w]), _window_ms(ms[-n_w:])
-        held = cell.held
-        if held is not None:
-            if all(abs(np.log(m / held.old_ms)) < np.log(ratio) / 2 for m in (m0, m1)):
-                # back to the older level: the change was a transient
-                cell.held, cell.start = None, held.old_start
-                out.append(StepTimeChange(key[0], key[1], round(m1, 4), round(held.new_ms, 4),
-                                          n1, reverted=True))
-            elif i >= held.until:
-                cell.held = None
-            continue
-        first = max(cell.start - (i - span + 1), 0)  # the reference: since the level's start
-        votes = ms[first:span - 2 * n_w]
-        votes = votes[~np.isnan(votes)]
-        if votes.size < n_w or float(np.sum(steps[first:span - 2 * n_w])) < OLDER_STEPS * min_steps:
-            continue
-        level = _median(votes)
-        r0, r1 = m0 / level, m1 / level
-        if (r0 > ratio and r1 > ratio) or (r0 < 1 / ratio and r1 < 1 / ratio):
-            out.append(StepTimeChange(key[0], key[1], round(m1, 4), round(level, 4), n1))
-            cell.held = _Held(level, m1, cell.start, i + _scrapes(HOLD_S, window.interval_s))
-            cell.start = i - n_w + 1
-    return out

@@ -42,7 +42,7 @@ from collections.abc import Callable
 import numpy as np
 
 from sidecar import checkpoint, probes, profile_fit, scrape_delta
-from sidecar.change import MIN_CHANGE_DRAFTS, RecentWindow, acceptance_change, step_time_changes_robust
+from sidecar.change import MIN_CHANGE_DRAFTS, RecentWindow, acceptance_change
 from sidecar.decision import BIAS_NOTE, Decision, DriftCell, Outcome, Source, range_gains
 from sidecar.engine_table import EngineTable
 from sidecar.estimator import DRAW_PSEUDO, decay_prior, estimate, halve_live, observe, rebase, restart
@@ -60,7 +60,8 @@ from tuner.core import scrape
 from tuner.core.engine_client import EngineClient
 from tuner.core.errors import EngineUnavailable, InvalidInput, ProfileMismatch, ScrapeError
 from tuner.core.confidence import better_at
-from tuner.core.goodput import cliffs, interpolate_step_times, tau
+from tuner.core.goodput import cliffs, interpolate_step_times
+from tuner.core.goodput import goodput as model_goodput
 from tuner.core.profile import Profile
 from tuner.core.table import Table
 
@@ -408,7 +409,7 @@ class Controller:
         tested = np.where(self.unmeasured[:dra.size], 0.0, dra) if dra.size else dra
         found = acceptance_change(acc, tested, projected(self.state)[0], z=s.change_z,
                                   min_delta=s.change_min_delta)
-        slow = step_time_changes_robust(self.recent, ratio=s.change_step_ratio)
+        slow = self.recent.step_time_changes(ratio=s.change_step_ratio)
         if back := [c for c in slow if c.reverted]:  # a transient the test had called a change
             # went back: the cell's level is the older one again, and that is no new change
             newer = self.recent.newer_step_time()
@@ -629,15 +630,25 @@ class Controller:
             self.conditions.ok("checkpoint", "checkpoint written again")
 
     # -- what the sidecar publishes (sidecar/state.py) ----------------------------------------
+    def readiness(self) -> tuple[bool, str]:
+        """/readyz (sidecar/probes.py): from a few timestamps and conditions, never the
+        snapshot, so a probe stays cheap and cannot fail on what the snapshot computes."""
+        age = None if self.last_scrape_ok_at is None else self.clock() - self.last_scrape_ok_at
+        return probes.readiness(self.settings, self.engine.is_connected, self.engine.has_admin,
+                                age, self.conditions.states)
+
+    def liveness(self) -> tuple[bool, str]:
+        """/healthz (sidecar/probes.py): does the control loop still turn."""
+        return probes.liveness(self.settings, self.clock(), self.started_at, self.tick_started,
+                               self.tick_ended, self.loop_delay_s)
+
     def snapshot(self) -> SidecarState:
         """GET /v1/state, and what /metrics and the probes read, at one moment."""
         now = self.clock()
         e, info = self.engine, self.engine.info
         scrape_age = None if self.last_scrape_ok_at is None else now - self.last_scrape_ok_at
-        ready, reason = probes.readiness(self.settings, e.is_connected, e.has_admin, scrape_age,
-                                         self.conditions.states)
-        healthy, why = probes.liveness(self.settings, now, self.started_at, self.tick_started,
-                                       self.tick_ended, self.loop_delay_s)
+        ready, reason = self.readiness()
+        healthy, why = self.liveness()
 
         def age(at: float | None) -> float | None:
             return None if at is None else round(now - at, 3)
@@ -685,8 +696,7 @@ class Controller:
         if self.last_batch is None:
             return []
         B = min(max(int(round(self.last_batch)), 1), self.profile.engine.max_num_seqs)
-        T = self.blend().T[B - 1]  # ms
-        taus = tau(projected(self.state)[0])
-        ks = range(len(T)) if self.allowed_k is None else sorted(self.allowed_k)
-        return [PredictedGoodput(k=k, batch_size=B, tokens_per_s=float(B * taus[k] / T[k] * 1000.0))
-                for k in ks]
+        # eq. G in its one place (tuner/core/goodput.py); T in ms, so tokens per ms
+        G = model_goodput(self.blend().T[:B], projected(self.state)[0])[B - 1]
+        ks = range(G.size) if self.allowed_k is None else sorted(self.allowed_k)
+        return [PredictedGoodput(k=k, batch_size=B, tokens_per_s=float(G[k] * 1000.0)) for k in ks]

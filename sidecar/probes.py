@@ -5,9 +5,10 @@ loop still turns, so a vLLM restart never restarts the sidecar. Readiness says t
 can act on what it last saw: the engine connected, a complete scrape within READY_INTERVALS
 intervals (plus one request timeout), and, unless dry-run, the last admin call answered.
 
-The rules (:func:`readiness`, :func:`liveness`) take plain values: Controller.snapshot() applies
-them once and publishes the verdicts in its SidecarState (sidecar/state.py), which the routes
-read (:func:`ready`, :func:`health`).
+The rules (:func:`readiness`, :func:`liveness`) take plain values: the routes ask
+Controller.readiness()/liveness(), which read a few timestamps and never build the snapshot (a
+probe must stay cheap and must not fail on what the snapshot computes); the snapshot
+(sidecar/state.py) publishes the same verdicts.
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sidecar.settings import SidecarSettings
-from sidecar.state import SidecarState
 
-__all__ = ["READY_INTERVALS", "health", "liveness", "readiness", "ready"]
+__all__ = ["READY_INTERVALS", "liveness", "readiness"]
 
 READY_INTERVALS = 3
 # the most admin requests one tick makes: a table read on a foreign version, a sync (read,
@@ -64,14 +64,3 @@ def liveness(settings: SidecarSettings, now: float, started_at: float, tick_star
     if age > allowance:
         return False, f"the control loop has not ticked for {age:.1f} s (> {allowance:.1f} s)"
     return True, "ok"
-
-
-def ready(state: SidecarState) -> tuple[bool, str]:
-    """/readyz: the snapshot's readiness and its reason."""
-    return state.ready, state.ready_reason
-
-
-def health(state: SidecarState) -> tuple[bool, str]:
-    """/healthz: the snapshot's liveness and its reason (a running sidecar's snapshot only)."""
-    process = state.in_process()
-    return process.healthy, process.health_reason

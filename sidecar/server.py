@@ -23,10 +23,8 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 from prometheus_client.aiohttp import make_aiohttp_handler
 
-from sidecar import probes
 from sidecar.controller import Controller
 from sidecar.metrics import registry_for
-from sidecar.state import SidecarState
 
 __all__ = ["build_app", "serve", "state_of"]
 
@@ -47,8 +45,8 @@ def state_of(c: Controller) -> dict[str, Any]:
     return c.snapshot().model_dump(mode="json")
 
 
-async def _probe(check: Callable[[SidecarState], tuple[bool, str]], c: Controller) -> web.Response:
-    ok, reason = check(c.snapshot())
+async def _probe(check: Callable[[], tuple[bool, str]]) -> web.Response:
+    ok, reason = check()
     return web.json_response({"ok": ok, "reason": reason}, status=200 if ok else 503)
 
 
@@ -57,10 +55,10 @@ def build_app(controller: Controller) -> web.Application:
     app[CONTROLLER] = controller
 
     async def healthz(request: web.Request) -> web.Response:
-        return await _probe(probes.health, request.app[CONTROLLER])
+        return await _probe(request.app[CONTROLLER].liveness)
 
     async def readyz(request: web.Request) -> web.Response:
-        return await _probe(probes.ready, request.app[CONTROLLER])
+        return await _probe(request.app[CONTROLLER].readiness)
 
     async def state(request: web.Request) -> web.Response:
         return web.json_response(state_of(request.app[CONTROLLER]))

@@ -20,7 +20,6 @@ import pytest
 from sidecar import checkpoint
 from sidecar.app import backoff_delay, control_loop, main, run
 from sidecar.controller import Controller
-from sidecar.probes import health, ready
 from sidecar.settings import SidecarSettings
 from tests.sidecar.fake_engine import TOKEN, TUNED, FakeEngine, make_profile, running, settings, write_profile
 from tuner.core.engine_client import EngineClient
@@ -139,16 +138,16 @@ async def test_healthz_goes_stale_without_ticks_but_not_when_vllm_is_down(tmp_pa
     s = settings(write_profile(tmp_path / "p.json"), "http://127.0.0.1:9", interval_s=1.0)
     async with EngineClient(s.engine_url, s.admin_url, None, 0.1, 1) as client:
         c = Controller(s, make_profile(), client, clock=lambda: now[0])
-        assert health(c.snapshot()) == (True, "ok")
+        assert c.liveness() == (True, "ok")
         await c.tick()  # vLLM is down: still a tick
-        assert health(c.snapshot())[0] and not ready(c.snapshot())[0]
+        assert c.liveness()[0] and not c.readiness()[0]
         now[0] += 2.9
-        assert health(c.snapshot())[0]
+        assert c.liveness()[0]
         now[0] += 0.2
-        ok, reason = health(c.snapshot())
+        ok, reason = c.liveness()
         assert not ok and "has not ticked for 3.1 s" in reason
         c.loop_delay_s = 10.0  # backing off: the allowance follows the loop's period
-        assert health(c.snapshot())[0]
+        assert c.liveness()[0]
 
 
 async def test_a_tick_that_raises_is_counted_said_once_and_backs_off(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from sidecar.change import STEP_RATIO, RecentWindow, StepTimeChange, step_time_changes_robust
+from sidecar.change import STEP_RATIO, RecentWindow, StepTimeChange
 from sidecar.settings import SidecarSettings
 from sidecar.step_times import LiveStepTimes
 
@@ -113,7 +113,7 @@ def replay(series: list[Scrape], dt: float) -> tuple[list[int], list[int]]:
         window.push(np.zeros(3), np.zeros(3), cells)
         if not window.full:
             continue
-        changes = step_time_changes_robust(window)
+        changes = window.step_time_changes()
         if any(c.reverted for c in changes):
             back.append(i)
         if any(not c.reverted for c in changes):
@@ -261,7 +261,7 @@ def test_one_burst_scrape_is_not_a_change_and_the_change_says_what_it_saw() -> N
     changes: list[StepTimeChange] = []
     for cells in scrapes(rng, np.r_[np.ones(120), np.full(60, 2.0)], dt, SLOW_CELL):
         window.push(np.zeros(3), np.zeros(3), cells)
-        if found := step_time_changes_robust(window):
+        if found := window.step_time_changes():
             changes += found
             kept = window.newer_step_time()[(8, 3)]  # what the controller keeps for the cell
     (change,) = changes

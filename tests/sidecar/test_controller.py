@@ -19,7 +19,6 @@ import pytest
 from sidecar import checkpoint, profile_fit
 from sidecar.controller import Controller
 from sidecar.decision import BIAS_NOTE
-from sidecar.probes import ready
 from sidecar.server import state_of
 from tests.sidecar.fake_engine import (
     STARTUP,
@@ -152,7 +151,7 @@ async def test_without_dry_run_the_admin_endpoint_is_awaited(tmp_path: Path) -> 
     async with controller_for(FakeEngine(), tmp_path, admin_url=closed_port_url()) as (c, fake):
         for _ in range(3):
             assert await c.tick() is None
-        assert ready(c.snapshot()) == (False, f"waiting for the plugin's admin endpoint at "
+        assert c.readiness() == (False, f"waiting for the plugin's admin endpoint at "
                                     f"{c.settings.admin_url}")
         assert fake.metrics_gets == 0
 
@@ -186,7 +185,7 @@ async def test_vllm_down_is_not_a_crash(tmp_path: Path) -> None:
         c.client.engine_url = c.settings.engine_url
         assert await c.tick() is None
         assert c.stats.failures["scrape_unavailable"] == 1
-        assert ready(c.snapshot()) == (False, f"no complete scrape of {c.settings.engine_url}/metrics yet "
+        assert c.readiness() == (False, f"no complete scrape of {c.settings.engine_url}/metrics yet "
                                    "(the last one: unavailable)")
 
 
@@ -379,7 +378,7 @@ async def test_readiness_and_state_follow_the_last_scrape_and_admin_call(tmp_pat
     async with controller_for(FakeEngine(), tmp_path, clock=clock, interval_s=1.0,
                               timeout_s=0.3) as (c, fake):
         await c.tick()
-        assert ready(c.snapshot()) == (True, "ready")
+        assert c.readiness() == (True, "ready")
         state = state_of(c)
         assert state["ready"] is True and state["last_scrape_ok_at"] == clock.now
         assert state["last_scrape_age_s"] == 0 and state["admin_age_s"] == 0
@@ -387,10 +386,10 @@ async def test_readiness_and_state_follow_the_last_scrape_and_admin_call(tmp_pat
         fake.admin_down = True
         clock.now += 1.0
         await c.tick()
-        assert ready(c.snapshot())[0]  # one failed scrape: still within 3 intervals
+        assert c.readiness()[0]  # one failed scrape: still within 3 intervals
         clock.now += 2.5
         await c.tick()
-        ok, reason = ready(c.snapshot())
+        ok, reason = c.readiness()
         assert not ok and "no complete scrape" in reason and "for 3.5 s (> 3.3 s)" in reason
         assert "the last one: unavailable" in reason
         state = state_of(c)
@@ -404,13 +403,13 @@ async def test_readiness_and_state_follow_the_last_scrape_and_admin_call(tmp_pat
         fake.run(150)
         decision = await c.tick()
         assert decision is not None and decision.outcome == "failed"
-        ok, reason = ready(c.snapshot())
+        ok, reason = c.readiness()
         assert not ok and "the last call to the plugin's admin endpoint" in reason
         assert state_of(c)["conditions"]["admin"] == "unavailable"
         fake.admin_down = False
         clock.now += 1.0
         await c.tick()  # the failed push is synced: the admin answers again
-        assert ready(c.snapshot()) == (True, "ready") and fake.table == TUNED
+        assert c.readiness() == (True, "ready") and fake.table == TUNED
         assert state_of(c)["admin_age_s"] == 0
 
 

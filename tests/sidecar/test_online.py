@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sidecar.change import RecentWindow, acceptance_change, step_time_changes
+from sidecar.change import RecentWindow, acceptance_change
 from sidecar.estimator import EstimatorState
 from sidecar.guardrail import Guardrail, Sample
 from sidecar.rebuild import Inputs, choose, projected
@@ -76,25 +76,12 @@ def test_acceptance_change_needs_a_large_well_supported_jump() -> None:
     assert acceptance_change(np.array([6.0, 2.0, 1.0]), np.full(3, 20.0), a_hat) is None
 
 
-def test_step_time_change_either_way_against_the_older_live_steps() -> None:
-    older = {(4, 3): (0.018 * 500, 500.0), (5, 3): (0.018 * 500, 500.0),
-             (6, 3): (0.018 * 500, 500.0), (7, 3): (0.018 * 500, 500.0), (8, 3): (0.018 * 5, 5.0)}
-    recent = {(4, 3): (0.036 * 50, 50.0), (5, 3): (0.019 * 50, 50.0), (6, 3): (0.009 * 50, 50.0),
-              (7, 3): (0.036 * 5, 5.0), (8, 3): (0.036 * 50, 50.0)}
-    found = step_time_changes(recent, older)
-    # 2x and 0.5x; (5, 3) within the ratio, (7, 3) and (8, 3) too few steps on one side
-    assert [(c.batch_size, c.k) for c in found] == [(4, 3), (6, 3)]
-    # a profile wrong from the start is not a change: nothing older to differ from
-    assert step_time_changes(recent, {}) == []
-
-
 def test_recent_window_keeps_the_last_scrapes() -> None:
     w = RecentWindow(2)
     for n in (1.0, 2.0, 3.0):
         w.push(np.full(3, n), np.full(3, 10 * n), {(4, 3): (n, 1.0)})
     acc, dra = w.counts()
     assert acc.tolist() == [5.0] * 3 and dra.tolist() == [50.0] * 3 and w.full
-    assert w.step_time() == {(4, 3): (5.0, 2.0)}
 
 
 def test_guardrail_rolls_back_a_drop_beyond_noise_and_holds_the_table_out() -> None:
