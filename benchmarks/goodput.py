@@ -6,8 +6,9 @@ closed-loop clients:
 
 1. the fixed k's 0..K in ``--blocks`` shuffled blocks of ``--window-s`` windows (engine-clock
    throughput, benchmarks/window.py); per pair of k's the ratio per block, median with a 95%
-   interval. The *best set* is every k that no other k beats beyond its interval (more than one
-   k when they are indistinguishable at this noise); ``best_fixed_k`` is the one with the
+   interval, Bonferroni over the load's pairs of k's (fixed_verdicts). The *best set* is every k
+   that no other k beats beyond its interval (more than one k when they are indistinguishable
+   at this noise); ``best_fixed_k`` is the one with the
    highest median, ``best_fixed_ci`` its interval over the runner-up;
 2. ``--runs`` times: the wrong profile's own table pushed, a fresh `tabletune sidecar` (its
    defaults, all k allowed) started beside the engine, the load served for ``--follow-s``;
@@ -89,7 +90,16 @@ async def fixed(url: str, engine: EngineClient, admin: EngineClient, requests: l
                 await swap(admin, Table.from_list([[1, n_max, k]]), settle_steps=8)
                 tps[k].append((await measure(engine, admin, traffic, window_s)).tokens_per_s)
         traffic.check()
-    ratios = {f"{a}/{b}": interval([x / y for x, y in zip(tps[a], tps[b], strict=True)])
+    return fixed_verdicts(tps)
+
+
+def fixed_verdicts(tps: dict[int, list[float]], alpha: float = 0.05) -> dict[str, Any]:
+    """Per pair of k's the ratio per block with its interval, Bonferroni over the load's
+    pairs (each at alpha / pairs, so the best set's family errs with probability <= alpha),
+    and the *best set*: every k no other k beats beyond its interval."""
+    pairs = max(1, len(tps) * (len(tps) - 1) // 2)
+    ratios = {f"{a}/{b}": interval([x / y for x, y in zip(tps[a], tps[b], strict=True)],
+                                   alpha=alpha / pairs)
               for a in tps for b in tps if a != b}
     best_set = [a for a in tps if all((ratios[f"{a}/{b}"] or {}).get("ci_high", 1.0) >= 1.0
                                       for b in tps if b != a)]
@@ -98,7 +108,8 @@ async def fixed(url: str, engine: EngineClient, admin: EngineClient, requests: l
     best, runner_up = order[0], order[1]
     ci = ratios[f"{best}/{runner_up}"] or {}
     return {"tokens_per_s": tps, "ratios": ratios, "best_set": best_set, "best_fixed_k": best,
-            "runner_up": runner_up, "best_fixed_ci": [ci.get("ci_low"), ci.get("ci_high")]}
+            "runner_up": runner_up, "best_fixed_ci": [ci.get("ci_low"), ci.get("ci_high")],
+            "family": {"pairs": pairs, "method": "bonferroni", "alpha": alpha}}
 
 
 async def sidecar_run(url: str, admin: EngineClient, requests: list[Request], n: int,
@@ -191,7 +202,7 @@ def analysed(out: Path, loads: dict[Any, dict[str, Any]], ks: list[int], window_
     write_windows(windows, out / "cells.csv")
     planned = {str(n): min(len(v) for v in fk["tokens_per_s"].values()) for n, fk in loads.items()}
     meta = {"title": "The fixed k's of the goodput bench", "window_s": window_s,
-            "command": command,
+            "command": command, "stop_reason": "the planned blocks", "rounds": len(loads),
             "design": {"kind": "fixed", "planned_blocks": planned,
                        "basis": "--blocks per load, set by the time a call had (not planned "
                                 "for power); fixed before the run, so no optional stopping"}}
@@ -270,22 +281,38 @@ def merge(paths: list[Path]) -> dict[str, Any]:
     """Several goodput.json (one call each on a GPU) as one: runs concatenated, loads joined
     (each load's blocks ran on one engine, so its pairs stay valid), the rates recomputed."""
     parts = [json.loads(p.read_text()) for p in paths]
-    runs = [r for g in parts for r in g["runs"]]
     loads = {n: fk for g in parts for n, fk in g["loads"].items()}
+    return revised({**parts[0], "loads": loads, "runs": [r for g in parts for r in g["runs"]],
+                    "follow_s": {str(r["load"]): g["follow_s"] for g in parts for r in g["runs"]},
+                    "command": [g["command"] for g in parts],
+                    "merged_from": [p.name for p in paths]})
+
+
+def revised(g: dict[str, Any]) -> dict[str, Any]:
+    """A goodput.json with each load's verdicts recomputed from its blocks by today's
+    fixed_verdicts (an older file's intervals were not corrected for the load's pairs), each
+    run's best set and match with them, and the rates."""
+    loads = {str(n): fixed_verdicts({int(k): v for k, v in fk["tokens_per_s"].items()})
+             for n, fk in g["loads"].items()}
+    runs = []
+    for r in g["runs"]:
+        v = loads[str(r["load"])]
+        runs.append({**r, "best_fixed_k": v["best_fixed_k"], "best_fixed_ci": v["best_fixed_ci"],
+                     "best_set": v["best_set"], "match": r["sidecar_k"] in v["best_set"]})
     matched = [r["match"] for r in runs]
-    return {**parts[0], "runs": runs, "loads": loads,
+    return {**g, "runs": runs, "loads": loads,
             "match_rate": round(sum(matched) / len(matched), 3) if runs else None,
             "within_180s": all(r["seconds_to_final"] <= 180 for r in runs),
             "max_pushes_per_run": max((r["pushes"] for r in runs), default=0),
-            "blocks": {n: min(len(v) for v in fk["tokens_per_s"].values()) for n, fk in loads.items()},
-            "follow_s": {str(r["load"]): g["follow_s"] for g in parts for r in g["runs"]},
-            "command": [g["command"] for g in parts], "merged_from": [p.name for p in paths]}
+            "blocks": {n: min(len(v) for v in fk["tokens_per_s"].values()) for n, fk in loads.items()}}
 
 
 def render(path: Path) -> None:
-    """cells.csv and the summary beside a committed goodput.json, from its fixed k's blocks (a
-    goodput.json before "ks" was recorded: the k's its loads hold, in order)."""
-    got = json.loads(path.read_text())
+    """The goodput.json's verdicts recomputed (revised, written back), and cells.csv and the
+    summary beside it from its fixed k's blocks (a goodput.json before "ks" was recorded: the
+    k's its loads hold, in order)."""
+    got = revised(json.loads(path.read_text()))
+    path.write_text(json.dumps(got, indent=1) + "\n")
     loads = got.get("loads", {})
     ks = got.get("ks") or sorted({int(k) for fk in loads.values() for k in fk["tokens_per_s"]})
     command = got.get("command", "")
@@ -296,7 +323,8 @@ def render(path: Path) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--render", type=Path, metavar="GOODPUT_JSON",
-                    help="write cells.csv and the summary beside a goodput.json, and stop")
+                    help="recompute a goodput.json's verdicts, write cells.csv and the summary "
+                         "beside it, and stop")
     ap.add_argument("--merge", type=Path, nargs="+", metavar="PART_JSON",
                     help="with --render: first write GOODPUT_JSON from these goodput.json files")
     ap.add_argument("--profile")

@@ -15,8 +15,9 @@ from tuner.core.files import write_atomic
 
 
 def facts(meta: dict[str, Any], a: Analysis) -> list[str]:
-    return [f"Status: **{meta.get('stop_reason', '?')}** after {meta.get('rounds', '?')} rounds, "
-            f"{meta.get('wall_s', 0):.0f} s wall. How it ran: the end of this file."]
+    wall = f", {meta['wall_s']:.0f} s wall" if "wall_s" in meta else ""
+    return [f"Status: **{meta.get('stop_reason', '?')}** after {meta.get('rounds', '?')} rounds"
+            f"{wall}. How it ran: the end of this file."]
 
 
 def how(meta: dict[str, Any]) -> list[str]:

@@ -85,7 +85,7 @@ async def enter(admin: EngineClient, w: Workload) -> None:
         await admin.put_emulation(list(w.rates))
 
 
-def interval(values: list[float], ratio: bool = True) -> dict[str, Any] | None:
+def interval(values: list[float], ratio: bool = True, alpha: float = 0.05) -> dict[str, Any] | None:
     """Estimate and 95% t-interval of per-block or per-cycle values: for ratios, the geometric
     mean (the t-interval on their logs, as the bench); otherwise the mean. Not a bootstrap
     percentile: over 5 cycles that is exactly [min, max], which covers far less than 95%.
@@ -94,7 +94,7 @@ def interval(values: list[float], ratio: bool = True) -> dict[str, Any] | None:
     if not values or (ratio and min(values) <= 0):
         return None
     x = np.log(np.asarray(values)) if ratio else np.asarray(values, dtype=np.float64)
-    mid, low, high = (float(np.exp(v) if ratio else v) for v in bounds(estimate(x), 0.05))
+    mid, low, high = (float(np.exp(v) if ratio else v) for v in bounds(estimate(x), alpha))
     out: dict[str, Any] = {"estimate": round(mid, 4), "ci_low": round(low, 4),
                            "ci_high": round(high, 4), "n": len(values),
                            "statistic": "geometric mean" if ratio else "mean",

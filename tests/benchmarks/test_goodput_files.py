@@ -54,3 +54,28 @@ def test_calls_merge_and_the_fixed_ks_get_the_benchs_verdicts(tmp_path: Path) ->
     assert s["loads"]["256"]["fixed-k1"]["verdict"] in ("reference", "too_few_blocks")
     row = goodput_row("h200-vllm0.26-32b-ngram-goodput-3loads", g, s)
     assert "k=2→2 (the reference)" in row and " | fixed" not in row
+
+
+def test_the_best_set_is_a_family_corrected_for_the_loads_pairs(tmp_path: Path) -> None:
+    """k=2 over k=1 by 1.2% with a spread its uncorrected 95% interval excludes 1 on, but not
+    at 0.05/3 (three pairs of k's): both stay in the best set, and a committed file's verdicts
+    are recomputed that way (a run on k=1 matches)."""
+    import math
+
+    from benchmarks.goodput import fixed_verdicts, revised
+    from benchmarks.switch import interval
+
+    c = 0.01 / math.sqrt(6 / 5)                    # sd of the log ratios: 0.01
+    k1 = [100.0] * 6
+    k2 = [100.0 * math.exp(0.012 + c * (-1) ** b) for b in range(6)]
+    k3 = [50.0] * 6
+    plain = interval([b / a for a, b in zip(k1, k2, strict=True)])
+    assert plain is not None and plain["ci_low"] > 1.0            # alone: "k2 beats k1"
+    v = fixed_verdicts({1: k1, 2: k2, 3: k3})
+    assert v["ratios"]["2/1"]["ci_low"] < 1.0 and v["best_set"] == [1, 2]
+    assert v["family"] == {"pairs": 3, "method": "bonferroni", "alpha": 0.05}
+    old = {"runs": [{"load": 8, "sidecar_k": 1, "seconds_to_final": 0.0, "pushes": 0,
+                     "match": False, "best_set": [2]}],
+           "loads": {"8": {"tokens_per_s": {"1": k1, "2": k2, "3": k3}, "best_set": [2]}}}
+    g = revised(old)
+    assert g["runs"][0]["match"] and g["runs"][0]["best_set"] == [1, 2] and g["match_rate"] == 1.0
