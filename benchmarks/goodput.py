@@ -42,6 +42,7 @@ from benchmarks.cells import TABLES, Window, write_windows
 from benchmarks.engines import admin_client, max_model_len, spec_server
 from benchmarks.report import write as write_report
 from benchmarks.stats import Settings, analyze
+from benchmarks.summary import MIN_STEPS
 from benchmarks.stateful import sidecar
 from benchmarks.switch import interval
 from benchmarks.window import measure, swap
@@ -81,16 +82,22 @@ async def fixed(url: str, engine: EngineClient, admin: EngineClient, requests: l
     await admin.put_policy(explore_every=0, duels=[])  # no sidecar's exploration left behind
     rng = random.Random(seed)
     tps: dict[int, list[float]] = {k: [] for k in ks}
+    steps: dict[int, list[int | None]] = {k: [] for k in ks}
+    discarded: list[dict[str, Any]] = []
     async with StationaryLoad(url, requests, n, 0.0, seed=seed) as traffic:
         await asyncio.sleep(2.0)
-        for _ in range(blocks):
+        for b in range(blocks):
             order = list(ks)
             rng.shuffle(order)
             for k in order:
                 await swap(admin, Table.from_list([[1, n_max, k]]), settle_steps=8)
-                tps[k].append((await measure(engine, admin, traffic, window_s)).tokens_per_s)
+                # at least MIN_STEPS engine steps: one step more or less moves it by <= 2%
+                m = await measure(engine, admin, traffic, window_s, min_steps=MIN_STEPS)
+                tps[k].append(m.tokens_per_s)
+                steps[k].append(m.steps.steps if m.steps is not None else None)
+                discarded += [{"block": b, "k": k, "reason": why} for _, why in m.discarded]
         traffic.check()
-    return fixed_verdicts(tps)
+    return {**fixed_verdicts(tps), "steps": steps, "discarded": discarded}
 
 
 def fixed_verdicts(tps: dict[int, list[float]], alpha: float = 0.05) -> dict[str, Any]:
@@ -188,9 +195,15 @@ def fixed_windows(loads: dict[Any, dict[str, Any]], ks: list[int],
             block = len({w.block for w in out})
             out += [Window(block=block, round=r, load=int(n), group=TABLES, position=i,
                            policy=f"fixed-k{k}", tokens_per_s=float(tps[k][b]),
-                           window_s=window_s, started_s=0.0)
+                           window_s=window_s, started_s=0.0, steps=_steps(loads[n], k, b))
                     for i, k in enumerate(order)]
     return out
+
+
+def _steps(load: dict[str, Any], k: int, b: int) -> int | None:
+    """The engine steps of k's b-th window (None: a file from before they were kept)."""
+    got = {int(x): v for x, v in (load.get("steps") or {}).items()}.get(k)
+    return got[b] if got is not None and b < len(got) else None
 
 
 def analysed(out: Path, loads: dict[Any, dict[str, Any]], ks: list[int], window_s: float,
@@ -292,7 +305,7 @@ def revised(g: dict[str, Any]) -> dict[str, Any]:
     """A goodput.json with each load's verdicts recomputed from its blocks by today's
     fixed_verdicts (an older file's intervals were not corrected for the load's pairs), each
     run's best set and match with them, and the rates."""
-    loads = {str(n): fixed_verdicts({int(k): v for k, v in fk["tokens_per_s"].items()})
+    loads = {str(n): {**fk, **fixed_verdicts({int(k): v for k, v in fk["tokens_per_s"].items()})}
              for n, fk in g["loads"].items()}
     runs = []
     for r in g["runs"]:

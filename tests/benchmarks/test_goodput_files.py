@@ -22,7 +22,8 @@ def part(n: int, tps: dict[int, list[float]], k_end: int) -> dict[str, object]:
 
 def test_blocks_replay_the_order_they_ran_in() -> None:
     tps = {1: [100.0, 101.0], 2: [110.0, 111.0], 3: [90.0, 91.0]}
-    got = fixed_windows({"64": {"tokens_per_s": tps}}, [1, 2, 3], 7.0)
+    steps = {"1": [90, 91], "2": [80, 81], "3": [70, 71]}      # as goodput.json keeps them
+    got = fixed_windows({"64": {"tokens_per_s": tps, "steps": steps}}, [1, 2, 3], 7.0)
     rng = random.Random(64)                   # benchmarks.goodput.fixed's shuffle, seed = load
     for b in range(2):
         order = [1, 2, 3]
@@ -30,6 +31,8 @@ def test_blocks_replay_the_order_they_ran_in() -> None:
         block = sorted((w for w in got if w.block == b), key=lambda w: w.position)
         assert [w.policy for w in block] == [f"fixed-k{k}" for k in order]
         assert all(w.tokens_per_s == tps[int(w.policy[-1])][b] for w in block)
+        assert all(w.steps == steps[w.policy[-1]][b] for w in block)   # the 50-step rule's input
+    assert fixed_windows({"64": {"tokens_per_s": tps}}, [1, 2, 3], 7.0)[0].steps is None
 
 
 def test_calls_merge_and_the_fixed_ks_get_the_benchs_verdicts(tmp_path: Path) -> None:
