@@ -48,6 +48,7 @@ from benchmarks.design import rotated
 from benchmarks.inference import MIN_BLOCKS, bounds, estimate
 from benchmarks.engines import admin_client, max_model_len, spec_server
 from benchmarks.stateful import sidecar
+from benchmarks.summary import MIN_STEPS
 from benchmarks.window import measure, swap
 from benchmarks.workload import requests as request_pool
 from pydantic import ValidationError
@@ -129,20 +130,27 @@ async def gap(url: str, engine: EngineClient, admin: EngineClient, requests: lis
     """Under B traffic, in paired blocks (rotating order): A's table (stale) and every candidate
     for "best" (B's table by the profile, and each fixed k: the best fixed k, not only the best
     allowed one). The best is the candidate with the highest median here; the cycles measure it
-    again in their own arms, so it is chosen on these blocks and judged on others."""
+    again in their own arms, so it is chosen on these blocks and judged on others. Each window
+    holds at least MIN_STEPS engine steps; their counts and any window measured again are kept."""
     names = ["stale", *candidates]
     tables = {"stale": stale, **candidates}
     tps: dict[str, list[float]] = {name: [] for name in names}
+    steps: dict[str, list[int | None]] = {name: [] for name in names}
+    discarded: list[dict[str, Any]] = []
     await enter(admin, work_b)
     async with StationaryLoad(url, requests, n, work_b.temperature, seed=5) as traffic:
         await asyncio.sleep(1.0)
         for b in range(blocks):
             for name in rotated(tuple(names), b):
                 await swap(admin, tables[name], settle_steps=8)
-                tps[name].append((await measure(engine, admin, traffic, window_s)).tokens_per_s)
+                m = await measure(engine, admin, traffic, window_s, min_steps=MIN_STEPS)
+                tps[name].append(m.tokens_per_s)
+                steps[name].append(m.steps.steps if m.steps is not None else None)
+                discarded += [{"block": b, "name": name, "reason": why} for _, why in m.discarded]
     best = max(candidates, key=lambda c: statistics.median(tps[c]))
     return {"stale_tps": tps["stale"], "best_tps": tps[best], "best_name": best,
-            "best_table": tables[best].to_list(), "candidates_tps": tps}
+            "best_table": tables[best].to_list(), "candidates_tps": tps,
+            "gap_steps": steps, "gap_discarded": discarded}
 
 
 async def right_table_after(admin: EngineClient, table_b: Table, n: int, t0: float,
