@@ -357,9 +357,13 @@ class Controller:
                 if verdict.rolled_back:
                     self.pending_rollback = verdict
 
-    def _paired_bounds(self, bucket: int, k_new: int, k_old: int) -> tuple[float, float] | None:
-        """G(k_new)/G(k_old) at one bucket from the pairs, at the rebuild's confidence."""
-        c = self.goodput.compare(bucket, k_new, k_old, 1.0 - self.settings.confidence)
+    def _paired_bounds(self, bucket: int, k_new: int, k_old: int,
+                       family: int) -> tuple[float, float] | None:
+        """G(k_new)/G(k_old) at one bucket from the pairs, at the rebuild's confidence split
+        over the ``family`` buckets one verdict judges (Bonferroni: any of them can roll the
+        push back)."""
+        alpha = (1.0 - self.settings.confidence) / max(family, 1)
+        c = self.goodput.compare(bucket, k_new, k_old, alpha)
         return None if c is None else (c.low, c.high)
 
     def _check_foreign(self) -> None:

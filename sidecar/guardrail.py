@@ -91,8 +91,9 @@ class Verdict:
         return self.new.to_list()
 
 
-# (bucket, k_new, k_old) -> (low, high) of G(k_new)/G(k_old) from the pairs, or None
-Compare = Callable[[int, int, int], tuple[float, float] | None]
+# (bucket, k_new, k_old, family) -> (low, high) of G(k_new)/G(k_old) from the pairs, or None;
+# family: the buckets judged together (the caller splits its error rate over them)
+Compare = Callable[[int, int, int, int], tuple[float, float] | None]
 
 
 @dataclass(slots=True)
@@ -185,7 +186,7 @@ class Guardrail:
             return verdict
         checks = []
         for bucket, k_old, k_new in trial.measured:
-            got = compare(bucket, k_new, k_old)
+            got = compare(bucket, k_new, k_old, len(trial.measured))
             checks.append(PairedCheck(bucket, k_old, k_new, *(got or (None, None))))
         keep = paired_overrule(checks)
         if keep is None:
