@@ -188,8 +188,9 @@ async def arm(url: str, engine: EngineClient, admin: EngineClient, requests: lis
             poll = asyncio.create_task(right_table_after(admin, tables[1], n, t0, follow_s))
             windows = []
             while time.monotonic() - t0 + window_s <= follow_s:
-                m = await measure(engine, None, traffic, window_s)
-                windows.append({"end_s": round(time.monotonic() - t0, 2), "tps": m.tokens_per_s})
+                m = await measure(engine, admin, traffic, window_s, min_steps=MIN_STEPS)
+                windows.append({"end_s": round(time.monotonic() - t0, 2), "tps": m.tokens_per_s,
+                                "steps": m.steps.steps if m.steps is not None else None})
             seconds = await poll
             table_after = (await admin.get_table()).table
     first = _mean_between(windows, 0.0, 30.0)
@@ -230,6 +231,17 @@ def after(cycles: list[dict[str, Any]], from_s: float = 10.0, to_s: float = 30.0
             "sidecar_over_stale": interval(stale)}
 
 
+def arm_steps(cycles: list[dict[str, Any]]) -> dict[str, Any]:
+    """Engine steps in the arms' windows (at least MIN_STEPS each, rule 12 of
+    docs/measurement.md); a switch.json from before the count was kept says so (None)."""
+    steps = [w["steps"] for c in cycles for a in c["arms"].values() for w in a["windows"]
+             if w.get("steps") is not None]
+    if not steps:
+        return {"min_steps": MIN_STEPS, "windows_with_steps": 0}
+    return {"min_steps": MIN_STEPS, "windows_with_steps": len(steps), "fewest_steps": min(steps),
+            "windows_below_min_steps": sum(s < MIN_STEPS for s in steps)}
+
+
 def summarize(stale_tps: list[float], best_tps: list[float],
               cycles: list[dict[str, Any]]) -> dict[str, Any]:
     """Every figure of switch.json from its raw windows and cycles (pure), so a committed
@@ -244,6 +256,7 @@ def summarize(stale_tps: list[float], best_tps: list[float],
             "right_table_every_cycle": all(s is not None for s in seconds),
             "recovery_30s": interval(recovered, ratio=False),
             "after_right_table": after(cycles),
+            "arm_steps": arm_steps(cycles),
             "switch_gap_30s": interval([c["arms"]["best"]["mean_30s"] / c["arms"]["stale"]["mean_30s"]
                                         for c in cycles if c["arms"]["stale"]["mean_30s"]])}
 

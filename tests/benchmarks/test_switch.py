@@ -32,6 +32,18 @@ def test_after_the_right_table_the_arms_are_compared_by_ratio() -> None:
     assert got["sidecar_over_best"]["ci_low"] == got["sidecar_over_best"]["ci_high"] == 1.05  # no spread
 
 
+def test_the_arms_windows_count_their_engine_steps_and_old_files_say_none_were_kept() -> None:
+    from benchmarks.switch import arm_steps
+
+    def arm(*steps: int | None) -> dict[str, object]:
+        return {"windows": [{"end_s": 5.0, "tps": 1.0, "steps": s} for s in steps]}
+    got = arm_steps([{"arms": {"stale": arm(120, 49), "best": arm(80), "sidecar": arm(None, 60)}}])
+    assert got == {"min_steps": 50, "windows_with_steps": 4, "fewest_steps": 49,
+                   "windows_below_min_steps": 1}
+    old = {"windows": [{"end_s": 5.0, "tps": 1.0}]}                  # before steps were kept
+    assert arm_steps([{"arms": {"stale": old}}]) == {"min_steps": 50, "windows_with_steps": 0}
+
+
 def test_five_cycles_give_a_t_interval_not_min_and_max() -> None:
     from benchmarks.switch import interval
 
