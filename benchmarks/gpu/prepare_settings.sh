@@ -7,8 +7,9 @@
 #                          V2 refuses draft_model and ngram, it runs eagle/eagle3/mtp only)
 #   .gpu/moe_kernels.xz    vLLM's MoE kernels (_moe_C_stable_libtorch.abi3.so, 47 MB -> ~12 MB),
 #                          which prepare.sh leaves out of the tarball; carried beside c2
-#   .gpu/c1, .gpu/c2       re-split at 55 MB: a call carries the working tree too (~6.4 MB now),
-#                          and prepare.sh's 62 MB chunk plus the tree passed the 64 MiB limit
+#   .gpu/c1, .gpu/c2, ...  re-split so that each chunk plus the working tree (12.9 MB on
+#                          2026-12-03) fits the 64 MiB a call carries: prepare.sh's 62 MB chunk
+#                          plus the tree passed the limit; three chunks since the tree grew
 set -euo pipefail
 S=$(git rev-parse --show-toplevel); G=$S/.gpu
 [ -f "$G/model/config.json" ] || { echo "run bash ../shared/gpu/prepare.sh first (no $G/model)"; exit 1; }
@@ -48,8 +49,13 @@ if [ ! -f "$G/moe_kernels.xz" ]; then
   unzip -p "$W" vllm/_moe_C_stable_libtorch.abi3.so | xz -6 -T0 > "$G/moe_kernels.xz"
 fi
 ls -la "$G/moe_kernels.xz"; du -sh "$G/moe30b" "$G/model"
-# c1 + the working tree must stay under the 64 MiB a call carries
-if [ "$(stat -c %s "$G/c1")" -gt 55000000 ]; then
-  (cd "$G" && rm -f c1 c2 && split -b 55000000 -a 1 site.tar.xz c && mv ca c1 && mv cb c2)
+# each chunk + the working tree (+ 4 MB for bin/, a model config, .whl) must stay under the
+# 64 MiB a call carries: as many equal chunks c1, c2, c3... as that takes
+TREE=$(cd "$S" && git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+ROOM=$(( 67108864 - TREE - 4000000 )); SIZE=$(stat -c %s "$G/site.tar.xz")
+N=$(( (SIZE + ROOM - 1) / ROOM )); CHUNK=$(( (SIZE + N - 1) / N ))
+if [ ! -f "$G/c$N" ] || [ -f "$G/c$((N + 1))" ] || [ "$(stat -c %s "$G/c1")" -ne "$CHUNK" ]; then
+  (cd "$G" && rm -f c? && split -b "$CHUNK" -a 1 site.tar.xz part_ \
+     && i=1 && for f in part_?; do mv "$f" "c$i"; i=$((i + 1)); done)
 fi
-ls -la "$G/c1" "$G/c2"
+echo "working tree $TREE bytes: $N chunks of $CHUNK (one a call, with .gpu/bin)"; ls -la "$G"/c?
