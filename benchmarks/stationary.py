@@ -27,6 +27,7 @@ import numpy as np
 
 from benchmarks.engines import TOKEN, admin_client
 from benchmarks.stateful import sidecar
+from sidecar.step_times import LiveStepTimes
 from tuner.engine_defaults import plugin_env, resolve_model, vocab_size
 from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.load import Request, StationaryLoad
@@ -75,8 +76,10 @@ def step_series(events: list[dict[str, Any]]) -> dict[tuple[int, int], list[tupl
         if e.get("event") != "rebuild":
             continue
         d = e["decision"]
-        capped = d.get("trigger") != "measured" or d.get("outcome") == "pushed"
+        # a log from before the decision said so: the rule the controller applied then
+        cut = d.get("bookkeeping", d.get("trigger") != "measured" or d.get("outcome") == "pushed")
         t = datetime.fromisoformat(e["ts"]).timestamp() - t0
+        live = LiveStepTimes()
         for c in d.get("drift") or []:
             cell, n = (c["batch_size"], c["k"]), float(c["steps"])
             seconds = c["live_ms"] * n / 1000
@@ -87,8 +90,10 @@ def step_series(events: list[dict[str, Any]]) -> dict[tuple[int, int], list[tupl
                 s0, n0 = prev[cell]
                 out.setdefault(cell, []).append(
                     (round(t, 1), round(1000 * (seconds - s0) / (n - n0), 2), n - n0))
-            f = min(1.0, memory / n) if capped and n > 0 else 1.0
-            prev[cell] = (seconds * f, n * f)
+            live.seconds[cell], live.steps[cell] = seconds, n
+        if cut:
+            live.cap(memory)   # the controller's own cut (sidecar/step_times.py)
+        prev.update({cell: (live.seconds[cell], live.steps[cell]) for cell in live.steps})
     return out
 
 

@@ -575,8 +575,9 @@ class Controller:
             engine_version=info.version if info is not None else None,
             gains=range_gains(choice.G, old, choice.table, self.K), drift=self.drift_cells,
             trigger=trigger, changes=[c for c in choice.changes if c.kept] or choice.changes,
-            calls=list(choice.calls), duels=[[lo, hi, list(ks)] for lo, hi, ks in choice.duels])
-        self._finish(decision, choice.table, bookkeeping=trigger != "measured" or outcome == "pushed")
+            calls=list(choice.calls), duels=[[lo, hi, list(ks)] for lo, hi, ks in choice.duels],
+            bookkeeping=trigger != "measured" or outcome == "pushed")
+        self._finish(decision, choice.table)
         return decision
 
     def _rebase_prior(self) -> None:
@@ -596,8 +597,8 @@ class Controller:
                 prior[i] = min(prior[i], prior[i - 1])
         rebase(self.state, prior)
 
-    def _finish(self, decision: Decision, table: Table, bookkeeping: bool = True) -> None:
-        """Log the decision; with ``bookkeeping`` (not for a rebuild that only looked at new
+    def _finish(self, decision: Decision, table: Table) -> None:
+        """Log the decision; with its ``bookkeeping`` (not for a rebuild that only looked at new
         pairs and pushed nothing), the per-rebuild halving, decay and checkpoint too: new pairs
         come every ~50 steps during a duel, and halving live acceptance at each would hand â
         back to the prior."""
@@ -606,7 +607,7 @@ class Controller:
         self.stats.rebuilt(decision.outcome)
         self.last_decision, self.recommended = decision, table
         self.decisions.append(decision)
-        if not bookkeeping:
+        if not decision.bookkeeping:
             return
         self.steps_since_rebuild = 0.0
         if self.rebase_left and self.state.drafted.size and self.state.drafted[0] >= MIN_CHANGE_DRAFTS:

@@ -41,3 +41,13 @@ def test_the_steps_between_rebuilds_undo_the_cap_and_skip_a_replacement(tmp_path
     assert (found["step_time_changes"], found["step_time_taken_back"]) == (1, 1)
     assert found["steps"]["cell"] == [8, 3] and found["steps"]["median_ms"] == 30.0
     assert found["steps"]["ratio_range"] == [0.83, 1.33]
+
+
+def test_a_rebuild_that_says_whether_it_cut_is_taken_at_its_word() -> None:
+    start = {"ts": "2026-12-02T13:10:00+00:00", "event": "starting", "settings": {"step_memory": 100.0}}
+    said = rebuild("2026-12-02T13:10:04+00:00", 20.0, 150.0)         # scheduled, yet did not cut
+    said["decision"]["bookkeeping"] = False
+    then = rebuild("2026-12-02T13:10:08+00:00", 25.0, 200.0)         # + 50 steps of 40 ms
+    assert step_series([start, said, then]) == {(8, 3): [(8.0, 40.0, 50.0)]}
+    said["decision"]["bookkeeping"] = True                            # cut to 100 steps of 20 ms
+    assert step_series([start, said, then]) == {(8, 3): [(8.0, 30.0, 100.0)]}

@@ -76,11 +76,20 @@ async def run_until(engine: Engine, tmp_path: Path, step_ms: dict[int, list[floa
                     decisions.append(last)
                 if done(state, decisions):
                     return state, decisions
-                assert time.monotonic() < deadline, decisions[-3:]
+                assert time.monotonic() < deadline, _story(state, decisions)
                 await asyncio.sleep(0.25)
     finally:
         stop.set()
         assert await asyncio.wait_for(task, 5) == 0
+
+
+def _story(state: dict[str, Any], decisions: list[dict[str, Any]]) -> str:
+    """What a run that missed its goal did: the engine's table, every push and the last
+    rebuilds' reasons, short enough for pytest to print whole."""
+    pushes = [(d["trigger"], d["old_table"], d["new_table"], d["reason"][:160])
+              for d in decisions if d["outcome"] != "unchanged"]
+    return (f"engine table {state['engine_table']}; pushes {pushes}; "
+            f"last {[d['reason'][:160] for d in decisions[-2:]]}; drift {state.get('drift')}")
 
 
 async def test_live_step_times_correct_a_profile_that_is_wrong(engine: Engine, tmp_path: Path) -> None:
@@ -94,9 +103,12 @@ async def test_live_step_times_correct_a_profile_that_is_wrong(engine: Engine, t
         table = state["engine_table"]
         return table is not None and Table.from_list(table).k_at(2) == 3
 
+    # the model's path (decide_by="model"): what this test names is the model's step times
+    # taking live steps in; with measured decisions the duels may find k=1 and k=3 alike at
+    # B=2 on a loaded box and rightly keep k=1 (once in a run of the suite, 120 s without k=3)
     state, decisions = await run_until(
         engine, tmp_path, wrong, 2, k3_at_2, rebuild_every_steps=60, prior_weight=100.0,
-        explore_every=10, explore_run=3, step_prior_weight=5.0)
+        explore_every=10, explore_run=3, step_prior_weight=5.0, decide_by="model")
     pushed = [d for d in decisions if d["outcome"] == "pushed"]
     assert pushed, decisions
     # the push that moved B=2 to k=3 says which step times it used and what stands behind
