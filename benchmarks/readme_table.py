@@ -38,6 +38,10 @@ GOODPUTS = {  # folder -> setting: does the sidecar end on the k that measures b
     "cpu-tiny-goodput":
         "CPU, tiny model, the sidecar deciding by measured goodput, from a profile made wrong",
 }
+GPU_SWITCHES = {  # folder -> setting: the workload switch on a GPU (switch.json, calls merged)
+    "h200-vllm0.26-32b-ngram-switch":
+        "H200, 32B-shaped dense, ngram, the sidecar through a workload switch at N=64",
+}
 REPORTED = ("tuned", "documented", "nospec", "sidecar-from-tuned", "sidecar-from-quarter")
 
 
@@ -92,6 +96,31 @@ def switch_row(runs: list[tuple[str, dict[str, Any]]]) -> str:
             f"[cpu-tiny-online](benchmarks/results/cpu-tiny-online/README.md) |")
 
 
+def gpu_switch_row(folder: str, s: dict[str, Any]) -> str:
+    def fig(c: dict[str, Any], pct: bool = False) -> str:
+        if pct:
+            return f"{c['estimate'] * 100:.0f}% [{c['ci_low'] * 100:.0f}, {c['ci_high'] * 100:.0f}]"
+        return f"{c['estimate']:.3f} [{c['ci_low']:.3f}, {c['ci_high']:.3f}]"
+    secs = [x for x in s["seconds_to_right_table"] if x is not None]
+    cycles = len(s["seconds_to_right_table"])
+    bests = sorted({p["best_name"] for p in s["parts"]})
+    rec = s["recovery_30s"]
+    target = "met" if rec["ci_low"] >= 0.98 else "not met" if rec["ci_high"] < 0.98 else "undecided"
+    versus_b = [f"{b} / B's table {fig(s['best_candidates_over_table_b'][b])} over every call's gap blocks"
+                for b in bests if b != "table_b"]
+    why = "a call's best is its gap blocks' highest median" + (": " + "; ".join(versus_b) if versus_b else "")
+    parts = [f"acceptance dropped through the plugin's emulator, {cycles} switches in "
+             f"{len(s['parts'])} calls: the stale table loses {s['stale_loss'] * 100:.0f}% "
+             f"(best / stale {fig(s['best_over_stale'])})",
+             f"the median-best table ({' or '.join(bests)}) was in {min(secs):.2f}–{max(secs):.2f} s "
+             f"in {len(secs)} of {cycles} cycles ({why})",
+             f"recovery_30s **{fig(rec, pct=True)}** (target ≥ 98%: {target})",
+             f"from 10 to 30 s, sidecar / best {fig(s['after_right_table']['sidecar_over_best'])} "
+             f"(95% t-intervals over cycles)"]
+    link = f"[{folder}](benchmarks/results/{folder}/README.md)"
+    return f"| {GPU_SWITCHES[folder]} | {'; '.join(parts)} | {link} |"
+
+
 def goodput_row(folder: str, g: dict[str, Any], summary: dict[str, Any] | None = None) -> str:
     """One goodput.json's row; with the fixed k's analysed (summary.json beside it), each run's
     final k against the load's reference with its Holm-level interval and verdict."""
@@ -128,6 +157,8 @@ def table() -> str:
             summary = RESULTS / folder / "summary.json"
             rows.append(goodput_row(folder, json.loads(path.read_text()),
                                     json.loads(summary.read_text()) if summary.exists() else None))
+    for folder in GPU_SWITCHES:
+        rows.append(gpu_switch_row(folder, json.loads((RESULTS / folder / "switch.json").read_text())))
     rows.append(switch_row([(r, json.loads((RESULTS / r / "switch.json").read_text())) for r in SWITCHES]))
     return "\n".join(rows)
 

@@ -271,6 +271,35 @@ def rerender(path: Path) -> dict[str, Any]:
             "analysis": "re-analysed: geometric means / means with t-intervals (issue #26)"}
 
 
+def merge(paths: list[Path]) -> dict[str, Any]:
+    """Several switch.json (one GPU call each) as one: cycles and gap blocks concatenated (a
+    cycle's arms, and a gap block's tables, ran on one engine, so each stays a valid pair), the
+    figures recomputed by `summarize`. Each call chose its own best (the highest median of its
+    own gap blocks): ``parts`` keeps it per call, and ``best_candidates`` pools every call's
+    gap blocks per candidate, paired against B's table, to say whether those bests differ."""
+    parts = [json.loads(p.read_text()) for p in paths]
+    for p, g in zip(paths, parts, strict=True):
+        if "arms" not in (g.get("cycles") or [{}])[0]:
+            raise ValueError(f"{p}: cycles without paired arms cannot be merged")
+    cycles = [{**c, "part": i} for i, g in enumerate(parts) for c in g["cycles"]]
+    stale = [x for g in parts for x in g["stale_tps"]]
+    best = [x for g in parts for x in g["best_tps"]]
+    names = sorted(set.intersection(*(set(g["candidates_tps"]) for g in parts)))
+    versus_b = {name: interval([x / b for g in parts
+                                for x, b in zip(g["candidates_tps"][name], g["candidates_tps"]["table_b"],
+                                                strict=True)])
+                for name in names if name != "table_b" and "table_b" in names}
+    keep = ("load", "workload_a", "workload_b", "window_s", "adapt_s", "follow_s", "sidecar_args")
+    return {**{k: parts[0].get(k) for k in keep}, "merged_from": [p.name for p in paths],
+            "parts": [{"file": p.name, "best_name": g["best_name"], "best_table": g["best_table"],
+                       "table_a": g["table_a"], "table_b": g["table_b"], "a_a": g["a_a"],
+                       "a_b": g["a_b"], "cycles": len(g["cycles"]), "command": g.get("command")}
+                      for p, g in zip(paths, parts, strict=True)],
+            "best_candidates_over_table_b": versus_b,
+            "stale_tps": stale, "best_tps": best, "cycles": cycles,
+            **summarize(stale, best, cycles)}
+
+
 def workloads(args: argparse.Namespace, K: int) -> tuple[Workload, Workload]:
     """A and B from the flags: two temperatures, or (dummy weights) two replayed acceptances."""
     replay = flags.replay(args, K)
@@ -353,6 +382,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile")
     ap.add_argument("--rerender", type=Path, help="recompute a switch.json's figures in place")
+    ap.add_argument("--merge", type=Path, nargs="+", metavar="PART_JSON",
+                    help="join several switch.json (one call each) into --out/switch.json")
     ap.add_argument("--out", default="runs/switch")
     ap.add_argument("--load", type=int, default=8)
     ap.add_argument("--temp-a", type=float, default=0.0)
@@ -374,8 +405,17 @@ def main() -> int:
     if args.rerender:
         args.rerender.write_text(json.dumps(rerender(args.rerender), indent=1))
         return 0
+    if args.merge:
+        try:
+            merged = merge(args.merge)
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"error: --merge: {exc}", file=sys.stderr)
+            return 2
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "switch.json").write_text(json.dumps(merged, indent=1))
+        return 0
     if not args.profile:
-        ap.error("--profile is required (or --rerender FILE)")
+        ap.error("--profile is required (or --rerender FILE, or --merge PART ...)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     try:

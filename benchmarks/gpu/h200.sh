@@ -68,8 +68,14 @@ ENGINE=(--engine-arg=--load-format=dummy --engine-arg=--dtype=bfloat16
         --engine-arg=--attention-backend=FLASH_ATTN)
 [ "$ONE" = 1 ] && ONE_FLAG=(--one-server) || ONE_FLAG=()
 keep() { cp -r "$@" "$O/" 2>/dev/null; true; }
+# a stage killed by its `timeout` leaves vLLM's engine process holding this GPU's memory, and the
+# next call's server then refuses to start (2026-12-03: 20 of 140 GiB free): clear this GPU first
+free_gpu() { nvidia-smi -i "${GPU:-0}" --query-compute-apps=pid --format=csv,noheader 2>/dev/null \
+               | xargs -r kill -9 2>/dev/null; sleep 2; true; }
 STATUS=0; need() { [ -s "$1" ] || { echo "stage $stage left no $1"; STATUS=1; }; }
-for stage in "$@"; do case $stage in
+for stage in "$@"; do
+case $stage in tune|bench|goodput|switch|ab) free_gpu ;; esac
+case $stage in
  install)
   python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/tt . 2>&1 | tail -3
   [ -d .whl ] && python3 -m pip install -q --no-deps --no-index --target /tmp/whl .whl/*.whl 2>&1 | tail -3

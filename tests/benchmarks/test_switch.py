@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from benchmarks.design import rotated
 from benchmarks.switch import ARMS, recovery
 
@@ -92,3 +94,29 @@ def test_acceptance_is_measured_where_every_position_is_drafted() -> None:
     assert every_k_table(3, 256).k_at(64) == 0                # what the engine starts with
     t = drafting_everywhere(3, 256)
     assert all(t.k_at(b) == 3 for b in (1, 4, 64, 256))
+
+
+def test_calls_merge_into_one_switch_file_that_keeps_each_calls_best(tmp_path: Path) -> None:
+    import json
+
+    from benchmarks.switch import merge
+
+    def part(best: str, cand: dict[str, list[float]], recovery: float) -> dict[str, object]:
+        arm = {"mean_30s": 100.0, "windows": [{"end_s": 20.0, "tps": 100.0, "steps": 90}]}
+        cycle = {"seconds_to_right_table": 1.0, "recovery_30s": recovery,
+                 "arms": {"stale": arm, "best": arm, "sidecar": arm}}
+        return {"load": 64, "best_name": best, "best_table": [[1, 256, 0]], "table_a": [[1, 256, 3]],
+                "table_b": [[1, 256, 1]], "a_a": [0.7], "a_b": [0.1], "cycles": [cycle],
+                "stale_tps": cand["stale"], "best_tps": cand[best], "candidates_tps": cand}
+    one = part("table_b", {"stale": [75.0, 75.0], "table_b": [100.0, 100.0], "fixed-k0": [99.0, 101.0]}, 0.9)
+    two = part("fixed-k0", {"stale": [80.0], "table_b": [100.0], "fixed-k0": [102.0]}, 0.7)
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    for p, g in zip(paths, (one, two), strict=True):
+        p.write_text(json.dumps(g))
+    got = merge(paths)
+    assert [p["best_name"] for p in got["parts"]] == ["table_b", "fixed-k0"]
+    assert got["best_tps"] == [100.0, 100.0, 102.0] and got["stale_tps"] == [75.0, 75.0, 80.0]
+    assert [c["part"] for c in got["cycles"]] == [0, 1]
+    assert got["recovery_30s"]["n"] == 2 and got["recovery_30s"]["estimate"] == 0.8
+    assert got["best_candidates_over_table_b"]["fixed-k0"]["n"] == 3
+    assert got["arm_steps"]["windows_with_steps"] == 6
