@@ -186,7 +186,7 @@ async def arm(url: str, engine: EngineClient, admin: EngineClient, requests: lis
             await admin.put_table(tables[1])
         async with StationaryLoad(url, requests, n, works[1].temperature, seed=seed + 1) as traffic:
             poll = asyncio.create_task(right_table_after(admin, tables[1], n, t0, follow_s))
-            windows = []
+            windows: list[dict[str, Any]] = []
             while time.monotonic() - t0 + window_s <= follow_s:
                 m = await measure(engine, admin, traffic, window_s, min_steps=MIN_STEPS)
                 windows.append({"end_s": round(time.monotonic() - t0, 2), "tps": m.tokens_per_s,
@@ -210,8 +210,8 @@ def recovery(arms: dict[str, dict[str, Any]]) -> float | None:
     return round(float(sc - st) / float(bt - st), 4)
 
 
-def _mean_between(windows: list[dict[str, float]], lo: float, hi: float) -> float | None:
-    got = [w["tps"] for w in windows if lo < w["end_s"] <= hi]
+def _mean_between(windows: list[dict[str, Any]], lo: float, hi: float) -> float | None:
+    got = [float(w["tps"]) for w in windows if lo < w["end_s"] <= hi]
     return statistics.mean(got) if got else None
 
 
