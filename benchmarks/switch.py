@@ -275,7 +275,7 @@ def merge(paths: list[Path]) -> dict[str, Any]:
     """Several switch.json (one GPU call each) as one: cycles and gap blocks concatenated (a
     cycle's arms, and a gap block's tables, ran on one engine, so each stays a valid pair), the
     figures recomputed by `summarize`. Each call chose its own best (the highest median of its
-    own gap blocks): ``parts`` keeps it per call, and ``best_candidates`` pools every call's
+    own gap blocks): ``parts`` keeps it per call, and ``best_candidates_over_table_b`` pools every call's
     gap blocks per candidate, paired against B's table, to say whether those bests differ."""
     parts = [json.loads(p.read_text()) for p in paths]
     for p, g in zip(paths, parts, strict=True):
