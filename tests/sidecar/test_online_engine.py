@@ -99,31 +99,34 @@ async def test_live_step_times_correct_a_profile_that_is_wrong(engine: Engine, t
     assert make_profile(model="tiny", step_ms=MEASURED).build(allowed_k={1, 3}).table.k_at(2) == 3
     assert (await engine.admin("PUT", "/v1/table", {"table": start.to_list()}))[0] == 200
 
-    def k3_at_2(state: dict[str, Any], _: Any) -> bool:
+    def more_drafts_at_2(state: dict[str, Any], _: Any) -> bool:
+        # k=3 or k=2: with every k allowed, CI's run found k=2 at B=2 cheapest live (8.5 ms
+        # against k=3's 11.1): what the wrong profile hid is that drafting more pays here
         table = state["engine_table"]
-        return table is not None and Table.from_list(table).k_at(2) == 3
+        return table is not None and Table.from_list(table).k_at(2) >= 2
 
     # the model's path (decide_by="model"): what this test names is the model's step times
     # taking live steps in; with measured decisions the duels may find k=1 and k=3 alike at
     # B=2 on a loaded box and rightly keep k=1 (once in a run of the suite, 120 s without k=3)
     state, decisions = await run_until(
-        engine, tmp_path, wrong, 2, k3_at_2, rebuild_every_steps=60, prior_weight=100.0,
+        engine, tmp_path, wrong, 2, more_drafts_at_2, rebuild_every_steps=60, prior_weight=100.0,
         explore_every=10, explore_run=3, step_prior_weight=5.0, decide_by="model")
     pushed = [d for d in decisions if d["outcome"] == "pushed"]
     assert pushed, decisions
     # the push that moved B=2 to k=3 says which step times it used and what stands behind
     # them: live steps of both k took back most of the profile's 5x error on k=3's cost
     change = next(c for d in pushed for c in d["changes"]
-                  if c["kept"] and c["k_new"] == 3 and c["batch_size_start"] <= 2 <= c["batch_size_end"])
+                  if c["kept"] and c["k_new"] >= 2 and c["batch_size_start"] <= 2 <= c["batch_size_end"])
     assert change["k_old"] == 1 and change["gain_low"] > 0
+    k = change["k_new"]
     used = {e["k"]: e for e in change["step_times"]}
-    assert used[1]["live_steps"] > 0 and used[3]["live_steps"] > 0, change
-    used_ratio = used[3]["used_ms"] / used[1]["used_ms"]
-    assert used_ratio < 0.5 * used[3]["profile_ms"] / used[1]["profile_ms"], change
-    # and /v1/state shows the live against the profile's step times: k=3 far cheaper than said,
+    assert used[1]["live_steps"] > 0 and used[k]["live_steps"] > 0, change
+    used_ratio = used[k]["used_ms"] / used[1]["used_ms"]
+    assert used_ratio < 0.5 * used[k]["profile_ms"] / used[1]["profile_ms"], change
+    # and /v1/state shows the live against the profile's step times: the chosen k far cheaper than said,
     # next to k=1 (a ratio of ratios: a loaded box slows both alike)
     drift = {c["k"]: c["ratio"] for c in state["drift"] if c["batch_size"] == 2}
-    assert 1 in drift and 3 in drift and drift[3] < 0.5 * drift[1], state["drift"]
+    assert 1 in drift and k in drift and drift[k] < 0.5 * drift[1], state["drift"]
 
 
 async def test_a_push_that_loses_live_goodput_is_rolled_back(engine: Engine, tmp_path: Path) -> None:
