@@ -53,11 +53,15 @@ def dropped_reasons(windows: list[Window]) -> dict[str, int]:
                         for w in windows if not counted(w)))
 
 
-def steps_json(windows: list[Window]) -> dict[str, Any]:
-    steps = [w.steps for w in windows if counted(w) and w.steps is not None]
+def step_counts(steps: list[int]) -> dict[str, Any]:
+    """Engine steps per window against the rule of at least MIN_STEPS (docs/measurement.md)."""
     return {"min_steps": MIN_STEPS, "windows_with_steps": len(steps),
             "fewest_steps": min(steps, default=None),
             "windows_below_min_steps": sum(s < MIN_STEPS for s in steps)}
+
+
+def steps_json(windows: list[Window]) -> dict[str, Any]:
+    return step_counts([w.steps for w in windows if counted(w) and w.steps is not None])
 
 
 def family_json(a: Analysis) -> dict[str, Any]:

@@ -48,7 +48,7 @@ from benchmarks.design import rotated
 from benchmarks.inference import MIN_BLOCKS, bounds, estimate
 from benchmarks.engines import admin_client, max_model_len, spec_server
 from benchmarks.stateful import sidecar
-from benchmarks.summary import MIN_STEPS
+from benchmarks.summary import MIN_STEPS, step_counts
 from benchmarks.window import measure, swap
 from benchmarks.workload import requests as request_pool
 from pydantic import ValidationError
@@ -190,7 +190,8 @@ async def arm(url: str, engine: EngineClient, admin: EngineClient, requests: lis
             while time.monotonic() - t0 + window_s <= follow_s:
                 m = await measure(engine, admin, traffic, window_s, min_steps=MIN_STEPS)
                 windows.append({"end_s": round(time.monotonic() - t0, 2), "tps": m.tokens_per_s,
-                                "steps": m.steps.steps if m.steps is not None else None})
+                                "steps": m.steps.steps if m.steps is not None else None,
+                                "discarded": [why for _, why in m.discarded]})
             seconds = await poll
             table_after = (await admin.get_table()).table
     first = _mean_between(windows, 0.0, 30.0)
@@ -234,12 +235,12 @@ def after(cycles: list[dict[str, Any]], from_s: float = 10.0, to_s: float = 30.0
 def arm_steps(cycles: list[dict[str, Any]]) -> dict[str, Any]:
     """Engine steps in the arms' windows (at least MIN_STEPS each, rule 12 of
     docs/measurement.md); a switch.json from before the count was kept says so (None)."""
-    steps = [w["steps"] for c in cycles for a in c["arms"].values() for w in a["windows"]
-             if w.get("steps") is not None]
-    if not steps:
-        return {"min_steps": MIN_STEPS, "windows_with_steps": 0}
-    return {"min_steps": MIN_STEPS, "windows_with_steps": len(steps), "fewest_steps": min(steps),
-            "windows_below_min_steps": sum(s < MIN_STEPS for s in steps)}
+    windows = [w for c in cycles for a in c["arms"].values() for w in a["windows"]]
+    steps = [w["steps"] for w in windows if w.get("steps") is not None]
+    # windows measured again (an implausible engine count): None where a file predates the record
+    discarded = (sum(len(w["discarded"]) for w in windows)
+                 if windows and all("discarded" in w for w in windows) else None)
+    return {**step_counts(steps), "windows_measured_again": discarded}
 
 
 def summarize(stale_tps: list[float], best_tps: list[float],

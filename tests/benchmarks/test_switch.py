@@ -41,9 +41,13 @@ def test_the_arms_windows_count_their_engine_steps_and_old_files_say_none_were_k
         return {"windows": [{"end_s": 5.0, "tps": 1.0, "steps": s} for s in steps]}
     got = arm_steps([{"arms": {"stale": arm(120, 49), "best": arm(80), "sidecar": arm(None, 60)}}])
     assert got == {"min_steps": 50, "windows_with_steps": 4, "fewest_steps": 49,
-                   "windows_below_min_steps": 1}
+                   "windows_below_min_steps": 1, "windows_measured_again": None}
+    kept = {"windows": [{"end_s": 5.0, "tps": 1.0, "steps": 60, "discarded": ["implausible"]}]}
+    assert arm_steps([{"arms": {"sidecar": kept}}])["windows_measured_again"] == 1
     old = {"windows": [{"end_s": 5.0, "tps": 1.0}]}                  # before steps were kept
-    assert arm_steps([{"arms": {"stale": old}}]) == {"min_steps": 50, "windows_with_steps": 0}
+    assert arm_steps([{"arms": {"stale": old}}]) == {
+        "min_steps": 50, "windows_with_steps": 0, "fewest_steps": None,
+        "windows_below_min_steps": 0, "windows_measured_again": None}
 
 
 def test_five_cycles_give_a_t_interval_not_min_and_max() -> None:
