@@ -42,6 +42,13 @@ GPU_SWITCHES = {  # folder -> setting: the workload switch on a GPU (switch.json
     "h200-vllm0.26-32b-ngram-switch":
         "H200, 32B-shaped dense, ngram, the sidecar through a workload switch at N=64",
 }
+NOHARMS = {  # folder -> setting: the table alone against the table with the sidecar (summary.json)
+    "h200-vllm0.26-32b-ngram-noharm":
+        "H200, 32B-shaped dense, ngram, do no harm: the table alone vs with the sidecar, vLLM's own client",
+    "cpu-tiny-noharm":
+        "CPU (2 cores), tiny model, ngram, do no harm: the table alone vs with the sidecar, "
+        "vLLM's own client",
+}
 REPORTED = ("tuned", "documented", "nospec", "sidecar-from-tuned", "sidecar-from-quarter")
 
 
@@ -124,6 +131,22 @@ def gpu_switch_row(folder: str, s: dict[str, Any]) -> str:
     return f"| {GPU_SWITCHES[folder]} | {'; '.join(parts)} | {link} |"
 
 
+def noharm_row(folder: str, s: dict[str, Any]) -> str:
+    """A do-no-harm summary.json's row (benchmarks/noharm_summary.py): per shape the ratio
+    sidecar / table with its interval and verdict, the pushes and false changes, the verdict."""
+    m = s["measured"]
+    shapes = ", ".join(f"{x['shape']} {x['ratio']:.3f} [{x['ci'][0]:.3f}, {x['ci'][1]:.3f}] {x['verdict']}"
+                       for x in s["shapes"])
+    calls = f"{s['parts']} call{'s' if s['parts'] != 1 else ''}"
+    parts = [f"{s['blocks']} blocks over {calls}; sidecar / table of the client's output "
+             f"throughput ({s['ci_level'] * 100:g}% t-interval per shape): {shapes}",
+             f"{m['pushes']} push{'es' if m['pushes'] != 1 else ''} and {m['false_changes']} false "
+             f"changes in {m['minutes']:g} sidecar-minutes",
+             f"target ≥ {s['target']:g} of the table alone and ≤ {s['pushes_target_per_10min']:g} push "
+             f"per 10 min: **{s['verdict']}**"]
+    return f"| {NOHARMS[folder]} | {'; '.join(parts)} | [{folder}](benchmarks/results/{folder}/README.md) |"
+
+
 def goodput_row(folder: str, g: dict[str, Any], summary: dict[str, Any] | None = None) -> str:
     """One goodput.json's row; with the fixed k's analysed (summary.json beside it), each run's
     final k against the load's reference with its Holm-level interval and verdict."""
@@ -162,6 +185,8 @@ def table() -> str:
                                     json.loads(summary.read_text()) if summary.exists() else None))
     for folder in GPU_SWITCHES:
         rows.append(gpu_switch_row(folder, json.loads((RESULTS / folder / "switch.json").read_text())))
+    for folder in NOHARMS:
+        rows.append(noharm_row(folder, json.loads((RESULTS / folder / "summary.json").read_text())))
     rows.append(switch_row([(r, json.loads((RESULTS / r / "switch.json").read_text())) for r in SWITCHES]))
     return "\n".join(rows)
 

@@ -93,7 +93,8 @@ async def _guard(name: str, coro: Coroutine[Any, Any, None], stop: asyncio.Event
         log.debug(f"{name} is cancelled")
         raise
     except Exception as exc:
-        log.error(f"{name} has failed: {exc}", exc_info=not isinstance(exc, TableTuneError))
+        if not isinstance(exc, TableTuneError):  # ours end in run()'s one plain line, once
+            log.error(f"{name} has failed: {exc}", exc_info=True)
         raise
     finally:
         stop.set()

@@ -10,15 +10,19 @@ bucket with live steps:
   model's, its interval widened by ``model_error`` (the error the model's own draws do not
   show), and the paired measurement's confidence sequence;
 - the measurement decides once it is conclusive (its interval clears the tie either way) or
-  no wider than the model's interval; until then the model does, with its widened interval;
+  no wider than the model's interval; until then the model does, with its interval widened by
+  the larger of ``model_error`` and its own error measured live at that bucket
+  (sidecar/model_error.py: predicted against realized goodput of the table's k there); where
+  that live error is not known yet, the model switches nothing (``live_error``);
 - c replaces k only if the deciding interval's lower end beats the tie; with several
   challengers the level is split among them (Bonferroni), so one bucket's verdict errs at most
   at 1 - confidence whatever the number of k's;
 - a challenger the measurement has not settled is "open": the sidecar asks the plugin for
   duels there (vllm_patch/duel.py), the most promising by the model first, until the
   measurement resolves it (a win, a loss, or ``max_pairs`` pairs: indistinguishable at this
-  noise). The model alone rules no challenger out: its acceptance for positions the table does
-  not draft can be a stale prior.
+  noise); but exploration must pay for itself, so a challenger whose upper bound loses to the
+  incumbent (the model's, at ``model_error``, or the measurement's) is "keep": no duel runs on
+  a k that cannot win.
 
 Buckets the engine did not serve since the last push are not decided here: their k stays (an
 edge is never moved on evidence from elsewhere).
@@ -84,10 +88,13 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
               served: Mapping[int, int], allowed: set[int] | None, *, tie: float,
               confidence: float, model_error: float, min_served: int, max_pairs: int,
               duel_width: int, futile: Callable[[int, int, int, int], bool] | None = None,
-              previous: tuple[tuple[int, int, tuple[int, ...]], ...] = ()) -> Verdicts:
+              previous: tuple[tuple[int, int, tuple[int, ...]], ...] = (),
+              live_error: Mapping[int, float] | None = None) -> Verdicts:
     """Per served bucket, the k to run and who decided it; the duels still worth running.
     ``futile(start, end, k, c)``: the incumbent k's extra drafts over a smaller c buy nothing
-    and c is no slower (tuner/core/incumbent.py): c replaces it without waiting for a duel."""
+    and c is no slower (tuner/core/incumbent.py): c replaces it without waiting for a duel.
+    ``live_error[bucket]``: the model's error measured there (None: ``model_error`` everywhere,
+    the model may switch any served bucket)."""
     max_b, num_k = G_reps.shape[1], G_reps.shape[2]
     ks = np.asarray(old_ks, dtype=np.int64).copy()
     calls: list[Call] = []
@@ -104,8 +111,12 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
         alpha = (1.0 - confidence) / len(rivals)       # Bonferroni over the challengers
         z = NormalDist().inv_cdf(1.0 - alpha / 2.0)
         here: list[Call] = []
+        # the model may switch only where its own error is known, and must beat it there
+        by_model = live_error is None or bucket in live_error
+        error = model_error if live_error is None else max(model_error, live_error.get(bucket, 0.0))
         for c in rivals:
-            model = _model(G_reps, rows, k, c, z, model_error)
+            model = _model(G_reps, rows, k, c, z, error)
+            best_case = model if error == model_error else _model(G_reps, rows, k, c, z, model_error)
             meas = _measured(measured.compare(bucket, c, k, alpha))
             # a conclusive measurement decides (its interval holds at this level whatever the
             # model says); an inconclusive one only once it is the tighter of the two (on the
@@ -116,17 +127,18 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
                 decisive or _half(meas) <= _half(model)) else "model")
             used = meas if decided_by == "measured" and meas is not None else model
             # a futile incumbent goes, unless the measurement says the smaller k is worse
-            if used.low > 1.0 + tie or (c < k and futile is not None
+            if (used.low > 1.0 + tie and (decided_by == "measured" or by_model)) or (
+                    c < k and futile is not None
                                          and (meas is None or meas.high >= 1.0)
                                          and futile(int(rows[0]), int(rows[-1]), k, c)):
                 status: Status = "switch"
             elif meas is not None and (meas.high < 1.0 + tie or meas.pairs >= max_pairs):
                 status = "keep" if meas.high < 1.0 + tie else "tie"
+            elif best_case.high < 1.0:
+                # even its best case loses to the incumbent: a duel would only cost (the
+                # rotation keeps every position's acceptance observed, so â is not stale)
+                status, decided_by = "keep", "model"
             else:
-                # the model alone rules nothing out: a k the table does not run keeps the
-                # acceptance of its extra positions at a stale prior (the CPU goodput run: â_3
-                # 0.19 from the profile's prompts, ~0.9 live, k=3 never dueled); the model's
-                # ranking orders the duels instead
                 status = "open"
             here.append(Call(bucket=bucket, batch_size_start=int(rows[0]),
                              batch_size_end=int(rows[-1]), k_old=k, k=c, decided_by=decided_by,

@@ -1,29 +1,20 @@
-"""Has the traffic changed? A two-window test on the live counts (pure).
+"""Have the step times changed? A two-window test on the live step times per cell (pure).
 
-After a switch of traffic the estimator's live counts and the prior describe the old traffic,
-and halving after each rebuild takes many rebuilds to forget them. So every scrape compares
-the *recent* window (the last few scrapes' counts) with the estimate in force:
+Per (B bucket, k), the median of per-scrape mean steps in each of the two last disjoint windows
+of STEP_WINDOW_S seconds against the cell's level, the same median over the REFERENCE_S seconds
+before them, more than a factor ``ratio`` apart the same way in both; after a change the older
+level is held for HOLD_S seconds, and a cell whose steps go back to it in that time had a
+transient: the change is taken back, not followed by a second one
+(StepTimeWindow.step_time_changes: its docstring derives the false-alarm rate). A change of load
+moves B to other cells, not a cell's level, so load alone is no change here.
 
-- acceptance: per position i with at least ``min_drafts`` recent drafts,
-  z_i = (p_i - â_i) / sqrt(â_i (1 - â_i) / n_i) with p_i = accepted_i / drafted_i recent;
-  a change is |z_i| > ``z`` and |p_i - â_i| > ``min_delta`` (a large, well-supported jump; drafts
-  in one step are correlated, so z is set far above the usual 2);
-- step time: per (B bucket, k), the median of per-scrape mean steps in each of the two last
-  disjoint windows of STEP_WINDOW_S seconds against the cell's level, the same median over the
-  REFERENCE_S seconds before them, more than a factor ``ratio`` apart the same way in both;
-  after a change the older level is held for HOLD_S seconds, and a cell whose steps go back to
-  it in that time had a transient: the change is taken back, not followed by a second one
-  (RecentWindow.step_time_changes: its docstring derives the false-alarm rate).
-
-On a change the caller drops the stale counts, lowers the prior's weight, and rebuilds at once
-(sidecar/controller.py). The change lies somewhere inside the window, so the counts kept are
-the newest scrape's alone where it holds enough drafts (``min_drafts``), else the window's.
+The acceptance test is sidecar/acceptance_change.py; on either change the caller drops what is
+stale and rebuilds (sidecar/controller.py).
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -32,12 +23,10 @@ import numpy.typing as npt
 
 from tuner.core.admin_api import BucketK
 
-__all__ = ["MIN_CHANGE_DRAFTS", "STEP_RATIO", "AcceptanceChange", "RecentWindow", "StepTimeChange",
-           "acceptance_change"]
+__all__ = ["STEP_RATIO", "StepTimeChange", "StepTimeWindow"]
 
 FloatArray = npt.NDArray[np.float64]
-MIN_CHANGE_DRAFTS = 100.0  # fewer recent drafts at a position are no evidence of a change
-# The step-time test (RecentWindow.step_time_changes) in seconds, not scrapes: the noise it must
+# The step-time test (StepTimeWindow.step_time_changes) in seconds, not scrapes: the noise it must
 # ignore is correlated in time (a shared CPU: tens of percent for tens of seconds), whatever the
 # scrape interval.
 STEP_WINDOW_S = 12.0  # each of the two test windows
@@ -84,15 +73,11 @@ class _Cell:
 
 
 @dataclass(slots=True)
-class RecentWindow:
-    """The counts of the last ``size`` complete scrapes (the acceptance test), and each cell's
-    per-scrape step times over the step-time test's span, the scrapes ``interval_s`` apart (its
-    windows are sized in seconds: RecentWindow.step_time_changes)."""
+class StepTimeWindow:
+    """Each cell's per-scrape step times over the step-time test's span, the scrapes
+    ``interval_s`` apart (its windows are sized in seconds: StepTimeWindow.step_time_changes)."""
 
-    size: int = 3
     interval_s: float = 1.0
-    _items: deque[tuple[FloatArray, FloatArray, dict[BucketK, tuple[float, float]]]] = field(
-        default_factory=deque)
     _cells: dict[BucketK, _Cell] = field(default_factory=dict)
     _pushed: int = 0  # scrapes pushed: the next one's number
 
@@ -106,13 +91,8 @@ class RecentWindow:
         """Scrapes the step-time test looks at: its reference, then its two windows."""
         return 2 * self.step_window + _scrapes(REFERENCE_S, self.interval_s)
 
-    def push(self, accepted: FloatArray, drafted: FloatArray,
-             step_time: Mapping[BucketK, tuple[float, float]]) -> None:
+    def push(self, step_time: Mapping[BucketK, tuple[float, float]]) -> None:
         cells = dict(step_time)
-        self._items.append((np.asarray(accepted, dtype=np.float64),
-                            np.asarray(drafted, dtype=np.float64), cells))
-        while len(self._items) > self.size:
-            self._items.popleft()
         i, span = self._pushed, self.span
         self._pushed += 1
         for key, (s, n) in cells.items():
@@ -130,31 +110,6 @@ class RecentWindow:
             slot = i % span
             cell.seconds[slot], cell.steps[slot] = s, n
             cell.ms[slot] = 1000.0 * s / n if n >= MIN_SCRAPE_STEPS else np.nan
-
-    def clear(self) -> None:
-        """Start the acceptance window afresh (after a change, a restart). The step times stay:
-        the step-time test keeps each cell's own level, and moves it only on a change of that
-        cell (RecentWindow.step_time_changes)."""
-        self._items.clear()
-
-    @property
-    def full(self) -> bool:
-        return len(self._items) >= self.size
-
-    def counts(self) -> tuple[FloatArray, FloatArray]:
-        """(accepted_i, drafted_i) summed over the window."""
-        if not self._items:
-            return np.zeros(0), np.zeros(0)
-        acc = np.sum([a for a, _, _ in self._items], axis=0)
-        dra = np.sum([d for _, d, _ in self._items], axis=0)
-        return np.asarray(acc, dtype=np.float64), np.asarray(dra, dtype=np.float64)
-
-    def newest(self) -> tuple[FloatArray, FloatArray]:
-        """(accepted_i, drafted_i) of the last scrape alone."""
-        if not self._items:
-            return np.zeros(0), np.zeros(0)
-        acc, dra, _ = self._items[-1]
-        return acc.copy(), dra.copy()
 
     def newer_step_time(self) -> dict[BucketK, tuple[float, float]]:
         """(seconds, steps) per cell over the newer of the two step windows: what a cell keeps
@@ -264,15 +219,6 @@ class RecentWindow:
 
 
 @dataclass(frozen=True, slots=True)
-class AcceptanceChange:
-    position: int        # 1-based i of the strongest evidence
-    recent: float        # p_i over the recent window
-    estimate: float      # â_i in force
-    drafted: float       # recent drafts behind p_i
-    z: float
-
-
-@dataclass(frozen=True, slots=True)
 class StepTimeChange:
     batch_size: int      # the B bucket
     k: int
@@ -280,25 +226,6 @@ class StepTimeChange:
     estimate_ms: float   # the level it left: the reference's (reverted: the change's new level)
     steps: float         # the newer window's steps
     reverted: bool = False  # a change within HOLD_S whose steps went back: not a new change
-
-
-def acceptance_change(accepted: FloatArray, drafted: FloatArray, a_hat: FloatArray,
-                      min_drafts: float = MIN_CHANGE_DRAFTS, z: float = 6.0,
-                      min_delta: float = 0.1) -> AcceptanceChange | None:
-    """The strongest position whose recent acceptance left â (see the module), else None."""
-    if accepted.size != a_hat.size or drafted.size != a_hat.size:
-        return None  # an empty window (no scrape yet)
-    best: AcceptanceChange | None = None
-    for i in range(a_hat.size):
-        n = float(drafted[i])
-        if n < min_drafts:
-            continue
-        p, a = float(accepted[i]) / n, float(np.clip(a_hat[i], 1e-3, 1 - 1e-3))
-        score = (p - a) / np.sqrt(a * (1 - a) / n)
-        if abs(score) > z and abs(p - a) > min_delta and (best is None or abs(score) > abs(best.z)):
-            best = AcceptanceChange(i + 1, round(p, 4), round(float(a_hat[i]), 4), n,
-                                    round(float(score), 2))
-    return best
 
 
 def _window_ms(ms: FloatArray) -> float:

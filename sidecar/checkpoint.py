@@ -9,6 +9,12 @@ the estimate becomes the prior (controller._rebase_prior), so the saved prior is
 profile's and cannot tell "the same profile, rebased" from "another profile". Schema 1 had no
 such field and compared priors (a rebased prior restored as "another profile": prior and w back
 to the profile's, â from ~0.03 back to ~0.98, issue #27.1); it is still read, that way.
+
+Since schema 3 it also holds the table the sidecar wants the engine to run and the engine's
+table version under it: a sidecar killed while it reasserted its table against someone
+else's, restarted, would otherwise take that table as its own baseline and keep it at every
+batch size not served since (issue #39.4); sidecar/engine_table.py applies the foreign-table
+rule to it instead.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,15 +31,17 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sidecar.estimator import EstimatorState
-from tuner.core.errors import InvalidInput
+from tuner.core.errors import InvalidInput, TableTuneError
 from tuner.core.files import write_atomic
 from tuner.core.profile import Profile
+from tuner.core.table import Table
 
-__all__ = ["SCHEMA_VERSION", "Saved", "load", "profile_id", "read", "restore", "save"]
+__all__ = ["SCHEMA_VERSION", "Saved", "SavedTable", "load", "profile_id", "read", "restore",
+           "save", "saved_table"]
 
 log = logging.getLogger("sidecar")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # what a profile measured; settings of the choice (tie, confidence, table) and bookkeeping
 # (created_at, timings_s) may change without making the adaptation on top of it stale
 MEASURED = {"engine", "grid", "decode_tokens", "cells", "samples", "acceptance", "workload",
@@ -40,13 +49,24 @@ MEASURED = {"engine", "grid", "decode_tokens", "cells", "samples", "acceptance",
 
 
 class Saved(BaseModel):
-    """The checkpoint file (schema 1: no ``profile_sha256``)."""
+    """The checkpoint file (schema 1: no ``profile_sha256``; before 3: no ``table``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    schema_version: Literal[1, 2]
+    schema_version: Literal[1, 2, 3]
     saved_at: float
     profile_sha256: str | None = None
     estimator: dict[str, Any]
+    # the table the sidecar wants the engine to run, and the engine's table version when it
+    # last ran it: a restart that finds another table knows it is not its own (issue #39.4)
+    table: list[list[int]] | None = None
+    table_version: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SavedTable:
+    """What the sidecar last wanted the engine to run, and the version it ran under."""
+    table: Table
+    version: int | None
 
 
 def profile_id(profile: Profile) -> str:
@@ -55,11 +75,31 @@ def profile_id(profile: Profile) -> str:
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
-def save(path: Path, state: EstimatorState, saved_at: float, profile_sha256: str) -> None:
-    """Write ``state`` to ``path`` atomically (tmp + fsync + os.replace)."""
+def save(path: Path, state: EstimatorState, saved_at: float, profile_sha256: str,
+         table: SavedTable | None = None) -> None:
+    """Write ``state`` (and the table we want) to ``path`` atomically (tmp + fsync +
+    os.replace)."""
     saved = Saved(schema_version=SCHEMA_VERSION, saved_at=saved_at,
-                  profile_sha256=profile_sha256, estimator=state.to_dict())
+                  profile_sha256=profile_sha256, estimator=state.to_dict(),
+                  table=None if table is None else table.table.to_list(),
+                  table_version=None if table is None else table.version)
     write_atomic(path, saved.model_dump_json())
+
+
+def saved_table(path: Path | None, profile_sha256: str) -> SavedTable | None:
+    """The table a checkpoint of this profile says we wanted; None without one (no file, an
+    older schema, another profile, or unreadable: restore() already said why)."""
+    try:
+        found = None if path is None else read(path)
+    except InvalidInput:
+        return None
+    if found is None or found[0].table is None or found[0].profile_sha256 != profile_sha256:
+        return None
+    try:
+        table = Table.from_list(found[0].table)
+    except TableTuneError:
+        return None
+    return SavedTable(table, found[0].table_version)
 
 
 def read(path: Path) -> tuple[Saved, EstimatorState] | None:

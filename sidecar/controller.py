@@ -42,20 +42,23 @@ from collections.abc import Callable
 import numpy as np
 
 from sidecar import checkpoint, probes, profile_fit, scrape_delta
-from sidecar.change import MIN_CHANGE_DRAFTS, RecentWindow, acceptance_change
+from sidecar.acceptance_change import MIN_CHANGE_DRAFTS, AcceptanceWindows
+from sidecar.change import StepTimeWindow
 from sidecar.decision import BIAS_NOTE, Decision, DriftCell, Outcome, Source, range_gains
 from sidecar.engine_table import EngineTable
 from sidecar.estimator import DRAW_PSEUDO, decay_prior, estimate, halve_live, observe, rebase, restart
 from sidecar.guardrail import Guardrail, Sample, Verdict
 from sidecar.logs import Conditions
 from sidecar.measured import MeasuredGoodput
+from sidecar.model_error import LiveError, live_errors
 from sidecar.rebuild import Arbiter, Choice, Inputs, choose, projected
 from sidecar.resume import ResumeTracker
 from sidecar.settings import SidecarSettings
 from sidecar.state import (ConditionDetail, Estimator, ForeignHold, GuardrailState, HeldOut, LiveCell,
-                           PredictedGoodput, Process, RecentDecision, SidecarState, StepTimes)
+                           ModelError, PredictedGoodput, Process, RecentDecision, SidecarState,
+                           StepTimes)
 from sidecar.counters import Stats
-from sidecar.step_times import Blend, LiveStepTimes, drifting
+from sidecar.step_times import Blend, LiveStepTimes, drift_words, drifting
 from tuner.core import scrape
 from tuner.core.engine_client import EngineClient
 from tuner.core.errors import EngineUnavailable, InvalidInput, ProfileMismatch, ScrapeError
@@ -103,16 +106,20 @@ class Controller:
         self.profile_sha256 = checkpoint.profile_id(profile)  # what the checkpoint belongs to
         self.state = checkpoint.restore(settings.checkpoint, self.prior, settings.prior_weight,
                                         self.profile_sha256)
+        # the table we wanted before a restart: not to be mistaken for the engine's own
+        self.saved_table = checkpoint.saved_table(settings.checkpoint, self.profile_sha256)
         self.w_T = settings.step_prior_weight
         self.live_T = LiveStepTimes()
         # realized goodput from the plugin's step ring (sidecar/measured.py): what decides at
         # the buckets the engine serves, once tighter than the model (sidecar/arbiter.py)
-        self.goodput = MeasuredGoodput()
+        self.goodput = MeasuredGoodput(variance_factor=settings.pair_variance_factor)
         self.ring_started_at: float | None = None  # the engine run the ring's seqs belong to
         self.pairs_seen = 0  # paired runs at the last rebuild: new ones may settle a duel
-        self.unmeasured = np.zeros(self.K, dtype=bool)  # positions a rebase left at a guess
-        self.acceptance_changed = False  # the last detected change was one of acceptance
-        self.recent = RecentWindow(settings.change_window, settings.interval_s)
+        self.recent = StepTimeWindow(settings.interval_s)
+        self.accept_windows = AcceptanceWindows(settings.change_window, settings.interval_s,
+                                                settings.change_window_s)
+        self.changed_at: float | None = None  # the last detected change of acceptance
+        self.live_error: dict[int, LiveError] = {}  # the model's error per served bucket
         self.guard = Guardrail(window=settings.guard_window, drop=settings.guard_drop,
                                hold_s=settings.guard_hold_s)
         self.pending_rollback: Verdict | None = None
@@ -165,6 +172,9 @@ class Controller:
         """Connect to the engine's admin endpoint; then the k the table may use."""
         if not await self.engine.connect():
             return False
+        if self.saved_table is not None:
+            self.engine.resume(self.saved_table)
+            self.saved_table = None
         info = self.engine.info
         allowed = profile_fit.resolve_allowed_k(self.settings.allowed_k, info, self.K)
         if self.settings.min_k:  # a floor: never fewer drafts than min_k
@@ -281,7 +291,7 @@ class Controller:
         self.stats.engine_restarted()
         self.engine.restarted()
         self.guard.cancel()  # a verdict across two engine runs would compare nothing
-        self.recent.clear()
+        self.accept_windows.clear()
         log.warning("engine restart", extra={
             "reason": reason, "action": "skipping this interval" +
             ("; re-pushing the table and policy" if self.engine.needs_sync else "")})
@@ -296,7 +306,16 @@ class Controller:
         self.steps_since_rebuild += engine_steps if snap.engine_steps else d.num_drafts
         self.stats.stepped(d.explore_steps, d.transition_steps)
         self.live_T.observe(d.step_time)
-        self.recent.push(accepted, drafted, d.step_time)
+        self.recent.push(d.step_time)
+        # the change test reads whole request lives (sidecar/acceptance_change.py), else what
+        # the drafter proposed per step, else (stock vLLM) what K offered
+        if d.finished is not None:
+            self.accept_windows.push(np.array([d.finished[1]]), np.array([d.finished[0]]),
+                                     accepted, drafted)
+        else:
+            proposed = d.proposed_per_pos if d.proposed_per_pos is not None else drafted
+            self.accept_windows.push(accepted, np.maximum(np.asarray(proposed), accepted),
+                                     accepted, drafted)
         self._check_resume(d, float(accepted[0]), float(drafted[0]))
         self._guard_sample(d, engine_steps)
         self._check_drift()
@@ -326,7 +345,11 @@ class Controller:
         info = self.engine.info
         table = info.parsed_table() if info is not None else None
         dense = table.dense(self.profile.engine.max_num_seqs, self.K) if table is not None else None
-        self.goodput.ingest(stats.recent_steps, dense)
+        for p in self.goodput.ingest(stats.recent_steps, dense):
+            # every pair, so the dependence between neighbours can be estimated from real runs
+            log.info("pair", extra={"pair": {"seq": p.first, "bucket": p.bucket, "k": p.k,
+                                             "ref": p.ref, "log_ratio": round(p.log_ratio, 6),
+                                             "steps": p.steps}})
 
     def _measured_settles(self) -> str | None:
         """New paired runs since the last rebuild: a duel may be settled (the rebuild says)."""
@@ -392,7 +415,8 @@ class Controller:
         slow = drifting(self.drift_cells, self.settings.drift_warn)
         if slow:
             self.conditions.set("drift", "slow", "live step times are slower than the "
-                                "profile: the table is built on wrong T",
+                                "profile, so the table rests on wrong step times: "
+                                + drift_words(slow),
                                 drift_warn=self.settings.drift_warn,
                                 cells=[c.model_dump() for c in slow])
         else:
@@ -400,19 +424,11 @@ class Controller:
 
     # -- immediate rebuilds ---------------------------------------------------------------
     def _detect_change(self) -> str | None:
-        """A change of traffic in the recent window: drop what is stale; the trigger, if any."""
-        if not self.recent.full:
-            return None
+        """A change of traffic: drop what is stale; the trigger, if any. Acceptance: two
+        windows that both left the recent past (sidecar/acceptance_change.py); step times:
+        two windows that both left a cell's level (sidecar/change.py)."""
         s = self.settings
-        acc, dra = self.recent.counts()
-        # a position the estimate has not seen since the last rebase holds a stale prior: its
-        # first live drafts (a duel at a larger k) are a first measurement, not a change (the
-        # CPU goodput run: â_3 0.19 from the profile's prompts, ~0.9 in a k=3 duel, twice
-        # called a change that wiped the duels' pairs)
-        self.unmeasured &= self.state.drafted < MIN_CHANGE_DRAFTS
-        tested = np.where(self.unmeasured[:dra.size], 0.0, dra) if dra.size else dra
-        found = acceptance_change(acc, tested, projected(self.state)[0], z=s.change_z,
-                                  min_delta=s.change_min_delta)
+        found = self.accept_windows.test(z=s.change_z, min_delta=s.change_min_delta)
         slow = self.recent.step_time_changes(ratio=s.change_step_ratio)
         if back := [c for c in slow if c.reverted]:  # a transient the test had called a change
             # went back: the cell's level is the older one again, and that is no new change
@@ -424,18 +440,11 @@ class Controller:
             slow = [c for c in slow if not c.reverted]
         if found is None and not slow:
             return None
-        # only a change of acceptance lets the model move every range: the pairs measured under
-        # the old acceptance are dropped with it, while a change of step times keeps them (the
-        # CPU run: a step-time change sent k=3 at B 3..4 back to the model's k=2, and the
-        # measurement pushed it again 1.4 s later)
-        self.acceptance_changed = found is not None
-        if found is not None:  # keep only the newest counts; the prior's weight at most this
+        if found is not None:  # keep only the new traffic's counts; the prior's weight at most this
             # goodput before and after a push under other traffic says nothing of the table:
             # no verdict across the change, and what was held out was judged on the old traffic
             self.guard.forget()
-            new_acc, new_dra = self.recent.newest()
-            if new_dra.size and new_dra[0] >= MIN_CHANGE_DRAFTS:
-                acc, dra = new_acc, new_dra
+            acc, dra = self.accept_windows.since_change()
             restart(self.state, acc, dra, s.change_prior_weight)
             # and the prior becomes what the new traffic shows: the profile's a_i described the
             # old traffic, and with live counts halved at every rebuild a table that drafts
@@ -444,18 +453,20 @@ class Controller:
             # k=3 pushed at B <= 19 under acceptance ~0, 10-15 s after every switch)
             self._rebase_prior()
             self.goodput.forget()  # what each k delivered under the old traffic
-            # the window that detects a change can straddle it (part old traffic, part new):
-            # the next rebuilds settle the prior on the new traffic alone (_finish)
+            # the windows that found the change may hold its first seconds: the next rebuilds
+            # settle the prior on the new traffic alone (_finish), and the model pushes nothing
+            # until the counts after the change span a window (choose)
             self.rebase_left = REBASE_REBUILDS
+            self.accept_windows.restart()
+            self.changed_at = self.clock()
         if slow:
             newer = self.recent.newer_step_time()  # the level the change test found
             self.live_T.replace({(c.batch_size, c.k): newer[(c.batch_size, c.k)] for c in slow})
-        self.recent.clear()
         self.stats.traffic_changed()
         log.info("traffic change", extra={
             "acceptance": None if found is None else {
-                "position": found.position, "recent": found.recent, "estimate": found.estimate,
-                "drafted": found.drafted, "z": found.z},
+                "position": found.position, "recent": found.recent, "older": found.older,
+                "reference": found.reference, "drafted": found.drafted, "z": found.z},
             "step_times": [{"batch_size": c.batch_size, "k": c.k, "recent_ms": c.recent_ms,
                             "estimate_ms": c.estimate_ms, "steps": c.steps} for c in slow],
             "action": "stale live counts dropped; rebuilding now"})
@@ -494,23 +505,28 @@ class Controller:
     def choose(self, old: Table | None, trigger: str = "scheduled") -> Choice:
         """The table a rebuild would push against ``old`` (sidecar/rebuild.py)."""
         s = self.settings
+        blend = self.blend()
         # measured decisions need the plugin's ring (a stock vLLM, an older plugin or a ring
         # that cannot be read leave the model to decide everywhere) and duels (not in dry-run)
         measuring = s.decide_by == "measured" and self.goodput.measuring and not s.dry_run
-        arbiter = None if not measuring else Arbiter(
-            self.goodput, dict(self.goodput.served), s.model_error, s.min_served, s.max_pairs,
-            s.duel_width,
-            # after a change of acceptance every range may move until the prior has settled on
-            # the new traffic (rebase_left): the change's own rebuild often sees â half-way
-            # (the CPU switch: â 0.45 at the change, "unchanged"; 7 s later a step-time change
-            # moved only the served band to k=0 and left k=3 at â 0.13 everywhere else)
-            everywhere=(trigger == "change" and self.acceptance_changed) or self.rebase_left > 0,
-            duels=self.engine.duels)
+        arbiter = None
+        if measuring:
+            self.live_error = {} if old is None else live_errors(
+                self.goodput, old.dense(self.profile.engine.max_num_seqs, self.K)[1:], blend.T,
+                projected(self.state)[0])
+            # the model switches nothing on the seconds after a change of acceptance: its counts
+            # may still hold the change's own transient (one window of new counts first)
+            settling = (self.changed_at is not None and self.clock() - self.changed_at
+                        < self.accept_windows.size * s.interval_s)
+            arbiter = Arbiter(self.goodput, dict(self.goodput.served), s.model_error,
+                              s.min_served, s.max_pairs, s.duel_width, duels=self.engine.duels,
+                              live_error={} if settling else {
+                                  b: e.error for b, e in self.live_error.items()})
         inputs = Inputs(tie=s.tie, confidence=s.confidence, allowed_k=self.allowed_k,
                         cliffs=self.cliffs, prior_steps=self.w_T,
                         measured=self.live_T.measured(self.T_dense.shape[0], self.w_T),
                         arbiter=arbiter)
-        return choose(self.blend(), self.T_dense, self.state, old, self.K, inputs)
+        return choose(blend, self.T_dense, self.state, old, self.K, inputs)
 
     async def rebuild(self, trigger: str = "scheduled") -> Decision:
         """Choose the table for â and T̂ (eq. G), push it if it differs, log and checkpoint."""
@@ -582,18 +598,18 @@ class Controller:
 
     def _rebase_prior(self) -> None:
         """The current estimate (projected non-increasing) becomes the prior; positions with
-        no live evidence behind it are marked unmeasured (the change test leaves them out)."""
+        no live evidence behind it (unmeasured) get the largest value the one before allows."""
         prior = np.clip(projected(self.state)[0], 0.0, 1.0)
-        self.unmeasured = self.state.drafted < MIN_CHANGE_DRAFTS
+        unmeasured = self.state.drafted < MIN_CHANGE_DRAFTS
         # a position with no live evidence gets the one before it: the largest value a_i <=
         # a_{i-1} allows, so the model ranks the k that drafts it as high as it can be and the
         # duels measure it first (optimism where nothing is known); the old profile's value for
         # it described other traffic (the CPU goodput run: 0.19 against ~0.9 live, and the
         # duels went to k=1 first)
         for i in range(1, prior.size):
-            if self.unmeasured[i] and not self.unmeasured[i - 1]:
+            if unmeasured[i] and not unmeasured[i - 1]:
                 prior[i] = prior[i - 1]
-            elif self.unmeasured[i]:
+            elif unmeasured[i]:
                 prior[i] = min(prior[i], prior[i - 1])
         rebase(self.state, prior)
 
@@ -621,12 +637,21 @@ class Controller:
         self.w_T *= self.settings.step_prior_decay
         self.save_checkpoint()
 
+    def _wanted(self) -> checkpoint.SavedTable | None:
+        """The table we want the engine to run, and the engine's version while it runs it."""
+        desired, info = self.engine.desired, self.engine.info
+        if desired is None:
+            return None
+        ours = info is not None and info.parsed_table() == desired
+        return checkpoint.SavedTable(desired, info.version if ours and info else None)
+
     def save_checkpoint(self) -> None:
         """Atomic write of the estimator state; a failure is logged, never raised."""
         if self.settings.checkpoint is None:
             return
         try:
-            checkpoint.save(self.settings.checkpoint, self.state, self.clock(), self.profile_sha256)
+            checkpoint.save(self.settings.checkpoint, self.state, self.clock(), self.profile_sha256,
+                            self._wanted())
         except OSError as exc:
             self.stats.failed("checkpoint")
             self.conditions.set("checkpoint", "failing", "cannot write the checkpoint",
@@ -682,6 +707,9 @@ class Controller:
             step_times=StepTimes(prior_steps=self.w_T, live=[
                 LiveCell(batch_size=b, k=k, steps=n, live_ms=self.live_T.live_ms((b, k)))
                 for (b, k), n in sorted(self.live_T.steps.items())]),
+            model_error=[ModelError(batch_size=e.bucket, k=e.k, predicted_tokens_per_s=e.predicted,
+                                    realized_tokens_per_s=e.realized, error=e.error, steps=e.steps)
+                         for e in self.live_error.values()],
             guardrail=GuardrailState(
                 judging=self.guard.trial is not None,
                 held_out=[HeldOut(table=[list(r) for r in ranges], until=until)

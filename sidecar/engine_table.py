@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import TypeVar
 
 from sidecar import profile_fit
+from sidecar.checkpoint import SavedTable
 from sidecar.decision import Outcome
 from sidecar.logs import Conditions
 from sidecar.counters import Stats
@@ -119,12 +120,15 @@ class EngineTable:
         duels its last rebuild asked for (sidecar/arbiter.py; while any is set, the plugin runs
         them instead of the rotation)."""
         s = self.settings
+        # the budget always: the rotation is charged to it too, and the plugin may hold an
+        # earlier sidecar's
         fields: dict[str, object] = {"explore_every": s.explore_every,
-                                     "explore_run": s.explore_run, "hysteresis": s.hysteresis}
-        if self.duels or self.duels_sent:  # a plugin that predates duels refuses their fields
+                                     "explore_run": s.explore_run, "hysteresis": s.hysteresis,
+                                     "duel_share": s.explore_share,
+                                     "duel_horizon": s.explore_horizon}
+        if self.duels or self.duels_sent:
             fields |= {"duels": [[lo, hi, list(ks)] for lo, hi, ks in self.duels],
-                       "duel_run": s.duel_run, "duel_share": s.explore_share,
-                       "duel_horizon": s.explore_horizon}
+                       "duel_run": s.duel_run}
         return fields
 
     async def set_duels(self, duels: tuple[tuple[int, int, tuple[int, ...]], ...]) -> None:
@@ -196,6 +200,24 @@ class EngineTable:
             "known_version": known.version, "version": fresh.version, "table": fresh.table,
             "ours": self.desired.to_list() if self.desired is not None else None,
             "hold_until": self.hold_until, "action": action}})
+
+    def resume(self, saved: SavedTable) -> None:
+        """At start, the table a checkpoint says we wanted: ours again if the engine runs it;
+        re-pushed at once if the engine restarted since (its versions count from 1 again);
+        else someone else wrote the engine's table while we were down: the foreign rule."""
+        self.desired = saved.table
+        info = self.info
+        if info is None or self.settings.dry_run or info.parsed_table() == saved.table:
+            return
+        if saved.version is not None and info.version < saved.version:
+            self.needs_sync = True
+            log.info("checkpointed table restored", extra={
+                "table": saved.table.to_list(), "engine_table": info.table,
+                "action": "the engine restarted since: pushing our table again"})
+            return
+        known = info.model_copy(update={"version": saved.version if saved.version is not None
+                                        else info.version, "table": saved.table.to_list()})
+        self._foreign(known, info)
 
     # -- the hold ------------------------------------------------------------------------------
     def holding(self) -> bool:

@@ -42,7 +42,7 @@ import numpy.typing as npt
 
 from tuner.core.admin_api import step_bucket
 
-__all__ = ["Comparison", "MeasuredGoodput", "confidence_sequence", "pairs_in"]
+__all__ = ["Comparison", "MeasuredGoodput", "Pair", "confidence_sequence", "pairs_in"]
 
 Step = Sequence[float]  # (seq, B, k verified, k drafted, seconds, tokens, emitted, cycle)
 
@@ -220,8 +220,8 @@ def pairs_in(steps: Sequence[Step], done: set[int],
 
 @dataclass(slots=True)
 class MeasuredGoodput:
-    """Per (bucket, k): steady steps, seconds, emitted tokens; per (bucket, k, k'): the paired
-    log ratios; per bucket: the steps served since the last ``mark``."""
+    """Per (bucket, k): steady steps, seconds, emitted tokens, Σ B; per (bucket, k, k'): the
+    paired log ratios; per bucket: the steps served since the last ``mark``."""
 
     cells: dict[tuple[int, int], list[float]] = field(default_factory=dict)
     pairs: dict[tuple[int, int, int], deque[tuple[float, int]]] = field(default_factory=dict)
@@ -230,26 +230,28 @@ class MeasuredGoodput:
     tail: list[Step] = field(default_factory=list)
     done: set[int] = field(default_factory=set)
     measuring: bool = False   # a step with `emitted` was read: the plugin measures goodput
+    variance_factor: float = 1.0  # long-run over plain variance of the pairs (1: independent)
 
-    def ingest(self, steps: Sequence[Step], table_k: Sequence[int] | None = None) -> int:
+    def ingest(self, steps: Sequence[Step], table_k: Sequence[int] | None = None) -> list[Pair]:
         """Add the ring's steps newer than the last seen (a six-field step, from a plugin that
-        predates `emitted`, is passed over); the number of pairs found. ``table_k``: the
-        engine's dense table (see pairs_in)."""
+        predates `emitted`, is passed over); the pairs found. ``table_k``: the engine's dense
+        table (see pairs_in)."""
         fresh = [s for s in steps if int(s[0]) > self.last_seq]
         if fresh:
             self.last_seq = int(fresh[-1][0])
         new = [s for s in fresh if len(s) >= 7]
         if not new:
-            return 0
+            return []
         self.measuring = True
         for s in new:
             bucket = band(int(s[1]))
             self.served[bucket] = self.served.get(bucket, 0) + 1
             if int(s[2]) == int(s[3]):
-                cell = self.cells.setdefault((bucket, int(s[3])), [0.0, 0.0, 0.0])
+                cell = self.cells.setdefault((bucket, int(s[3])), [0.0, 0.0, 0.0, 0.0])
                 cell[0] += 1
                 cell[1] += _seconds(s)
                 cell[2] += float(s[6])
+                cell[3] += float(s[1])
         # pair over everything new before cutting the tail: a first read or a re-read after a
         # restart brings up to 8192 steps at once
         window = [*self.tail, *new]
@@ -261,7 +263,7 @@ class MeasuredGoodput:
             self.done.add(p.first)
         oldest = int(self.tail[0][0])
         self.done = {seq for seq in self.done if seq >= oldest}
-        return len(found)
+        return found
 
     def restart(self, since: int = 0) -> None:
         """A new engine run (its seq starts again from 1), or reading from step ``since`` on;
@@ -282,12 +284,12 @@ class MeasuredGoodput:
         """A push: from here on, `served` counts the steps under the new table."""
         self.served.clear()
 
-    def rate(self, bucket: int, k: int) -> tuple[float, float] | None:
-        """(tokens per engine-second, steady steps) of one cell, or None."""
+    def rate(self, bucket: int, k: int) -> tuple[float, float, float] | None:
+        """(tokens per engine-second, steady steps, their mean B) of one cell, or None."""
         cell = self.cells.get((bucket, k))
-        if not cell or cell[1] <= 0:
+        if not cell or cell[1] <= 0 or cell[0] <= 0:
             return None
-        return cell[2] / cell[1], cell[0]
+        return cell[2] / cell[1], cell[0], cell[3] / cell[0]
 
     def compare(self, bucket: int, k: int, ref: int, alpha: float) -> Comparison | None:
         """Goodput of k over ref at ``bucket`` from every pair of the two (either way round)."""
@@ -299,6 +301,6 @@ class MeasuredGoodput:
         steps += sum(n for _, n in self.pairs.get((bucket, ref, k), ()))
         x = np.asarray(values)
         mean, sd = float(np.mean(x)), float(np.std(x, ddof=1))
-        low, high = confidence_sequence(mean, sd, len(x), alpha)
+        low, high = confidence_sequence(mean, sd * math.sqrt(self.variance_factor), len(x), alpha)
         return Comparison(bucket, k, ref, math.exp(mean), math.exp(low), math.exp(high),
                           len(x), steps)

@@ -5,7 +5,8 @@
 | tabletune_sidecar_acceptance | position | â_i (eq. â), position 0-based like vLLM's |
 | tabletune_sidecar_prior_weight | | w, after any decay |
 | tabletune_sidecar_live_drafted | position | live drafted_i since the last halving |
-| tabletune_sidecar_table_k | table, batch_size_start, batch_size_end | k per range (engine, recommended) |
+| tabletune_sidecar_table_k | table, batch_size_start, batch_size_end | k per range (first TABLE_K_RANGES) |
+| tabletune_sidecar_table_ranges | table | ranges in the table (engine, recommended) |
 | tabletune_sidecar_rebuilds_total | outcome | rebuilds by outcome |
 | tabletune_sidecar_pushes_total | | tables written to the engine (re-pushes included) |
 | tabletune_sidecar_failures_total | kind | scrape_unavailable, scrape_unreadable, push_rejected, ... |
@@ -28,7 +29,7 @@ from prometheus_client.registry import CollectorRegistry
 from sidecar.counters import Stats
 from sidecar.state import SidecarState
 
-__all__ = ["FAILURE_KINDS", "SidecarCollector", "registry_for"]
+__all__ = ["FAILURE_KINDS", "TABLE_K_RANGES", "SidecarCollector", "registry_for"]
 
 # exported at 0 from the start, so an alert's increase() has a series to watch
 FAILURE_KINDS = frozenset({"scrape_unavailable", "scrape_unreadable", "scrape_incomplete",
@@ -37,6 +38,9 @@ FAILURE_KINDS = frozenset({"scrape_unavailable", "scrape_unreadable", "scrape_in
 
 
 Rows = list[tuple[list[str], float]]
+
+# per-range series of a table: a table of many ranges (one PUT) must not multiply the series
+TABLE_K_RANGES = 32
 
 
 def _family(cls: type[GaugeMetricFamily] | type[CounterMetricFamily], name: str, doc: str,
@@ -58,7 +62,11 @@ def _counter(name: str, doc: str, labels: list[str], rows: Rows) -> GaugeMetricF
 def _table_rows(name: str, table: list[list[int]] | None) -> Rows:
     if table is None:
         return []
-    return [([name, str(start), str(end)], float(k)) for start, end, k in table]
+    return [([name, str(start), str(end)], float(k)) for start, end, k in table[:TABLE_K_RANGES]]
+
+
+def _range_counts(tables: dict[str, list[list[int]] | None]) -> Rows:
+    return [([name], float(len(table))) for name, table in tables.items() if table is not None]
 
 
 class SidecarCollector:
@@ -89,10 +97,15 @@ class SidecarCollector:
                      "(scrape, admin, sync, drift, resume, checkpoint).", ["condition", "state"],
                      [([name, s], 1.0) for name, s in sorted(state.conditions.items())])
         yield _gauge("tabletune_sidecar_table_k", "k per range of the engine's table "
-                     "(table=engine) and of the recommended one (table=recommended).",
+                     "(table=engine) and of the recommended one (table=recommended), the first "
+                     f"{TABLE_K_RANGES} ranges of each.",
                      ["table", "batch_size_start", "batch_size_end"],
                      _table_rows("engine", state.engine_table)
                      + _table_rows("recommended", state.recommended_table))
+        yield _gauge("tabletune_sidecar_table_ranges", "Ranges in the engine's and the "
+                     f"recommended table (above {TABLE_K_RANGES}, table_k shows only the first).",
+                     ["table"], _range_counts({"engine": state.engine_table,
+                                               "recommended": state.recommended_table}))
         yield from self._counters(process.stats)
         yield _gauge("tabletune_sidecar_step_time_drift_ratio",
                      "Live engine step time / the profile's T(B, k).", ["batch_size", "k"],

@@ -19,8 +19,10 @@ __all__ = ["check", "check_served_name", "mismatches", "resolve_allowed_k"]
 
 
 def _same_model(engine: EngineInfo, model_name: str) -> bool:
-    """The served name, or the model's name (older profiles stored a path: its last part)."""
-    return model_name in (engine.served_model_name, engine.model, PurePath(engine.model).name)
+    """The served name, or the model's name; a path on either side by its last part (older
+    profiles stored a path, and vLLM started without --served-model-name serves the path)."""
+    return (model_name in (engine.served_model_name, engine.model)
+            or PurePath(model_name).name == PurePath(engine.model).name)
 
 
 def check_served_name(model_name: str | None, served: str) -> None:

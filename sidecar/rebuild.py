@@ -20,16 +20,19 @@
    change: in the demo a guardrail rebuild turned [5, 9] k=3 into k=0 at 6..9 only and pushed
    [[1,4,2],[5,5,3],[6,16,0]], a range of one batch size split on a near-tie.
 
-With ``by_measure`` (the default), steps 3-5 apply only to a rebuild after a detected change of
-traffic (or with no engine table to compare with); otherwise the table changes only at the
-buckets the engine served since the last push, each decided by measured goodput where the
-measurement is tighter than the model, else by the model with its error (sidecar/arbiter.py).
-A bucket not served keeps its k: an edge is never moved on evidence from elsewhere.
+With an arbiter (decisions by measurement, the default), steps 3-5 apply only with no engine
+table to compare with; otherwise the table changes only at the buckets the engine served since
+the last push, each decided by measured goodput where the measurement is tighter than the
+model, else by the model with its error measured live at that bucket (sidecar/arbiter.py,
+sidecar/model_error.py). A bucket not served keeps its k: an edge is never moved on evidence
+from elsewhere, not even after a change of traffic (the H200 under bursts: 111 of 111 ranges
+moved by the model after false changes, k=0 pushed at B >= 121 and taken back 20 s later).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,8 +76,9 @@ class Arbiter:
     min_served: int
     max_pairs: int
     duel_width: int
-    everywhere: bool = False     # a change of traffic: the model may move every range
     duels: tuple[tuple[int, int, tuple[int, ...]], ...] = ()  # the ones the plugin runs now
+    # the model's error measured live per bucket (None: model_error everywhere)
+    live_error: Mapping[int, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +124,7 @@ def choose(blend: Blend, T_prof: FloatArray, state: EstimatorState, old: Table |
         return Choice(confident.table, confident.table, confident.G, a_used, a_raw, [], (), duels)
     max_b = blend.T.shape[0]
     old_ks = old.dense(max_b, num_speculative_tokens)[1:]
-    if arb is not None and not arb.everywhere:
+    if arb is not None:
         return _by_measure(blend, T_prof, old, old_ks, confident.G, confident.G_reps,
                            confident.table, confident.ks, a_used, a_raw, inputs, arb)
     ks, found = confident_changes(confident.G_reps, old_ks, confident.ks, inputs.tie,
@@ -171,7 +175,8 @@ def _verdicts(arb: Arbiter, ks: npt.NDArray[np.int64], G_reps: FloatArray,
     return arbitrate(np.asarray(ks), G_reps, arb.goodput, arb.served, inputs.allowed_k,
                      tie=inputs.tie, confidence=inputs.confidence, model_error=arb.model_error,
                      min_served=arb.min_served, max_pairs=arb.max_pairs,
-                     duel_width=arb.duel_width, futile=futile, previous=arb.duels)
+                     duel_width=arb.duel_width, futile=futile, previous=arb.duels,
+                     live_error=arb.live_error)
 
 
 def _by_measure(blend: Blend, T_prof: FloatArray, old: Table, old_ks: list[int], G: FloatArray,

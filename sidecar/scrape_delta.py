@@ -40,6 +40,8 @@ class SnapshotDelta:
     transition_steps: float = 0.0
     resume_accepted_per_pos: tuple[float, ...] | None = None  # right after a K=0 stretch
     resume_drafted_per_pos: tuple[float, ...] | None = None
+    proposed_per_pos: tuple[float, ...] | None = None  # drafts the drafter made (see Snapshot)
+    finished: tuple[float, float] | None = None  # (proposed, kept first) of finished requests
 
 
 @dataclass(slots=True, frozen=True)
@@ -69,6 +71,8 @@ def _monotone_pairs(snapshot: Snapshot) -> dict[str, float]:
         pairs.update({f"stock_accepted[{i}]": v
                       for i, v in enumerate(snapshot.stock_accepted_per_pos)})
     pairs.update({f"drafted[{i}]": v for i, v in enumerate(snapshot.drafted_per_pos or ())})
+    pairs.update({f"proposed[{i}]": v for i, v in enumerate(snapshot.proposed_per_pos or ())})
+    pairs.update({f"finished[{i}]": v for i, v in enumerate(snapshot.finished or ())})
     pairs.update({f"resume_drafted[{i}]": v
                   for i, v in enumerate(snapshot.resume_drafted_per_pos or ())})
     pairs.update({f"resume_accepted[{i}]": v
@@ -165,6 +169,9 @@ def delta(prev: Snapshot, cur: Snapshot) -> SnapshotDelta:
                                                 prev.resume_accepted_per_pos),
         resume_drafted_per_pos=_optional_diffs(cur.resume_drafted_per_pos,
                                                prev.resume_drafted_per_pos),
+        proposed_per_pos=_optional_diffs(cur.proposed_per_pos, prev.proposed_per_pos),
+        finished=None if cur.finished is None or prev.finished is None else (
+            cur.finished[0] - prev.finished[0], cur.finished[1] - prev.finished[1]),
     )
 
 

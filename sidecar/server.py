@@ -15,13 +15,16 @@ never mixed into the event log on stderr); probes and /metrics are never in it.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import math
+import time
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
-from prometheus_client.aiohttp import make_aiohttp_handler
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from sidecar.controller import Controller
 from sidecar.metrics import registry_for
@@ -30,6 +33,7 @@ __all__ = ["build_app", "serve", "state_of"]
 
 QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 CONTROLLER = web.AppKey("controller", Controller)
+CACHE_S = 0.2  # /v1/state and /metrics are at most this old (a fifth of the default interval)
 
 
 class _AccessLogger(AbstractAccessLogger):
@@ -50,9 +54,30 @@ async def _probe(check: Callable[[], tuple[bool, str]]) -> web.Response:
     return web.json_response({"ok": ok, "reason": reason}, status=200 if ok else 503)
 
 
-def build_app(controller: Controller) -> web.Application:
+class Rendered:
+    """A body rendered at most once per ``ttl_s`` however many clients ask: 200 clients
+    polling /v1/state and /metrics rendered a snapshot each and stretched the 1-s control
+    loop, which shares this event loop, to 2 s (issue #39)."""
+
+    def __init__(self, render: Callable[[], bytes], ttl_s: float) -> None:
+        self._render, self._ttl_s = render, ttl_s
+        self._body, self._at = b"", -math.inf
+
+    def body(self) -> bytes:
+        now = time.monotonic()
+        if now - self._at >= self._ttl_s:
+            self._body, self._at = self._render(), now
+        return self._body
+
+
+def build_app(controller: Controller, cache_s: float | None = None) -> web.Application:
+    """``cache_s``: how old /v1/state and /metrics may be (None: CACHE_S as it is now)."""
+    cache_s = CACHE_S if cache_s is None else cache_s
     app = web.Application()
     app[CONTROLLER] = controller
+    state_body = Rendered(lambda: json.dumps(state_of(controller)).encode(), cache_s)
+    registry = registry_for(controller.snapshot)
+    metrics_body = Rendered(lambda: generate_latest(registry), cache_s)
 
     async def healthz(request: web.Request) -> web.Response:
         return await _probe(request.app[CONTROLLER].liveness)
@@ -61,11 +86,14 @@ def build_app(controller: Controller) -> web.Application:
         return await _probe(request.app[CONTROLLER].readiness)
 
     async def state(request: web.Request) -> web.Response:
-        return web.json_response(state_of(request.app[CONTROLLER]))
+        return web.Response(body=state_body.body(), content_type="application/json")
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=metrics_body.body(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", make_aiohttp_handler(registry_for(controller.snapshot)))
+    app.router.add_get("/metrics", metrics)
     app.router.add_get("/v1/state", state)
     return app
 

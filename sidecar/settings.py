@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from math import ceil
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,7 +20,9 @@ from tuner.core.errors import InvalidInput
 
 ENV_PREFIX = "TABLETUNE_SIDECAR_"
 DESCRIPTION = ("Scrape vLLM's /metrics, estimate acceptance, rebuild the table with the profile's "
-               "step times, push it (or only recommend).")
+               "step times, push it (or only recommend). Most runs need only the first group; "
+               "every flag in full: docs/sidecar.md, Flags.")
+USAGE = "tabletune sidecar --profile FILE [--model-name NAME] [--dry-run] [options]"
 
 
 class SidecarSettings(BaseSettings):
@@ -43,9 +46,10 @@ class SidecarSettings(BaseSettings):
     decide_by: Literal["measured", "model"] = Field("measured", description="at the buckets the engine serves, compare k's by measured goodput (paired duels of the plugin's step ring) once the measurement is tighter than the model ('measured'), or by the model alone everywhere ('model')")
     model_error: float = Field(0.05, ge=0, description="the model's own error on a goodput ratio (log scale, one sigma), beyond what its draws show: the H200's 32B model was ~0.05 off; the measurement decides once its interval is narrower than the model's widened one")
     duel_run: int = Field(16, ge=5, le=256, description="steps of one duel run at a challenger k (all but the first are steady, timed steps)")
-    explore_share: float = Field(0.02, ge=0, le=0.5, description="duels explore at most this share of the steps in any explore_horizon steps")
+    explore_share: float = Field(0.02, ge=0, le=0.5, description="all exploration (the rotation and the duels) takes at most this share of the steps in any explore_horizon steps")
     explore_horizon: int = Field(10000, ge=100, description="the window, in engine steps, over which explore_share holds (a burst up front, then nothing until it frees)")
     duel_width: int = Field(1, ge=1, description="challengers dueled at once per bucket, the most promising (highest upper bound) first: one spends the whole exploration burst where it can settle (on the H200, 7 pairs split with a second challenger left k=2's gain of 0.034 just short of the tie)")
+    pair_variance_factor: float = Field(1.0, ge=1.0, le=20.0, description="widen the duels' confidence sequence for pairs that are not independent: the long-run variance over the pairs' variance (1: independent; 3: neighbouring pairs correlated 0.5; estimate it from this sidecar's `pair` events with `python -m benchmarks.pair_dependence LOG`)")
     max_pairs: int = Field(40, ge=5, description="paired runs after which an unresolved challenger is called indistinguishable and its duel ends")
     min_served: int = Field(32, ge=1, description="steps a bucket must serve since the last push before its k is decided there")
     tie: float = Field(0.005, ge=0, description="keep the previous B's k unless another is this much better")
@@ -54,9 +58,10 @@ class SidecarSettings(BaseSettings):
     step_memory: float = Field(2000.0, gt=0, description="live steps kept per (B bucket, k) cell after a rebuild; a cell with more is scaled down to this many")
     step_prior_decay: float = Field(1.0, gt=0, le=1, description="multiply w_T by this after each rebuild (1: off)")
     step_cv: float = Field(0.2, gt=0, description="spread of one live step's log time, for the interval of the live step times")
-    change_window: int = Field(3, ge=1, description="scrapes in the recent window the change test compares with the estimate")
-    change_z: float = Field(6.0, gt=0, description="acceptance change: |z| of the recent window against â beyond this (and change_min_delta apart)")
-    change_min_delta: float = Field(0.1, ge=0, description="acceptance change: recent and â at least this far apart (absolute)")
+    change_window: int = Field(3, ge=1, description="acceptance change: scrapes with drafts in each of the two windows that must both leave the recent past the same way (sidecar/acceptance_change.py)")
+    change_window_s: float = Field(3.0, ge=0, description="acceptance change: each window also spans at least this many seconds of scrapes, longer than a burst's first seconds")
+    change_z: float = Field(6.0, gt=0, description="acceptance change: |z| of each window against the recent past beyond this (and change_min_delta apart)")
+    change_min_delta: float = Field(0.1, ge=0, description="acceptance change: each window and the recent past at least this far apart (absolute)")
     change_step_ratio: float = Field(1.7, gt=1, description="step-time change: a cell's steps this factor away from its level (the median of its last 2 minutes), the same way, in both of two 12-s windows; above what a shared CPU's noise reached (×1.5-1.85 for ~18 s), below the 2x change that matters (sidecar/change.py)")
     change_prior_weight: float = Field(50.0, ge=0, description="after a detected change of acceptance, w is at most this")
     guard_window: int = Field(5, ge=0, description="guardrail: scrapes before and after a push compared (0: off)")
@@ -88,6 +93,14 @@ class SidecarSettings(BaseSettings):
         if self.min_k and self.allowed_k not in ("engine", "startup", "all") and all(
                 int(x) < self.min_k for x in self.allowed_k.split(",")):
             raise ValueError(f"min_k={self.min_k} excludes every k of allowed_k={self.allowed_k!r}")
+        if self.explore_every and self.explore_run / self.explore_every > self.explore_share:
+            fix = (f"explore_every of at least {ceil(self.explore_run / self.explore_share)}"
+                   if self.explore_share else "explore_every=0")
+            raise ValueError(
+                f"explore_every={self.explore_every} with explore_run={self.explore_run} explores "
+                f"{self.explore_run / self.explore_every:.1%} of the steps, more than "
+                f"explore_share={self.explore_share} lets the plugin run: use {fix}, or a larger "
+                "explore_share")
         return self
 
     def token(self) -> str | None:
@@ -98,6 +111,70 @@ class SidecarSettings(BaseSettings):
         return None
 
 
+# `tabletune sidecar --help`: the flags a user sets first, then the rest by what they tune, each
+# in a few plain words (the full meaning is the field's description, in docs/sidecar.md)
+HELP_GROUPS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    ("what you set", (
+        ("profile", "the profile `tabletune tune` wrote for this engine (required)"),
+        ("model_name", "the model name vLLM serves (its --served-model-name)"),
+        ("engine_url", "vLLM's base URL"),
+        ("admin_url", "the plugin's admin endpoint (TABLETUNE_ADMIN_PORT)"),
+        ("admin_token", "the plugin's admin token, if it has one"),
+        ("admin_token_file", "or a file holding it"),
+        ("dry_run", "only recommend a table, never change the engine"),
+        ("checkpoint", "a file to keep what was learned across restarts"))),
+    ("learning acceptance and step times", (
+        ("interval_s", "seconds between reads of the engine's counters"),
+        ("rebuild_every_steps", "engine steps between table rebuilds"),
+        ("prior_weight", "how many observations the profile's acceptance is worth"),
+        ("prior_decay", "shrink that weight after each rebuild"),
+        ("step_prior_weight", "how many live steps the profile's step time is worth"),
+        ("step_memory", "live steps kept per batch-size bucket and k"),
+        ("step_prior_decay", "shrink that weight after each rebuild"),
+        ("step_cv", "noise of one live step's time"),
+        ("drift_warn", "warn when live steps are this much slower than the profile"))),
+    ("choosing the table", (
+        ("allowed_k", "which k the table may use (engine, startup, all, or a list)"),
+        ("min_k", "never fewer drafts than this"),
+        ("decide_by", "measured goodput where the engine runs, or the model alone"),
+        ("model_error", "how far the model's goodput ratios may be off"),
+        ("tie", "a gain smaller than this is a tie"),
+        ("confidence", "how sure a change must be"),
+        ("min_served", "steps a bucket must serve before its k is decided"),
+        ("hysteresis", "hold k near a range's edge for this many requests"))),
+    ("exploring other k's", (
+        ("explore_every", "every N steps, a short run at another k"),
+        ("explore_run", "steps in one such run"),
+        ("explore_share", "at most this share of steps explores"),
+        ("explore_horizon", "over any this many steps"),
+        ("duel_run", "steps of one comparison run"),
+        ("duel_width", "challengers compared at once per bucket"),
+        ("pair_variance_factor", "widen comparisons whose pairs are alike"),
+        ("max_pairs", "pairs after which two k's are called equal"))),
+    ("changes of traffic", (
+        ("change_window", "reads per window for an acceptance change"),
+        ("change_window_s", "or at least this many seconds"),
+        ("change_z", "how far (in sigmas) a change must be"),
+        ("change_min_delta", "and at least this far (absolute acceptance)"),
+        ("change_step_ratio", "a step-time change is this ratio"),
+        ("change_prior_weight", "the profile's weight after a change"))),
+    ("guardrail", (
+        ("guard_window", "reads before and after a push compared (0: off)"),
+        ("guard_drop", "roll back a push that loses more than this"),
+        ("guard_hold_s", "then keep that table out for this long"),
+        ("foreign_hold_s", "after someone else changes the table, wait this long"))),
+    ("serving, logs and connection", (
+        ("listen_host", "the sidecar's own HTTP address"),
+        ("listen_port", "and port (/healthz, /readyz, /metrics, /v1/state)"),
+        ("log_format", "json or plain"),
+        ("access_log", "log requests to the sidecar's HTTP server"),
+        ("timeout_s", "timeout of each request to vLLM"),
+        ("max_metrics_bytes", "largest reply read"),
+        ("retry_attempts", "tries per admin request"),
+        ("backoff_max_s", "longest pause while vLLM keeps failing"))),
+)
+
+
 def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -105,17 +182,28 @@ def flag(name: str) -> str:
 # Not pydantic-settings' CliSettingsSource: this bridge is ~40 lines, hangs under `tabletune`'s own
 # argparse tree, and turns a ValidationError into one InvalidInput naming flag, env and value
 # (never a token's); the CLI source would need the same error path rebuilt around it.
+def _metavar(name: str, info: Any) -> str:
+    kind = str(info.annotation)
+    return ("URL" if name.endswith("_url") else "NAME" if name == "model_name" else
+            "N" if kind == "int" else "X" if kind == "float" else "FILE" if "Path" in kind else "TEXT")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per settings field, help text from its description."""
-    for name, info in SidecarSettings.model_fields.items():
-        env = ENV_PREFIX + name.upper()
-        default = "" if info.is_required() else f" (default: {info.default})"
-        if info.annotation is bool:
-            parser.add_argument(flag(name), dest=name, action="store_true", default=None,
-                                help=f"{info.description}{default}; env {env}")
-        else:
-            parser.add_argument(flag(name), dest=name, default=None,
-                                help=f"{info.description}{default}; env {env}")
+    """One flag per settings field, in HELP_GROUPS' groups and words."""
+    fields = SidecarSettings.model_fields
+    for title, members in HELP_GROUPS:
+        group = parser.add_argument_group(title)
+        for name, words in members:
+            info = fields[name]
+            env = ENV_PREFIX + name.upper()
+            default = "" if info.is_required() or info.default in (None, False) else (
+                f" (default {info.default})")
+            if info.annotation is bool:
+                group.add_argument(flag(name), dest=name, action="store_true", default=None,
+                                   help=f"{words}; env {env}")
+            else:
+                group.add_argument(flag(name), dest=name, default=None, metavar=_metavar(name, info),
+                                   help=f"{words}{default}; env {env}")
 
 
 def from_args(args: argparse.Namespace) -> SidecarSettings:
@@ -129,6 +217,12 @@ def from_args(args: argparse.Namespace) -> SidecarSettings:
         name = str(error["loc"][0]) if error["loc"] else ""
         where = (f"{flag(name)} (env {ENV_PREFIX}{name.upper()})" if name in
                  SidecarSettings.model_fields else "settings")
+        if error["type"] == "missing":  # its input is the whole settings dict: nothing to show
+            raise InvalidInput(f"{where} is required; see `tabletune sidecar --help`") from None
+        if name not in SidecarSettings.model_fields:  # a rule across fields: its message names
+            # them; the input is every setting, the admin token included, so it is not shown
+            raise InvalidInput(f"{error['msg'].removeprefix('Value error, ')}; "
+                               "see `tabletune sidecar --help`") from None
         value = given.get(name, os.environ.get(ENV_PREFIX + name.upper(), error.get("input")))
         shown = "" if name.startswith("admin_token") and name != "admin_token_file" else f"={value!r}"
         raise InvalidInput(f"{where}{shown}: {error['msg']}; see `tabletune sidecar --help`") from None
@@ -148,7 +242,6 @@ def flags_table() -> str:
 
 def parser() -> argparse.ArgumentParser:
     """`python -m sidecar` / `tabletune sidecar`: one flag per settings field."""
-    p = argparse.ArgumentParser(
-        prog="tabletune sidecar", description=DESCRIPTION)
+    p = argparse.ArgumentParser(prog="tabletune sidecar", usage=USAGE, description=DESCRIPTION)
     add_arguments(p)
     return p

@@ -95,6 +95,18 @@ class RecentDecision(_Part):
     reason: str
 
 
+class ModelError(_Part):
+    """The model's goodput against what the ring measured at one served bucket, for the
+    table's k there (sidecar/model_error.py): a switch by the model must beat ``error``."""
+
+    batch_size: int          # the bucket (its largest B)
+    k: int
+    predicted_tokens_per_s: float
+    realized_tokens_per_s: float
+    error: float             # |log(realized / predicted)|
+    steps: float
+
+
 class PredictedGoodput(_Part):
     """G(B, k) = B·τ(k)/T̂(B, k) at the last interval's mean batch size B (eq. G)."""
 
@@ -145,6 +157,7 @@ class SidecarState(BaseModel):
     last_decision: Decision | None = None
     drift: list[DriftCell] = []
     step_times: StepTimes = StepTimes()
+    model_error: list[ModelError] = []  # per served bucket, at the last rebuild
     guardrail: GuardrailState = GuardrailState()
     traffic_changes: int = 0
     recent_decisions: list[RecentDecision] = []

@@ -188,6 +188,20 @@ class LiveStepTimes:
         return out
 
 
+# a warning needs this many steady steps in a cell: the first seconds of a run (bursts, prefill
+# steps against a pure-decode profile) read 2-4x on 5-18 steps and are gone a minute later
+WARN_STEPS = 50
+
+
 def drifting(cells: list[DriftCell], drift_warn: float) -> list[DriftCell]:
-    """The cells whose live step is more than ``drift_warn`` (relative) slower than profiled."""
-    return [cell for cell in cells if cell.ratio > 1.0 + drift_warn]
+    """The cells whose live step, over at least WARN_STEPS steps, is more than ``drift_warn``
+    (relative) slower than profiled."""
+    return [cell for cell in cells if cell.ratio > 1.0 + drift_warn and cell.steps >= WARN_STEPS]
+
+
+def drift_words(cells: list[DriftCell]) -> str:
+    """The slowest cells in words, e.g. 'B=4 k=3: 2.1x the profile's 13.2 ms over 120 steps'."""
+    worst = sorted(cells, key=lambda c: -c.ratio)[:3]
+    more = f" (and {len(cells) - 3} more)" if len(cells) > 3 else ""
+    return "; ".join(f"B={c.batch_size} k={c.k}: {c.ratio:.1f}x the profile's {c.profile_ms:.1f} ms "
+                     f"over {c.steps:.0f} steps" for c in worst) + more

@@ -119,7 +119,7 @@ def parser() -> argparse.ArgumentParser:
 
     add_parsers(sub)
 
-    from sidecar.settings import DESCRIPTION, add_arguments
+    from sidecar.settings import DESCRIPTION, USAGE, add_arguments
 
     p = sub.add_parser("status", help="one screen of what a running sidecar sees and decided")
     p.add_argument("--sidecar", default="http://127.0.0.1:9109", help="the sidecar's base URL")
@@ -129,7 +129,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_status)
 
     p = sub.add_parser("sidecar", help="follow live acceptance and keep the engine's table optimal",
-                       description=DESCRIPTION)
+                       usage=USAGE, description=DESCRIPTION)
     add_arguments(p)
     p.set_defaults(func=_sidecar)
     return ap

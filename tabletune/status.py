@@ -5,7 +5,8 @@ recommended table where it differs, â per position with the evidence behind it,
 profile step times, the last decisions, readiness and the age of the last scrape. ``render``
 takes the state, parsed with the model the sidecar serves it from (sidecar/state.SidecarState),
 and returns text: aligned columns with box rules for a terminal, plain ``key: value`` lines and
-tab-separated rows when piped (grep- and cut-friendly).
+tab-separated rows when piped (grep- and cut-friendly). A table shows its first RANGES_SHOWN
+ranges and "… N more".
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from sidecar.state import SidecarState
 
-__all__ = ["render"]
+__all__ = ["RANGES_SHOWN", "render"]
 
 
 def _table(rows: Sequence[Sequence[Any]], tty: bool) -> list[str]:
@@ -51,10 +52,16 @@ def _ago(seconds: float | None) -> str:
     return "never" if seconds is None else f"{seconds:.1f} s ago"
 
 
+# ranges shown per table: a table of thousands of ranges must not flood the screen
+RANGES_SHOWN = 8
+
+
 def _ranges(table: list[list[int]] | None) -> str:
     if not table:
         return "unknown"
-    return "  ".join(f"B {s}-{e}: k={k}" for s, e, k in table)
+    shown = "  ".join(f"B {s}-{e}: k={k}" for s, e, k in table[:RANGES_SHOWN])
+    more = len(table) - RANGES_SHOWN
+    return shown + (f"  … {more} more" if more > 0 else "")
 
 
 def _section(title: str, tty: bool) -> str:
@@ -104,6 +111,15 @@ def render(state: SidecarState, url: str, tty: bool, now: float | None = None) -
               f"{c.ratio:.2f}x", f"{c.steps:.0f}"] for c in drift]
     lines += _table(rows, tty) if drift else ["no live step times yet (the plugin's series, "
                                               "5 steps a cell)"]
+
+    lines.append(_section("the model against the engine (a switch by the model must beat the "
+                          "error)", tty))
+    rows = [["B up to", "k", "model tok/s", "measured tok/s", "error", "steps"]]
+    rows += [[e.batch_size, e.k, f"{e.predicted_tokens_per_s:.0f}",
+              f"{e.realized_tokens_per_s:.0f}", f"{e.error:.1%}", f"{e.steps:.0f}"]
+             for e in state.model_error]
+    lines += _table(rows, tty) if state.model_error else [
+        "not measured yet (the plugin's step ring, 32 steady steps of the table's k a bucket)"]
 
     decisions = state.recent_decisions
     lines.append(_section(f"last decisions (traffic changes {state.traffic_changes}, "

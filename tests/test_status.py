@@ -6,7 +6,7 @@ from pathlib import Path
 
 from sidecar.server import state_of
 from sidecar.state import SidecarState
-from tabletune.status import render
+from tabletune.status import RANGES_SHOWN, render
 from tests.sidecar.fake_engine import TUNED, FakeEngine
 from tests.sidecar.test_controller import controller_for, rebuild_once
 
@@ -39,3 +39,20 @@ def test_status_of_a_sidecar_that_has_seen_nothing_yet() -> None:
     text = render(SidecarState.model_validate(state), "http://x:1", tty=False, now=0.0)
     assert "NOT READY (not connected to the engine yet), dry-run" in text
     assert "no estimate yet" in text and "no rebuild yet" in text and "engine table vNone: unknown" in text
+
+
+def test_status_shows_a_table_of_many_ranges_in_one_bounded_line() -> None:
+    many = [[b, b, 1] for b in range(1, 4096)]  # issue #39 item 3: 72 KB of status before
+    state = SidecarState.model_validate({
+        "engine_table": many, "engine_table_version": 2, "recommended_table": many[:RANGES_SHOWN + 1],
+        "recent_decisions": [{"time": 0.0, "outcome": "pushed", "new_table": many, "reason": "r"}],
+        "guardrail": {"held_out": [{"table": many, "until": 60.0}]}})
+    for tty in (False, True):
+        text = render(state, "http://x:1", tty=tty, now=5.0)
+        assert len(text.encode()) < 3000
+        shown = "  ".join(f"B {b}-{b}: k=1" for b in range(1, RANGES_SHOWN + 1))
+        assert f"engine table v2: {shown}  … {4095 - RANGES_SHOWN} more\n" in text
+        assert f"recommended:     {shown}  … 1 more\n" in text
+        assert text.count(f"{shown}  … {4095 - RANGES_SHOWN} more") == 3  # engine, decision, held
+    exact = state.model_copy(update={"engine_table": many[:RANGES_SHOWN]})
+    assert "more" not in render(exact, "http://x:1", tty=False, now=5.0).splitlines()[3]

@@ -15,8 +15,8 @@ from tuner.core.profile import Profile, StepSample
 from tuner.core.samples import cell_estimate, filled, spread, usable
 from tuner.core.table import Table
 
-__all__ = ["batch_warnings", "client_engine_gap", "cliff_lines", "edge_lines", "interval_line",
-           "new_refine_points", "noise_line", "repeat_spreads", "underfilled"]
+__all__ = ["batch_warnings", "client_engine_gap", "cliff_lines", "edge_lines", "honor_warnings",
+           "interval_line", "new_refine_points", "noise_line", "repeat_spreads", "underfilled"]
 
 
 def _cliffs(profile: Profile) -> list:  # type: ignore[type-arg]
@@ -110,4 +110,25 @@ def edge_lines(choice: Confident) -> list[str]:
     for e in choice.edges:
         out.append(f"edge after B={e.end} (k={e.k_before} -> k={e.k_after}): "
                    f"{e.confidence * 100:.0f}% of the resampled profiles agree the switch gains")
+    return out
+
+
+def honor_warnings(profile: Profile) -> list[str]:
+    """What the honor check (tuner/core/honor.py) found wrong, one line each: the engine not
+    verifying the table's k, or its drafter drafting the startup K whatever the table asks."""
+    h = profile.honor
+    if h is None:
+        return []
+    out = []
+    if h.verified == "ignored":
+        out.append(f"the engine verified about K={h.K} drafts per request whatever the table asked: "
+                   "a table changes nothing on this engine (see the honor check)")
+    elif h.verified == "partial":
+        off = [f"k={c.k} at B={c.B}: {c.drafts}" for c in [*h.cells, *h.edge]
+               if c.k < h.K and c.verdict not in ("honored", "unmeasured")]
+        out.append("the engine verified the table's k only in part (" + "; ".join(off[:4])
+                   + "): see the honor check")
+    if h.drafted == "startup_k":
+        out.append(f"the drafter drafts the startup K={h.K} every step whatever the table asks: a "
+                   "table changes only the verification work (see the honor check)")
     return out

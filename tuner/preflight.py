@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import statistics
 
+from tuner import findings
 from tuner.cells import timing_prompts
 from tuner.config import TuneConfig
 from tuner.engine_defaults import plugin_env
@@ -49,6 +50,8 @@ async def preflight(cfg: TuneConfig, profile: Profile) -> None:
             if best < 1 / plain:
                 warnings.append(f"B={B}: no k beats plain decoding ({1 / plain:.3f} vs {best:.3f} "
                                 "tokens/ms per request): speculation with a table costs throughput here")
+    warnings = warnings or ["no problem found: k=0 within 5% of no speculation"]
+    # and whether the engine runs the table's k at all (the tuner's honor check)
     profile.preflight = Preflight(B=batch_sizes, nospec_ms=nospec, k0_ms=k0,
-                                  warnings=warnings or ["no problem found: k=0 within 5% of no speculation"])
+                                  warnings=warnings + findings.honor_warnings(profile))
     profile.save(cfg.out)

@@ -15,6 +15,7 @@ import numpy as np
 
 from tuner import findings
 from tuner.core.goodput import goodput, interpolate_step_times, predicted_loss
+from tuner.core.honor import HonorCheck
 from tuner.core.profile import Profile
 from tuner.core.samples import usable
 from tuner.core.table import Table, documented_table
@@ -164,7 +165,30 @@ def markdown(profile: Profile, png_name: str) -> str:
                   "| B | no speculation ms | k=0 ms |", "|---|---|---|"]
         lines += [f"| {B} | {n:.2f} | {z:.2f} |" for B, n, z in zip(pf.B, pf.nospec_ms, pf.k0_ms)]
         lines += [""] + [f"- {w}" for w in pf.warnings]
+    if profile.honor:
+        lines += honor_lines(profile.honor)
     return "\n".join(lines) + "\n"
+
+
+def honor_lines(h: HonorCheck) -> list[str]:
+    """The honor check: its finding, then the drafts each request verified per (B, k asked)."""
+    lines = ["", "## Preflight: does the engine honor the table?", "",
+             f"Verified drafts: **{h.verified}**; drafting: **{h.drafted}**. {h.finding}", "",
+             "Drafts verified per request (tokens / B - 1 on steady decode steps), per k the "
+             "one-range table asked:", "",
+             "| B | " + " | ".join(f"k={k}" for k in range(h.K + 1)) + " |", "|---" * (h.K + 2) + "|"]
+    by = {(c.B, c.k): c for c in h.cells}
+    for B in sorted({c.B for c in h.cells}):
+        row = [by.get((B, k)) for k in range(h.K + 1)]
+        lines.append(f"| {B} | " + " | ".join(
+            "" if c is None or c.drafts is None else
+            f"{c.drafts:.2f}" + ("" if c.verdict == "honored" else f" ({c.verdict})") for c in row) + " |")
+    lines += [""] if h.edge or h.drafting else []
+    lines += [f"- edge table {c.table}, B={c.B}: asked {c.k}, verified {c.drafts} ({c.verdict}, "
+              f"{c.steps} steps, {c.step_ms} ms a step)" for c in h.edge]
+    lines += [f"- K={d.K} vs K={d.K_ref} engine at B={d.B}, k={d.k}: {d.ratio:.3f} [{d.low:.3f}, "
+              f"{d.high:.3f}] ({d.verdict})" for d in h.drafting]
+    return lines
 
 
 def write_report(profile: Profile, stem: Path) -> tuple[Path, Path]:

@@ -24,6 +24,7 @@ import aiohttp
 from tuner.core.admin_api import NO_STEPS, StatsReply
 from tuner.core.engine_client import EngineClient
 from tuner.core.errors import EngineUnavailable
+from tuner.core.honor import verified_drafts
 from tuner.launcher import VllmServer, log_tail
 from tuner.load import complete, first_lengths, fresh_connections
 from tuner.core.profile import StepSample
@@ -127,9 +128,13 @@ class CellTimer:
             share = (c2.full_drafts - c1.full_drafts) / rs if (k and rs) else None
         if steps_ms:
             engine_ms = statistics.median(steps_ms)
+        # the drafts each request verified: whether the engine ran the k the table asked
+        drafts = verified_drafts(s2.recent_steps, B, s2.num_speculative_tokens) if s2 else []
         return StepSample(B=B, k=k, rep=rep, client_ms=client_ms, engine_ms=engine_ms,
                           engine_steps=steps, full_draft_share=share, started=started,
-                          steps_ms=[round(x, 4) for x in steps_ms] or None)
+                          steps_ms=[round(x, 4) for x in steps_ms] or None,
+                          drafts=round(statistics.median(drafts), 4) if drafts else None,
+                          drafts_steps=len(drafts) or None)
 
     async def wait_steps(self, since: StatsReply | None, steps: int, k: int,
                          workers: list[asyncio.Task[None]], timeout_s: float = 300.0) -> StatsReply:

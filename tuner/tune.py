@@ -26,8 +26,11 @@ from tuner.cells import measure_batch, timing_prompts, todo
 from tuner.config import TuneConfig, engine_info
 from tuner.core.engine_client import AdminRejected, EngineClient
 from tuner.engine_defaults import plugin_env
+from tuner.progress import Progress
 from tuner.core.errors import EngineUnavailable
 from tuner.core.graphs import grid_points
+from tuner.core.honor import edge_plan
+from tuner.honor_run import edge_cells, from_profile
 from tuner.launcher import ServerConfig, SpeculativeSpec, VllmServer, free_port, launch
 from tuner.core.profile import GraphInfo, Profile, load
 from tuner.sweep import CellTimer
@@ -113,6 +116,21 @@ class Engine:
             cfg.temperature, cfg.acceptance_max_tokens, concurrency=cfg.max_num_seqs,
             replay=cfg.emulate, restore_reject_all=True)
         self.profile.save(cfg.out)
+
+    async def check_edge(self) -> None:
+        """The honor check's table with an edge, below and above it (the sweep's cells ran
+        one-range tables); once per profile."""
+        cfg, profile = self.cfg, self.profile
+        plan = edge_plan(cfg.grid, cfg.num_speculative_tokens, cfg.max_num_seqs)
+        if plan is None or (profile.honor is not None and profile.honor.edge):
+            return
+        self.bar.set_description(f"honor: edge table {plan.table.to_list()}")
+        runner = (await self.admin.get_table()).runner
+        async with CellTimer(self.server, self.admin.admin_url, timing_prompts(cfg)) as timer:
+            edge = await edge_cells(timer, self.admin, plan, cfg.num_speculative_tokens,
+                                    cfg.decode_tokens)
+        profile.honor = from_profile(profile, edge=edge, runner=runner)
+        profile.save(cfg.out)
 
     async def measure(self, cfg: TuneConfig, ks: list[int], swap: Any) -> None:
         """Every unfinished cell of ks on cfg.grid, batch size by batch size."""
@@ -209,6 +227,7 @@ async def _sweep_one_server(cfg: TuneConfig, profile: Profile, bar: tqdm) -> Non
         cfg = adopt_graphs(cfg, profile, await admin.get_table())
         engine = Engine(cfg, profile, bar, server, admin)
         await measure_and_refine(cfg, profile, bar, lambda c: one_server(c, profile, bar, engine))
+        await engine.check_edge()
 
 
 async def tune(cfg: TuneConfig, with_preflight: bool = False) -> Profile:
@@ -221,12 +240,13 @@ async def tune(cfg: TuneConfig, with_preflight: bool = False) -> Profile:
         log.info("resuming %s: k=%s already measured", cfg.out, sorted(profile.finished_k()))
     remaining = sum(len(todo(cfg, profile, k)) for k in range(cfg.num_speculative_tokens + 1))
     t0 = time.monotonic()
-    with tqdm(total=remaining * cfg.repeats, unit="cell-rep", dynamic_ncols=True) as bar:
+    with Progress(total=remaining * cfg.repeats, unit="cell-rep", dynamic_ncols=True) as bar:
         if cfg.one_server:
             await _sweep_one_server(cfg, profile, bar)
         else:
             await measure_and_refine(cfg, profile, bar, lambda c: one_vllm_per_k(c, profile, bar))
     assert profile.acceptance is not None and profile.table is not None
+    profile.honor = from_profile(profile)  # the sweep's cells, with the edge table's if measured
     if with_preflight and profile.preflight is None:
         await preflight(cfg, profile)
     profile.timings_s["total_this_run"] = time.monotonic() - t0
@@ -243,6 +263,7 @@ def summary(profile: Profile) -> dict[str, Any]:
     assert profile.table is not None
     choice = profile.build()
     gap = findings.client_engine_gap(profile)
+    honor = profile.honor
     return {"recommendation": profile.recommendation().model_dump(),
             "table": profile.table,
             "speculative_config": profile.speculative_config(Table.from_list(profile.table)),
@@ -250,5 +271,8 @@ def summary(profile: Profile) -> dict[str, Any]:
             "evidence": findings.edge_lines(choice),
             "cells": findings.interval_line(profile),
             "client_vs_engine_median_gap": None if gap is None else round(gap, 3),
-            "warnings": findings.cliff_lines(profile) + findings.batch_warnings(profile),
+            "honor": None if honor is None else {"verified": honor.verified, "drafted": honor.drafted,
+                                                 "finding": honor.finding},
+            "warnings": (findings.cliff_lines(profile) + findings.batch_warnings(profile)
+                         + findings.honor_warnings(profile)),
             "timings_s": {k: round(v, 1) for k, v in profile.timings_s.items()}}

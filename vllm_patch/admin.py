@@ -8,6 +8,7 @@ bodies and replies are the models of tuner/core/admin_api.py):
 | GET  /healthz          |                                          | {"ok": true}                         |
 | GET  /v1/table         |                                          | TableReply                           |
 | PUT  /v1/table         | {"table": [[s, e, K], ...]}              | swap at the next step; TableReply    |
+|                        |                                          |  with "clipped" (fit_to_engine)      |
 | GET  /v1/policy        |                                          | PolicyReply                          |
 | PUT  /v1/policy        | {"explore_every"?, "explore_run"?,       | PolicyReply (422: explore_run must   |
 |                        |  "hysteresis"?, "baseline"?, "duels"?,   |  stay < explore_every; a duel's      |
@@ -39,7 +40,7 @@ from pydantic import ValidationError
 
 from tuner.core.admin_api import EmulationBody, PolicyBody, TableBody, check_exploration
 from tuner.core.errors import InvalidTable
-from tuner.core.table import check_for_engine
+from tuner.core.table import check_for_engine, fit_to_engine
 from vllm_patch import emulation
 from vllm_patch.state import EngineState, Policy, TableState, accepted_per_pos, drafted_per_pos
 
@@ -113,6 +114,8 @@ def stats_reply(engine: EngineState, since: int | None = None) -> dict[str, Any]
             "transition_steps": c.transition_steps, "recent_steps": c.steps_after(since),
             "resume_drafted_per_pos": drafted_per_pos(c.resume_request_steps, c.num_positions),
             "resume_accepted_per_pos": accepted_per_pos(c.resume_request_steps, c.num_positions),
+            "finished_requests": c.finished_requests, "finished_proposed": c.finished_proposed,
+            "finished_accepted": c.finished_accepted,
             "swap_latency_s": swap_latency(engine), "hook_errors": engine.hook_errors,
             "bandit": None if engine.bandit is None else
             [[b, k, round(m, 1), engine.bandit.pulls[(b, k)]]
@@ -134,7 +137,9 @@ def put_table(engine: EngineState, body: bytes) -> dict[str, Any]:
         raise HttpError(409, "this vLLM was started without num_speculative_tokens_per_batch_size; "
                              "start it with any DSD table so the scheduler has a lookup to swap")
     try:
-        table = TableBody.model_validate_json(body).parsed()
+        # stored as vLLM's lookup uses it: at most max_num_seqs ranges, whatever was sent
+        table, clipped = fit_to_engine(TableBody.model_validate_json(body).parsed(),
+                                       engine.max_num_seqs)
         check_for_engine(table, engine.num_speculative_tokens, engine.max_num_seqs,
                          set(engine.startup_k) if engine.restrict_k else None)
     except ValidationError as exc:
@@ -145,8 +150,9 @@ def put_table(engine: EngineState, body: bytes) -> dict[str, Any]:
     with engine.admin_lock:  # two PUTs must not both build version n+1 from version n
         old = engine.table
         engine.table = TableState(table, dense, old.version + 1, time.time())  # rebind: atomic
-    log.info("TableTune: table v%d -> v%d: %s", old.version, old.version + 1, table.to_list())
-    return table_reply(engine)
+    log.info("TableTune: table v%d -> v%d: %s%s", old.version, old.version + 1, table.to_list(),
+             f" ({clipped})" if clipped else "")
+    return table_reply(engine) | {"clipped": clipped}
 
 
 def put_policy(engine: EngineState, body: bytes) -> dict[str, Any]:

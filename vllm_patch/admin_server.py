@@ -235,6 +235,12 @@ class AdminServer:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        # a connection whose client stopped reading keeps unsent bytes, and close() waits for
+        # them forever: abort it, or its socket outlives the loop (an unclosed transport)
+        for listener in self.listeners:
+            for conn in list(listener.connections):
+                if conn.transport is not None:
+                    conn.transport.abort()
         await asyncio.sleep(0)  # let the transports' close callbacks run before the loop stops
         if self.uds is not None:
             _remove_stale_socket(self.uds)

@@ -20,7 +20,7 @@ from typing import Any
 
 from vllm_patch.policy import PolicyLookup
 from vllm_patch.settings import PluginSettings
-from vllm_patch.state import Counters, EngineState, Policy, TableState
+from vllm_patch.state import LIFETIME_STEPS, Counters, EngineState, Policy, TableState
 
 log = logging.getLogger("vllm.tabletune")
 REQUIRED_SCHEDULER_ATTRS = ("dynamic_sd_lookup", "num_spec_tokens", "schedule",
@@ -131,7 +131,7 @@ def install(scheduler: Any, engine: EngineState) -> None:
                 with engine.lock:
                     marks["offered"] = count_step(engine.counters, scheduler_output,
                                                   num_generated, marks["offered"], elapsed,
-                                                  emitted, cycle)
+                                                  emitted, cycle, 4 * engine.max_num_seqs)
                 reward_bandit(engine, marks, num_generated, elapsed)
             except Exception as exc:
                 guard("update_from_output", exc)
@@ -166,25 +166,42 @@ def generated_lengths(so: Any, mro: Any) -> dict[str, int]:
 
 def count_step(counters: Counters, so: Any, num_generated: dict[str, int],
                offered: dict[str, int], elapsed: float | None,
-               emitted: int | None = None, cycle: float | None = None) -> dict[str, int]:
+               emitted: int | None = None, cycle: float | None = None,
+               max_open: int = 4096) -> dict[str, int]:
     """Count this step's request-steps; return the K offered to each request for the next step.
 
-    Runs between two engine steps for every request in the batch, hence the shape: one
-    comprehension that builds keys, one C-level Counter.update, one dict.fromkeys."""
+    Runs between two engine steps for every request in the batch, hence the shape: one loop that
+    builds keys and adds to each request's own two counts, one C-level Counter.update, one
+    dict.fromkeys."""
     scheduled = so.num_scheduled_tokens
+    counters.close_lifetimes(getattr(so, "finished_req_ids", ()), max_open)
     if not scheduled:
         return offered
     k_now = int(getattr(so, "num_spec_tokens_to_schedule", 0) or 0)
     spec_get = so.scheduled_spec_decode_tokens.get
     offered_get = offered.get
+    lives, life_get = counters.lifetimes, counters.lifetimes.get
     # a prefill chunk generated no token and had no draft proposed after it: skipped
     decoding = [(r, g) for r, g in num_generated.items() if g and r in scheduled]
-    keys: Any = ((k, d, g - 1 if d else 0)
-                 for r, g in decoding
-                 if (k := offered_get(r)) is not None
-                 for d in (len(spec_get(r, ())),))
+    keys: list[tuple[int, int, int]] = []
+    add = keys.append
+    for r, g in decoding:
+        k = offered_get(r)
+        if k is None:
+            continue
+        d = len(spec_get(r, ()))
+        a = g - 1 if d else 0
+        add((k, d, a))
+        if d:
+            life = life_get(r)
+            if life is None:
+                lives[r] = [1, a > 0]
+            else:
+                life[0] += 1
+                life[1] += a > 0
+                if life[0] >= LIFETIME_STEPS:  # a long request: its life so far, in a piece
+                    counters.close(lives.pop(r), request=False)
     if counters.resume_next:  # the first drafts after a K=0 stretch: counted twice (rare)
-        keys = list(keys)
         counters.resume_request_steps.update(keys)
     counters.request_steps.update(keys)
     next_offered = dict.fromkeys([r for r, _ in decoding], k_now)

@@ -112,6 +112,14 @@ def families(s: dict[str, Any], age_s: float = 0.0) -> Iterator[Metric]:
     yield counter("tabletune_resume_accepted_tokens_per_pos",
                   "... whose first position+1 drafts were all accepted.", ["position"],
                   [([str(i)], v) for i, v in enumerate(s.get("resume_accepted_per_pos", []))])
+    if s.get("finished_proposed") is not None:
+        yield counter("tabletune_finished_requests", "Requests finished (their drafts counted in "
+                      "tabletune_finished_*).", [], [([], s["finished_requests"])])
+        yield counter("tabletune_finished_proposed", "Request-steps with a proposal, of finished "
+                      "requests (a long request in pieces of 256).", [],
+                      [([], s["finished_proposed"])])
+        yield counter("tabletune_finished_accepted", "... whose first draft was kept.", [],
+                      [([], s["finished_accepted"])])
     yield counter("tabletune_explore_steps", "Steps of exploration runs (at a k other than the "
                   "table's).", [],
                   [([], s["explore_steps"])])

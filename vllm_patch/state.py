@@ -52,6 +52,9 @@ StepSample = tuple[int, int, int, int, float, int, int, float]
 
 # a K=0 stretch this long (steps) counts as one after which drafting "resumes"
 RESUME_AFTER = 4
+# a request's own counts are closed when it finishes, or after this many request-steps with a
+# proposal (a long request then adds its life in pieces, not once at its end)
+LIFETIME_STEPS = 256
 
 
 def drafted_per_pos(request_steps: Counter[tuple[int, int, int]], n: int) -> list[int]:
@@ -101,6 +104,13 @@ class Counters:
     resume_request_steps: Counter[tuple[int, int, int]] = field(default_factory=Counter)
     zero_streak: int = 0       # consecutive steps that drafted nothing
     resume_next: bool = False  # the next step verifies the first drafts after such a stretch
+    # per request in flight: [request-steps with a proposal, of which the first draft kept];
+    # closed into the finished_* totals when the request finishes: acceptance by whole request
+    # lives, which a burst of fresh requests does not move (its young and old steps go together)
+    lifetimes: dict[str, list[int]] = field(default_factory=dict)
+    finished_requests: int = 0
+    finished_proposed: int = 0
+    finished_accepted: int = 0
 
     def record_request_step(self, offered_k: int, drafted: int, accepted: int) -> None:
         """One request-step: offered K, drafted, accepted."""
@@ -163,6 +173,22 @@ class Counters:
             key = (step_bucket(batch_size), k)
             self.step_seconds[key] = self.step_seconds.get(key, 0.0) + seconds
             self.steps_timed[key] += 1
+
+    def close_lifetimes(self, request_ids: Any, max_open: int) -> None:
+        """Requests that finished (vLLM's finished_req_ids): their counts into the totals; and,
+        should ids never be reported finished, the oldest beyond ``max_open`` too."""
+        for r in request_ids:
+            life = self.lifetimes.pop(r, None)
+            if life is not None:
+                self.close(life, request=True)
+        while len(self.lifetimes) > max_open:
+            self.close(self.lifetimes.pop(next(iter(self.lifetimes))), request=True)
+
+    def close(self, life: list[int], request: bool) -> None:
+        """Add one request's counts (``request``: its whole life) to the finished totals."""
+        self.finished_requests += request
+        self.finished_proposed += life[0]
+        self.finished_accepted += life[1]
 
     def steps_after(self, since: int | None) -> list[StepSample]:
         """The recent steps with seq > since (all of them for None), oldest first."""

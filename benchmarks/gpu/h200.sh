@@ -20,6 +20,16 @@
 #   hooks        the plugin's per-step Python cost on this machine's CPU (no server)
 #   ab           throughput with vs without the plugin on the setting's target (ngram, K=3): two
 #                vLLM starts in the order AB_ORDER (off,on; run a second GPU with on,off)
+#   noharm       do no harm (python -m benchmarks.noharm): the profile's table (32b-ngram: the goodput
+#                baseline's, rebuilt by `tabletune table`) alone vs with the sidecar at its defaults,
+#                driven by vLLM's own client: bursts at NOHARM_C (8,192) and a bursty Poisson at
+#                NOHARM_RATE (8/s), 512/192-token requests +-50%; blocks until NOHARM_S, resumed next call
+#                (RUN_S 20, WAVES 3, WARMUP 1, BLOCKS 6: its --run-s, --waves, --warmup-rounds, --blocks)
+#   honor        does the engine honor the table? (python -m benchmarks.honor) every one-range
+#                table k=0..3 at HONOR_B (1,32,128) and an edge table [[1,EDGE,3],[EDGE+1,256,1]]
+#                (EDGE 32) on the setting's engine, then the tables k=0..REF_K at the same B on a
+#                second engine started with K=REF_K (1; 0: none): verified drafts from the ring,
+#                drafting from the two engines' step times; honor.json, honor.csv (HONOR_S 540)
 # SETTING (model, drafter, runner):
 #   32b-ngram        32B-shaped dense Llama, ngram, V1 runner, one vLLM per k (the first run)
 #   moe30b-ngram     Qwen3-30B-A3B-shaped MoE, ngram, V1 runner
@@ -28,6 +38,8 @@
 #                    forced by vLLM's synthetic sampling (a dummy drafter never agrees with its target)
 #   3b-eagle3-v2     Llama-3.2-3B-shaped, a one-layer dummy EAGLE-3 head, V2 runner (full CUDA graphs
 #                    per K of the startup table; 0.26's V2 refuses ngram and draft_model)
+#   32b-eagle3-v2    32B-shaped dense Llama, a one-layer dummy EAGLE-3 head at its width
+#                    (.gpu/model32/eagle3 from prepare_settings.sh), V2 runner, synthetic acceptance
 # env: OUT (results), TUNE_S / BENCH_S (time budgets), LOADS, POLICIES, GRID, REPEATS, MAX_REPEATS, EMULATE,
 #      WINDOW_S, PRIME_S, BLOCKS, NOISE_CV, MIX (steady|chat: the bench's --workload-mix), SEED,
 #      ONE_SERVER (1: one vLLM, tables swapped; default 1 except 32b-ngram), GPU_UTIL,
@@ -48,6 +60,9 @@ case $SETTING in
                 DRAFTER=/tmp/model/drafter; DONE=h200-vllm0.26-3b-draft-v1 ;;
   3b-eagle3-v2) MODEL_DIR=model;   SPEC=(--method eagle3 --drafter /tmp/model/eagle3);      ONE=${ONE_SERVER:-1}; BY=vllm
                 DRAFTER=/tmp/model/eagle3; DONE=h200-vllm0.26-3b-eagle3-v2
+                export VLLM_USE_V2_MODEL_RUNNER=1 ;;
+  32b-eagle3-v2) MODEL_DIR=model32; SPEC=(--method eagle3 --drafter /tmp/model32/eagle3);  ONE=${ONE_SERVER:-1}; BY=vllm
+                DRAFTER=/tmp/model32/eagle3; DONE=h200-vllm0.26-32b-eagle3-v2
                 export VLLM_USE_V2_MODEL_RUNNER=1 ;;
   *) echo "unknown SETTING $SETTING"; exit 2 ;;
 esac
@@ -142,6 +157,29 @@ case $stage in
      --out $R/ab-gpu${GPU:-0} "${ENGINE[@]}" 2>&1 | grep -v "^(APIServer\|^(EngineCore" | tail -30
   cp $R/ab-gpu${GPU:-0}/overhead.json "$O/ab-overhead-gpu${GPU:-0}.json" 2>/dev/null
   need $R/ab-gpu${GPU:-0}/overhead.json ;;
+ noharm)
+  free_gpu
+  NP=${NOHARM_PROFILE:-$DONE/profile.json}
+  [ "$SETTING" = 32b-ngram ] && NP=${NOHARM_PROFILE:-benchmarks/results/h200-vllm0.26-32b-ngram-goodput-baseline/profile-committed.json}
+  P=$R/profile-noharm.json  # with the table this tuner's rule builds from it: the start table
+  python3 -m tabletune.cli table "$NP" --save "$P" >/dev/null || STATUS=1
+  keep "$P"
+  timeout $(( ${NOHARM_S:-540} + 25 )) python3 -m benchmarks.noharm --profile "$P" --model "$MODEL" \
+     --shapes burst,poisson --concurrency "${NOHARM_C:-8,192}" --rates "${NOHARM_RATE:-8}" \
+     --input-len 512 --output-len 192 --range-ratio 0.5 --run-s "${RUN_S:-20}" --waves "${WAVES:-3}" \
+     --idle-s 5 --warmup-rounds "${WARMUP:-1}" --blocks "${BLOCKS:-6}" --budget-s "${NOHARM_S:-540}" \
+     --resume --emulate "$EMULATE" --emulate-with $BY --out $R/noharm "${ENGINE[@]}" 2>&1 \
+     | grep -v "^(APIServer\|^(EngineCore" | tail -40
+  tar czf "$O/noharm-files.tgz" -C $R/noharm --exclude=logs . 2>/dev/null
+  keep $R/noharm/noharm.json $R/noharm/summary.json; need $R/noharm/summary.json ;;
+ honor)
+  free_gpu
+  timeout $(( ${HONOR_S:-540} + 25 )) python3 -m benchmarks.honor --model "$MODEL" "${SPEC[@]}" -K 3 \
+     --max-num-seqs 256 --batch-sizes "${HONOR_B:-1,32,128}" --edge "${EDGE:-32}" \
+     --reference-k "${REF_K:-1}" --decode-tokens 65 --repeats "${REPEATS:-2}" --budget-s "${HONOR_S:-540}" \
+     --emulate "$EMULATE" --emulate-with $BY --out $R/honor "${ENGINE[@]}" 2>&1 \
+     | grep -v "^(APIServer\|^(EngineCore" | tail -50
+  keep $R/honor/honor.json $R/honor/honor.csv; need $R/honor/honor.json ;;
  *) echo "unknown stage $stage"; STATUS=1 ;;
 esac; done
 for f in $(ls -t runs/logs/vllm-*.log 2>/dev/null | head -1); do grep -E "Error|error" "$f" | tail -5; done

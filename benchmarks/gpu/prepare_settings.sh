@@ -5,6 +5,8 @@
 #                          the same tokenizer; dummy weights at serve time
 #   .gpu/model/eagle3/     a one-layer EAGLE-3 drafter config for the 3B target (V2 runner: 0.26's
 #                          V2 refuses draft_model and ngram, it runs eagle/eagle3/mtp only)
+#   .gpu/model32/eagle3/   the same head at the 32B target's width (hidden 5120, 40 heads, 8 KV
+#                          heads, head_dim 128, intermediate 27648: read from model32's config)
 #   .gpu/moe_kernels.xz    vLLM's MoE kernels (_moe_C_stable_libtorch.abi3.so, 47 MB -> ~12 MB),
 #                          which prepare.sh leaves out of the tarball; carried beside c2
 #   .gpu/c1, .gpu/c2, ...  re-split so that each chunk plus the working tree (12.9 MB on
@@ -13,9 +15,11 @@
 set -euo pipefail
 S=$(git rev-parse --show-toplevel); G=$S/.gpu
 [ -f "$G/model/config.json" ] || { echo "run bash ../shared/gpu/prepare.sh first (no $G/model)"; exit 1; }
-mkdir -p "$G/moe30b" "$G/model/eagle3"
-cp "$G"/model/tokenizer*.json "$G/model/generation_config.json" "$G/moe30b/"
-cp "$G"/model/tokenizer*.json "$G/model/generation_config.json" "$G/model/eagle3/"
+[ -f "$G/model32/config.json" ] || { echo "run bash ../shared/gpu/prepare.sh first (no $G/model32)"; exit 1; }
+mkdir -p "$G/moe30b" "$G/model/eagle3" "$G/model32/eagle3"
+for d in moe30b model/eagle3 model32/eagle3; do
+  cp "$G"/model/tokenizer*.json "$G/model/generation_config.json" "$G/$d/"
+done
 python3 - "$G" <<'EOF'
 import json, sys
 G = sys.argv[1]
@@ -32,23 +36,27 @@ moe = dict(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", hidden
            output_router_logits=False, router_aux_loss_coef=0.001, initializer_range=0.02,
            bos_token_id=base["bos_token_id"], eos_token_id=base["eos_token_id"], vocab_size=vocab)
 json.dump(moe, open(f"{G}/moe30b/config.json", "w"), indent=1)
-# EAGLE-3 head for the 3B target: one decoder layer at the target's width, full draft vocab
-# (draft_vocab_size == vocab_size keeps d2t at zeros = identity under dummy weights)
-eagle3 = {k: base[k] for k in ("hidden_act", "rms_norm_eps", "rope_theta", "rope_scaling",
-                               "max_position_embeddings", "bos_token_id", "eos_token_id",
-                               "num_attention_heads", "num_key_value_heads", "head_dim",
-                               "hidden_size", "intermediate_size", "vocab_size")}
-eagle3.update(architectures=["LlamaForCausalLMEagle3"], model_type="llama", num_hidden_layers=1,
-              draft_vocab_size=vocab, tie_word_embeddings=False, torch_dtype="bfloat16",
-              attention_bias=False, mlp_bias=False, initializer_range=0.02)
-json.dump(eagle3, open(f"{G}/model/eagle3/config.json", "w"), indent=1)
-print("configs: moe30b, model/eagle3")
+# EAGLE-3 heads for the 3B and the 32B target: one decoder layer at the target's width, full
+# draft vocab (draft_vocab_size == vocab_size keeps d2t at zeros = identity under dummy weights)
+def eagle3(target):
+    t = json.load(open(f"{G}/{target}/config.json"))
+    head = {k: t[k] for k in ("hidden_act", "rms_norm_eps", "rope_theta", "rope_scaling",
+                              "max_position_embeddings", "bos_token_id", "eos_token_id",
+                              "num_attention_heads", "num_key_value_heads", "head_dim",
+                              "hidden_size", "intermediate_size", "vocab_size")}
+    head.update(architectures=["LlamaForCausalLMEagle3"], model_type="llama", num_hidden_layers=1,
+                draft_vocab_size=t["vocab_size"], tie_word_embeddings=False,
+                torch_dtype="bfloat16", attention_bias=False, mlp_bias=False,
+                initializer_range=0.02)
+    json.dump(head, open(f"{G}/{target}/eagle3/config.json", "w"), indent=1)
+    return f"{target}/eagle3 (hidden {head['hidden_size']}, {head['num_attention_heads']} heads)"
+print("configs: moe30b,", eagle3("model") + ",", eagle3("model32"))
 EOF
 if [ ! -f "$G/moe_kernels.xz" ]; then
   W=$(ls "$G"/dl/vllm-0.26.0-*.whl)
   unzip -p "$W" vllm/_moe_C_stable_libtorch.abi3.so | xz -6 -T0 > "$G/moe_kernels.xz"
 fi
-ls -la "$G/moe_kernels.xz"; du -sh "$G/moe30b" "$G/model"
+ls -la "$G/moe_kernels.xz"; du -sh "$G/moe30b" "$G/model" "$G/model32"
 # each chunk + the working tree (+ 4 MB for bin/, a model config, .whl) must stay under the
 # 64 MiB a call carries: as many equal chunks c1, c2, c3... as that takes
 TREE=$(cd "$S" && git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)

@@ -60,7 +60,10 @@ def settings(profile: Path, engine_url: str, admin_url: str | None = None,
     values: dict[str, Any] = dict(
         profile=profile, engine_url=engine_url, admin_url=admin_url or engine_url,
         admin_token=TOKEN, interval_s=0.05, rebuild_every_steps=100, timeout_s=2.0,
-        retry_attempts=3, listen_port=0, explore_every=7, hysteresis=1, model_name="tiny",
+        retry_attempts=3, listen_port=0, explore_every=12, hysteresis=1, model_name="tiny",
+        # a quarter of the steps may explore, over a short horizon: the budget other tests
+        # (or an earlier sidecar on the session engine) spent is gone after 1000 steps
+        explore_share=0.25, explore_horizon=1000,
         # these tests are about faults and mechanics, on the model's pushes; the decisions by
         # measured goodput have their own (test_measured_decisions.py)
         decide_by="model")
@@ -110,6 +113,7 @@ class FakeEngine:
         self.request_steps: dict[int, float] = {}
         self.resume_accepted = [0.0] * self.K
         self.resume_drafted = [0.0] * self.K
+        self.finished = [0.0, 0.0]  # request-steps with a proposal, first draft kept
         self.step_time: dict[tuple[int, int], list[float]] = {}
         self.table, self.version = [list(r) for r in STARTUP], 1
         if self.started_at is not None:  # a new start time (the plugin's gauge)
@@ -135,6 +139,9 @@ class FakeEngine:
         n = steps * B
         if k:
             self.num_drafts += n
+            # the requests' lives close as they run (the plugin adds them when they finish)
+            self.finished[0] += n
+            self.finished[1] += round(n * a[0])
         for i in range(k):
             self.drafted[i] += n
             self.accepted[i] += round(n * a[i])
@@ -217,6 +224,8 @@ class FakeEngine:
                   for i, v in enumerate(self.resume_drafted)]
         lines += [f'tabletune_resume_accepted_tokens_per_pos_total{{{base},position="{i}"}} {v}'
                   for i, v in enumerate(self.resume_accepted)]
+        lines.append(f"tabletune_finished_proposed_total{{{base}}} {self.finished[0]}")
+        lines.append(f"tabletune_finished_accepted_total{{{base}}} {self.finished[1]}")
         lines.append(f"tabletune_explore_steps_total{{{base}}} 0")
         lines.append(f"tabletune_table_version{{{base}}} {self.version}")
         if self.started_at is not None:
@@ -271,7 +280,7 @@ class FakeEngine:
         body = await request.json()
         self.table_puts.append(body)
         if self.admin_down or self.admin_status is not None:
-            status = 503 if self.admin_down else self.admin_status
+            status = 503 if self.admin_down or self.admin_status is None else self.admin_status
             return web.json_response({"error": "table: K=3 is not allowed here",
                                       "field": "table"}, status=status)
         self.table, self.version = body["table"], self.version + 1

@@ -20,6 +20,7 @@ import pytest
 from sidecar import checkpoint
 from sidecar.app import backoff_delay, control_loop, main, run
 from sidecar.controller import Controller
+from sidecar.server import CACHE_S
 from sidecar.settings import SidecarSettings
 from tests.sidecar.fake_engine import TOKEN, TUNED, FakeEngine, make_profile, running, settings, write_profile
 from tuner.core.engine_client import EngineClient
@@ -237,6 +238,7 @@ async def test_a_mismatching_profile_exits_2_saying_what_differs(tmp_path: Path)
     assert proc.returncode == 2
     assert "tabletune sidecar: the profile does not match the engine (max_num_seqs: profile has " \
            "16, engine has 32)" in err.decode()
+    assert err.decode().count("max_num_seqs: profile has 16") == 1  # not logged as well
 
 
 async def test_a_model_name_the_engine_does_not_serve_exits_2_naming_both(tmp_path: Path) -> None:
@@ -258,3 +260,31 @@ def test_run_returns_2_for_a_missing_profile(tmp_path: Path,
     s = settings(tmp_path / "missing.json", "http://127.0.0.1:9")
     assert run(s) == 2
     assert f"tabletune sidecar: profile {tmp_path / 'missing.json'}:" in capsys.readouterr().err
+
+
+async def test_a_burst_of_state_and_metrics_requests_renders_the_snapshot_once(tmp_path: Path) -> None:
+    """/v1/state and /metrics share the control loop's event loop: 100 clients at once get the
+    same rendered bodies (one snapshot each way per CACHE_S), not a snapshot per request."""
+    async with running(FakeEngine()) as fake:
+        s = settings(write_profile(tmp_path / "p.json"), fake.url, checkpoint=None,
+                     interval_s=3600.0)  # no tick renders or changes anything meanwhile
+        async with sidecar(s) as (base, _, _):
+            await get(base + "/v1/state")
+            calls = 0
+            original = Controller.snapshot
+
+            def counted(self: Controller) -> Any:
+                nonlocal calls
+                calls += 1
+                return original(self)
+
+            Controller.snapshot = counted  # type: ignore[method-assign]
+            try:
+                await asyncio.sleep(CACHE_S)  # the first request's bodies are stale now
+                replies = await asyncio.gather(*[get(base + path) for path in
+                                                 ("/v1/state", "/metrics") * 50])
+            finally:
+                Controller.snapshot = original  # type: ignore[method-assign]
+    assert all(status == 200 for status, _ in replies)
+    assert len({json.dumps(body) for (_, body) in replies[::2]}) == 1
+    assert calls <= 4, calls  # one per body, twice if the burst outlived CACHE_S

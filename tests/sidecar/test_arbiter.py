@@ -42,8 +42,29 @@ def test_the_model_alone_switches_only_beyond_its_own_error() -> None:
     # 3% better by the model: inside its error -> no switch; a duel is asked for instead
     v = decide(draws({0: 0.5, 1: 0.97, 2: 1.03, 3: 1.0}), MeasuredGoodput(), {16: 100}, old)
     assert list(v.ks) == old and v.duels == ((9, 16, (2, 1)),)  # the two most promising
-    # the model alone rules nothing out (k=0 at half of k=3): every unsettled k stays open
-    assert {c.k: c.status for c in v.calls} == {0: "open", 1: "open", 2: "open"}
+    # exploration pays for itself: k=0 at half of k=3 cannot win even at its best, so no duel
+    # runs on it; the near-ties stay open
+    assert {c.k: c.status for c in v.calls} == {0: "keep", 1: "open", 2: "open"}
+    assert next(c for c in v.calls if c.k == 0).decided_by == "model"
+
+
+def test_the_model_switches_only_where_its_live_error_is_known_and_beaten() -> None:
+    """Issue 34.3: the model pushes only where its gain exceeds its own error measured live at
+    that bucket; a bucket with no such measurement waits for pairs."""
+    old = [3] * 16
+    G = draws({0: 1.0, 1: 1.1, 2: 1.2, 3: 1.0})  # the model: k=2 20% better at every B
+    # no live error at the bucket: no switch by the model, a duel instead
+    v = decide(G, MeasuredGoodput(), {16: 100}, old, live_error={})
+    assert list(v.ks) == old and v.switches() == [] and v.duels == ((9, 16, (2, 1)),)
+    # a live error of 2%: the model's 20% beats it -> switch
+    v = decide(G, MeasuredGoodput(), {16: 100}, old, live_error={16: 0.02})
+    assert list(v.ks[8:]) == [2] * 8 and v.switches()[0].decided_by == "model"
+    # a live error of 15% (the model is that far off here): 20% is not beyond it at 90%
+    v = decide(G, MeasuredGoodput(), {16: 100}, old, live_error={16: 0.15})
+    assert list(v.ks) == old and v.switches() == []
+    # a conclusive measurement still decides where the model may not
+    v = decide(G, measured_with(16, 2, 3, math.log(1.05)), {16: 100}, old, live_error={})
+    assert list(v.ks[8:]) == [2] * 8 and v.switches()[0].decided_by == "measured"
 
 
 def test_a_tighter_measurement_overrides_the_model_either_way() -> None:

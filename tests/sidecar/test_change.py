@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from sidecar.change import STEP_RATIO, RecentWindow, StepTimeChange
+from sidecar.change import STEP_RATIO, StepTimeChange, StepTimeWindow
 from sidecar.settings import SidecarSettings
 from sidecar.step_times import LiveStepTimes
 
@@ -106,19 +106,16 @@ def measured(dt: float) -> FloatArray:
 
 
 def replay(series: list[Scrape], dt: float) -> tuple[list[int], list[int]]:
-    """The controller's use (sidecar/controller._detect_change): test once the acceptance window
-    is full, clear it after a change. The scrapes with a change, and with one taken back."""
-    window, found, back = RecentWindow(3, dt), [], []
+    """The controller's use (sidecar/controller._detect_change): test at every scrape. The
+    scrapes with a change, and with one taken back."""
+    window, found, back = StepTimeWindow(dt), [], []
     for i, cells in enumerate(series):
-        window.push(np.zeros(3), np.zeros(3), cells)
-        if not window.full:
-            continue
+        window.push(cells)
         changes = window.step_time_changes()
         if any(c.reverted for c in changes):
             back.append(i)
         if any(not c.reverted for c in changes):
             found.append(i)
-            window.clear()
     return found, back
 
 
@@ -257,10 +254,10 @@ def test_one_burst_scrape_is_not_a_change_and_the_change_says_what_it_saw() -> N
     series = scrapes(rng, np.ones(240), dt)
     series[150] = {c: (s * 4, n) for c, (s, n) in series[150].items()}  # every cell 4x once
     assert replay(series, dt) == ([], [])
-    window = RecentWindow(3, dt)
+    window = StepTimeWindow(dt)
     changes: list[StepTimeChange] = []
     for cells in scrapes(rng, np.r_[np.ones(120), np.full(60, 2.0)], dt, SLOW_CELL):
-        window.push(np.zeros(3), np.zeros(3), cells)
+        window.push(cells)
         if found := window.step_time_changes():
             changes += found
             kept = window.newer_step_time()[(8, 3)]  # what the controller keeps for the cell

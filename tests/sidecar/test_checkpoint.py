@@ -14,6 +14,7 @@ from sidecar.estimator import EstimatorState
 from tests.sidecar.fake_engine import FakeEngine, make_profile, running, settings, write_profile
 from tests.sidecar.test_app import get, ready_at, sidecar, until
 from tuner.core.errors import InvalidInput
+from tuner.core.table import Table
 
 PRIOR = np.array([0.9, 0.8, 0.7])
 
@@ -49,7 +50,22 @@ def test_a_schema_1_checkpoint_is_still_read_by_its_prior(tmp_path: Path) -> Non
     assert checkpoint.restore(path, PRIOR * 0.5, 2000.0, "abc").w == 2000.0
 
 
-@pytest.mark.parametrize("text", ["{not json", '{"schema_version": 3, "saved_at": 1, "estimator": {}}',
+def test_the_table_we_wanted_is_saved_for_this_profile_only(tmp_path: Path) -> None:
+    path = tmp_path / "estimator.json"
+    state = EstimatorState(prior=PRIOR, w=125.0)
+    wanted = checkpoint.SavedTable(Table.from_list([[1, 8, 3], [9, 16, 1]]), 7)
+    checkpoint.save(path, state, 1.0, "abc", wanted)
+    assert checkpoint.saved_table(path, "abc") == wanted
+    assert checkpoint.saved_table(path, "def") is None  # another profile's table: not ours
+    assert checkpoint.saved_table(tmp_path / "none.json", "abc") is None
+    # a schema 2 file (before the table was saved) still restores its estimator, no table
+    path.write_text(json.dumps({"schema_version": 2, "saved_at": 1.0, "profile_sha256": "abc",
+                                "estimator": state.to_dict()}))
+    assert checkpoint.restore(path, PRIOR, 2000.0, "abc").w == 125.0
+    assert checkpoint.saved_table(path, "abc") is None
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"schema_version": 4, "saved_at": 1, "estimator": {}}',
                                   '{"schema_version": 2, "saved_at": 1, "estimator": {}, "x": 1}'])
 def test_an_unreadable_checkpoint_starts_from_the_prior(tmp_path: Path, text: str) -> None:
     path = tmp_path / "estimator.json"
@@ -66,7 +82,8 @@ async def test_a_restart_after_a_rebase_serves_the_checkpoint_field_by_field(tmp
     path = tmp_path / "estimator.json"
     async with running(FakeEngine()) as fake:
         s = settings(write_profile(tmp_path / "p.json"), fake.url, checkpoint=path, timeout_s=5.0,
-                     rebuild_every_steps=100_000, change_window=2, guard_window=0)
+                     rebuild_every_steps=100_000, change_window=2, change_window_s=0.0,
+                     guard_window=0)
 
         async def scraped_after(steps: int, a: tuple[float, ...]) -> None:
             gets = fake.metrics_gets
@@ -78,9 +95,9 @@ async def test_a_restart_after_a_rebase_serves_the_checkpoint_field_by_field(tmp
 
         async with sidecar(s) as (base, stop, task):
             await ready_at(base)
-            for _ in range(3):
+            for _ in range(9):  # the change test's reference, then its two windows
                 await scraped_after(100, (0.9, 0.8, 0.7))
-            for _ in range(3):
+            for _ in range(5):
                 await scraped_after(100, (0.02, 0.01, 0.005))
             _, before = await get(base + "/v1/state")
             assert before["traffic_changes"] >= 1, before["recent_decisions"]

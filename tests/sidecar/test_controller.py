@@ -69,8 +69,9 @@ async def test_rebuild_pushes_the_profile_table_with_the_token(tmp_path: Path) -
         assert decision is not None and decision.outcome == "pushed", decision
         assert fake.table == TUNED and fake.table_puts == [{"table": TUNED}]
         assert fake.auth_headers == [f"Bearer {TOKEN}"]
-        # no duel fields while none was asked for: a plugin that predates duels refuses them
-        assert fake.policy_puts == [{"explore_every": 7, "explore_run": 3, "hysteresis": 1}]
+        # the exploration budget always (the rotation is charged to it), no duels unasked
+        assert fake.policy_puts == [{"explore_every": 12, "explore_run": 3, "hysteresis": 1,
+                                     "duel_share": 0.25, "duel_horizon": 1000}]
         assert decision.old_table == STARTUP and decision.new_table == TUNED
         assert decision.source == "plugin" and decision.bias_note is None
         # live counts (600 drafts a position) are in the decision, before halving
@@ -245,12 +246,14 @@ async def test_drift_is_reported_per_cell_and_warned_once(tmp_path: Path,
     caplog.set_level(logging.INFO, "sidecar")
     async with controller_for(FakeEngine(), tmp_path, drift_warn=0.15) as (c, fake):
         await c.tick()
-        fake.run(50, B=4, step_ms=27.0)  # profile T(4, 3) = 18 ms: 1.5x slower
+        fake.run(20, B=4, step_ms=27.0)  # profile T(4, 3) = 18 ms: 1.5x slower
         await c.tick()
-        fake.run(100, B=4, step_ms=27.0)
+        assert records(caplog, "drift") == []  # 20 steps: a start's transient, no warning yet
+        fake.run(130, B=4, step_ms=27.0)
         decision = await c.tick()
         assert [(d.batch_size, d.k, d.ratio) for d in decision.drift] == [(4, 3, 1.5)]
-        assert len(records(caplog, "drift")) == 1
+        (slow,) = records(caplog, "drift")
+        assert "B=4 k=3: 1.5x the profile's 18.0 ms over 150 steps" in slow.getMessage()
         fake.run(2000, B=4, step_ms=18.0)
         await c.tick()
         assert c.drift_cells[0].ratio < 1.15
@@ -487,6 +490,58 @@ async def test_a_version_we_did_write_is_not_foreign(tmp_path: Path,
         assert c.engine.info is not None and c.engine.info.version == 3
 
 
+@asynccontextmanager
+async def restarted_sidecar(c: Controller,
+                            clock: Callable[[], float] = time.time) -> AsyncIterator[Controller]:
+    """A new sidecar on the first one's checkpoint (the first is never ticked again: killed)."""
+    s = c.settings
+    async with EngineClient(s.engine_url, s.admin_url, s.token(), s.timeout_s, s.retry_attempts,
+                            max_wait_s=0.05, max_body_bytes=s.max_metrics_bytes) as client:
+        yield Controller(s, c.profile, client, clock)
+
+
+@pytest.mark.parametrize("hold_s", [0.0, 300.0])
+async def test_a_restart_does_not_adopt_a_table_it_was_replacing(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, hold_s: float) -> None:
+    """Issue #39.4: killed while someone else's table was in force (before its reassert
+    arrived), the sidecar restarted on its checkpoint treats that table as foreign, not as its
+    baseline: reasserted at once with foreign_hold_s=0, after the hold otherwise."""
+    caplog.set_level(logging.INFO, "sidecar")
+    clock = Clock()
+    path = tmp_path / "estimator.json"
+    async with controller_for(FakeEngine(), tmp_path, checkpoint=path, clock=clock,
+                              foreign_hold_s=hold_s) as (c, fake):
+        assert (await rebuild_once(c, fake)).outcome == "pushed" and fake.table == TUNED
+        saved = checkpoint.saved_table(path, c.profile_sha256)
+        assert saved is not None and saved.table.to_list() == TUNED and saved.version == 2
+        fake.operator_put(OPERATOR)  # v3; the sidecar dies before it reasserts
+        async with restarted_sidecar(c, clock) as again:
+            await again.tick()
+            (event,) = events(caplog, "foreign_table")
+            assert event.foreign_table["table"] == OPERATOR and event.foreign_table["ours"] == TUNED
+            if hold_s == 0:
+                assert fake.table == TUNED  # reasserted on the first tick
+                return
+            assert fake.table == OPERATOR and again.engine.holding()
+            clock.now += hold_s
+            await again.tick()
+            fake.run(150)
+            assert (await again.tick()).outcome == "pushed" and fake.table == TUNED
+
+
+async def test_a_restart_after_the_engine_restarted_pushes_its_table_again(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "sidecar")
+    path = tmp_path / "estimator.json"
+    async with controller_for(FakeEngine(), tmp_path, checkpoint=path) as (c, fake):
+        await rebuild_once(c, fake)
+        fake.restart()  # the engine's startup table, versions from 1 again
+        assert fake.table != TUNED
+        async with restarted_sidecar(c) as again:
+            await again.tick()
+            assert fake.table == TUNED and events(caplog, "foreign_table") == []
+
+
 async def test_dry_run_reports_a_foreign_table_and_holds_nothing(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, "sidecar")
@@ -504,7 +559,8 @@ async def test_dry_run_reports_a_foreign_table_and_holds_nothing(
 DEMO = {"model": "tiny-llama-s0", "served_model_name": "tiny"}  # what the demo's profile holds
 
 
-@pytest.mark.parametrize("model_name", ["tiny", "tiny-llama-s0"])
+# a path: vLLM started with --model PATH and no --served-model-name serves the path as its name
+@pytest.mark.parametrize("model_name", ["tiny", "tiny-llama-s0", "/models/cache/tiny-llama-s0"])
 def test_model_name_matches_the_served_name_or_the_models_name(tmp_path: Path,
                                                                model_name: str) -> None:
     profile = load(write_profile(tmp_path / "p.json", **DEMO))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from sidecar.measured import (MIN_PAIRS, MeasuredGoodput, confidence_sequence, pairs_in)
 
@@ -46,7 +47,7 @@ def test_paired_runs_find_a_4_percent_win_under_drift() -> None:
     back = m.compare(120, 3, 2, alpha=0.05)  # the same pairs, the other way round
     assert back is not None and math.isclose(back.ratio, 1 / c.ratio)
     rate = m.rate(120, 3)
-    assert rate is not None and rate[1] > 400
+    assert rate is not None and rate[1] > 400 and 113 <= rate[2] <= 120  # B of the 120 band
 
 
 def test_runs_without_both_sides_or_across_a_gap_are_not_paired() -> None:
@@ -61,7 +62,9 @@ def test_runs_without_both_sides_or_across_a_gap_are_not_paired() -> None:
 
 def test_few_pairs_give_no_comparison_and_a_new_engine_run_keeps_the_pairs() -> None:
     m = MeasuredGoodput()
-    m.ingest(ring({3: 1000, 1: 1000}, duels([1], 3, runs=MIN_PAIRS - 1)))
+    found = m.ingest(ring({3: 1000, 1: 1000}, duels([1], 3, runs=MIN_PAIRS - 1)))
+    # the new pairs come back (the sidecar logs each): one per run, k=1 against k=3
+    assert len(found) == MIN_PAIRS - 1 and {(p.bucket, p.k, p.ref) for p in found} == {(120, 1, 3)}
     assert m.compare(120, 1, 3, 0.05) is None
     m.restart()
     m.ingest(ring({3: 1000, 1: 1000}, duels([1], 3, runs=2), seed=1))
@@ -175,3 +178,15 @@ def test_a_large_first_read_is_paired_whole() -> None:
         pieces.ingest(steps[i:i + 500])
     n = sum(len(p) for p in whole.pairs.values())
     assert n == sum(len(p) for p in pieces.pairs.values()) and n >= 145
+
+
+def test_a_variance_factor_widens_the_sequence_by_its_root() -> None:
+    """--pair-variance-factor: pairs that are alike neighbour to neighbour carry less
+    information than their count, and the interval says so (log scale, √f wider)."""
+    steps = ring({3: 1000, 1: 1000}, duels([1], 3, runs=12))
+    plain, wide = MeasuredGoodput(), MeasuredGoodput(variance_factor=3.0)
+    plain.ingest(steps)
+    wide.ingest(steps)
+    a, b = plain.compare(120, 1, 3, 0.05), wide.compare(120, 1, 3, 0.05)
+    assert a is not None and b is not None and a.ratio == b.ratio
+    assert b.half_width == pytest.approx(math.sqrt(3.0) * a.half_width, rel=1e-6)

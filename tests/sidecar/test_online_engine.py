@@ -15,6 +15,7 @@ K=3, max_num_seqs=16, startup table [[1,4,3],[5,16,1]], so the allowed k are 1 a
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -64,6 +65,10 @@ async def run_until(engine: Engine, tmp_path: Path, step_ms: dict[int, list[floa
     requests = [Request(p, 48) for p in repetitive(32, engine.vocab_size, seed=3)]
     stop, bound = asyncio.Event(), asyncio.get_running_loop().create_future()
     task = asyncio.create_task(main(s, stop, bound.set_result, handle_signals=False))
+    verdicts, logger = _Verdicts(), logging.getLogger("sidecar")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(verdicts)
     try:
         port = await asyncio.wait_for(bound, 10)
         deadline = time.monotonic() + BUDGET_S
@@ -76,20 +81,36 @@ async def run_until(engine: Engine, tmp_path: Path, step_ms: dict[int, list[floa
                     decisions.append(last)
                 if done(state, decisions):
                     return state, decisions
-                assert time.monotonic() < deadline, _story(state, decisions)
+                assert time.monotonic() < deadline, _story(state, decisions, verdicts.seen)
                 await asyncio.sleep(0.25)
     finally:
+        logger.removeHandler(verdicts)
+        logger.setLevel(level)
         stop.set()
         assert await asyncio.wait_for(task, 5) == 0
 
 
-def _story(state: dict[str, Any], decisions: list[dict[str, Any]]) -> str:
+class _Verdicts(logging.Handler):
+    """The guardrail's verdicts as the sidecar logged them (a missed goal prints them)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.seen: list[Any] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if hasattr(record, "verdict"):
+            self.seen.append(record.verdict)
+
+
+def _story(state: dict[str, Any], decisions: list[dict[str, Any]], verdicts: list[Any]) -> str:
     """What a run that missed its goal did: the engine's table, every push and the last
     rebuilds' reasons, short enough for pytest to print whole."""
-    pushes = [(d["trigger"], d["old_table"], d["new_table"], d["reason"][:160])
+    pushes = [(d["trigger"], d["old_table"], d["new_table"], d["reason"][:160],
+               [(c["bucket"], c["k_old"], c["k"], c["status"], c["decided_by"]) for c in d["calls"]])
               for d in decisions if d["outcome"] != "unchanged"]
     return (f"engine table {state['engine_table']}; pushes {pushes}; "
-            f"last {[d['reason'][:160] for d in decisions[-2:]]}; drift {state.get('drift')}")
+            f"last {[d['reason'][:160] for d in decisions[-2:]]}; verdicts {verdicts}; "
+            f"drift {state.get('drift')}")
 
 
 async def test_live_step_times_correct_a_profile_that_is_wrong(engine: Engine, tmp_path: Path) -> None:
@@ -110,7 +131,8 @@ async def test_live_step_times_correct_a_profile_that_is_wrong(engine: Engine, t
     # B=2 on a loaded box and rightly keep k=1 (once in a run of the suite, 120 s without k=3)
     state, decisions = await run_until(
         engine, tmp_path, wrong, 2, more_drafts_at_2, rebuild_every_steps=60, prior_weight=100.0,
-        explore_every=10, explore_run=3, step_prior_weight=5.0, decide_by="model")
+        explore_every=10, explore_run=3, explore_share=0.5, step_prior_weight=5.0,
+        decide_by="model")
     pushed = [d for d in decisions if d["outcome"] == "pushed"]
     assert pushed, decisions
     # the push that moved B=2 to k=3 says which step times it used and what stands behind

@@ -8,6 +8,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -24,16 +25,17 @@ TOKEN = "fuzz-token"
 START = Table.from_list([[1, 4, 3], [5, 16, 1]])
 
 
-def new_engine() -> EngineState:
-    return EngineState(table=TableState(START, tuple(START.dense(16, 3)), 1, time.time()),
-                       policy=Policy(), num_speculative_tokens=3, max_num_seqs=16,
+def new_engine(start: Table = START, max_num_seqs: int = 16) -> EngineState:
+    """A K=3 engine's state running ``start`` (no vLLM: the admin endpoint's side only)."""
+    return EngineState(table=TableState(start, tuple(start.dense(max_num_seqs, 3)), 1, time.time()),
+                       policy=Policy(), num_speculative_tokens=3, max_num_seqs=max_num_seqs,
                        model_name="m", startup_k=frozenset({1, 3}), restrict_k=False,
                        counters=Counters(num_positions=3), applied_version=1)
 
 
-@pytest.fixture(scope="module")
-def admin() -> Iterator[tuple[str, EngineState]]:
-    engine = new_engine()
+@contextmanager
+def serving(engine: EngineState) -> Iterator[tuple[str, EngineState]]:
+    """The admin endpoint in-process on a free port, closed by the test that opened it."""
     port = free_port()
     server = serve(engine, "127.0.0.1", port, TOKEN)
     assert server is not None
@@ -41,6 +43,12 @@ def admin() -> Iterator[tuple[str, EngineState]]:
         yield f"http://127.0.0.1:{port}", engine
     finally:
         server.close()
+
+
+@pytest.fixture(scope="module")
+def admin() -> Iterator[tuple[str, EngineState]]:
+    with serving(new_engine()) as served:
+        yield served
 
 
 def put(url: str, body: bytes, token: str | None = TOKEN) -> tuple[int, dict[str, Any]]:
@@ -51,7 +59,8 @@ def put(url: str, body: bytes, token: str | None = TOKEN) -> tuple[int, dict[str
         with urllib.request.urlopen(req, timeout=5) as r:
             return r.status, json.load(r)
     except urllib.error.HTTPError as e:
-        return e.code, json.load(e)
+        with e:  # its body is the open response: closed here, not by the garbage collector
+            return e.code, json.load(e)
 
 
 json_values = st.recursive(st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats()

@@ -149,6 +149,8 @@ class TableReply(_Reply):
     # a DSD table) and CPU run every k alike
     runner: str | None = None
     graph_k: list[int] | None = None
+    # PUT only: what was cut to fit max_num_seqs (tuner/core/table.fit_to_engine), None: nothing
+    clipped: str | None = None
 
     def parsed_table(self) -> Table | None:
         return None if self.table is None else Table.from_list(self.table)
@@ -211,6 +213,11 @@ class StatsReply(_Reply):
     # whose state went stale while nothing was drafted shows here below the steady acceptance
     resume_drafted_per_pos: list[int] = []
     resume_accepted_per_pos: list[int] = []
+    # by whole request lives: request-steps with a proposal of the requests that finished (a long
+    # one in pieces of 256), and of those whose first draft was kept (None: an older plugin)
+    finished_requests: int | None = None
+    finished_proposed: int | None = None
+    finished_accepted: int | None = None
     swap_latency_s: float | None = None
     hook_errors: int = 0
     bandit: list[Any] | None = None

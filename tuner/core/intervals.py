@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Estimate", "cluster_median", "sigma_log"]
+__all__ = ["Estimate", "bootstrap_medians", "cluster_median", "sigma_log"]
 
 Z95 = 1.959963984540054
 
@@ -34,6 +34,23 @@ class Estimate:
         return (self.high - self.low) / 2 / self.median if self.median > 0 else float("inf")
 
 
+def bootstrap_medians(clusters: Sequence[Sequence[float]], replicates: int = 400,
+                      seed: int = 0) -> np.ndarray:
+    """The medians of ``replicates`` cluster-bootstrap draws: clusters resampled, then values
+    within each (one cluster: its values alone). Clusters without values are ignored; at least
+    one value is needed."""
+    groups = [np.asarray(c, dtype=np.float64) for c in clusters if len(c)]
+    if not groups:
+        raise ValueError("cluster_median needs at least one value")
+    rng = np.random.default_rng(seed)
+    medians = np.empty(replicates)
+    for r in range(replicates):
+        picks = rng.integers(0, len(groups), size=len(groups)) if len(groups) > 1 else [0]
+        drawn = [groups[i][rng.integers(0, len(groups[i]), size=len(groups[i]))] for i in picks]
+        medians[r] = np.median(np.concatenate(drawn))
+    return medians
+
+
 def cluster_median(clusters: Sequence[Sequence[float]], replicates: int = 400,
                    alpha: float = 0.05, seed: int = 0) -> Estimate:
     """Median over all values, interval from resampling clusters, then values within each.
@@ -41,16 +58,8 @@ def cluster_median(clusters: Sequence[Sequence[float]], replicates: int = 400,
     One cluster: the values alone are resampled (no between-repeat information yet). Clusters
     without values are ignored; at least one value is needed.
     """
-    groups = [np.asarray(c, dtype=np.float64) for c in clusters if len(c)]
-    if not groups:
-        raise ValueError("cluster_median needs at least one value")
-    pooled = np.concatenate(groups)
-    rng = np.random.default_rng(seed)
-    medians = np.empty(replicates)
-    for r in range(replicates):
-        picks = rng.integers(0, len(groups), size=len(groups)) if len(groups) > 1 else [0]
-        drawn = [groups[i][rng.integers(0, len(groups[i]), size=len(groups[i]))] for i in picks]
-        medians[r] = np.median(np.concatenate(drawn))
+    medians = bootstrap_medians(clusters, replicates, seed)
+    pooled = np.concatenate([np.asarray(c, dtype=np.float64) for c in clusters if len(c)])
     low, high = np.quantile(medians, [alpha / 2, 1 - alpha / 2])
     return Estimate(float(np.median(pooled)), float(low), float(high), int(pooled.size))
 

@@ -20,6 +20,7 @@ from tuner.core.errors import InvalidInput, ProfileMismatch
 from tuner.core.files import write_atomic
 from tuner.core.goodput import cliffs, interpolate_step_times, tau
 from tuner.core.graphs import Boundary, boundaries, snap_edges
+from tuner.core.honor import HonorCheck
 from tuner.core.intervals import sigma_log
 from tuner.core.monotone import monotone_step_times
 from tuner.core.recommend import Recommendation, recommend
@@ -62,6 +63,11 @@ class StepSample(_EngineFirst):
     # the engine's own time of each step that ran this cell (exactly B requests, or the
     # workload's batch, at a steady k: it verified and drafted k), in ms
     steps_ms: list[float] | None = None
+    # the drafts each request verified on the long run's steady decode steps at B (tokens / B
+    # - 1, median over them; tuner/core/honor.py), and how many steps that is: whether the
+    # engine ran the k the table asked
+    drafts: float | None = None
+    drafts_steps: int | None = None
 
 
 class Cell(_EngineFirst):
@@ -161,6 +167,8 @@ class Profile(_Model):
     max_repeats: int | None = None  # repeats went up to this while a cell's interval was wide
     ci_target: float | None = None  # ... wider than ± this share of its median
     noise_tol: float | None = None  # older profiles' repeat rule (unused)
+    # does the engine honor the table? (tuner/core/honor.py; None: profiles before the check)
+    honor: HonorCheck | None = None
 
     # -- derived -------------------------------------------------------------------------
     @property

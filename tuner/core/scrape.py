@@ -18,6 +18,11 @@ TableTune plugin series (optional; absent means the plugin is not loaded):
     tabletune_engine_steps_total{k}, tabletune_request_steps_total{k},
     tabletune_step_seconds_total{batch_size,k}, tabletune_steps_timed_total{batch_size,k}
         (steady steps only: verified k == drafted k)
+    tabletune_finished_proposed_total, tabletune_finished_accepted_total
+        (request-steps with a proposal and those that kept their first draft, by whole request
+        lives: the requests that finished; the change test's first choice)
+    tabletune_spec_hist_total{drafted,accepted}   (request-steps per drafts proposed and kept:
+        proposed_per_pos, the drafts the drafter actually made, which the change test reads)
     tabletune_resume_draft_tokens_per_pos_total{position},
     tabletune_resume_accepted_tokens_per_pos_total{position}
         (the per-position pair for request-steps verified right after a K=0 stretch)
@@ -67,11 +72,14 @@ STATS_AGE = "tabletune_stats_age_seconds"
 ENGINE_STARTED_AT = "tabletune_engine_started_at_seconds"
 RESUME_DRAFTED = "tabletune_resume_draft_tokens_per_pos_total"
 RESUME_ACCEPTED = "tabletune_resume_accepted_tokens_per_pos_total"
+SPEC_HIST = "tabletune_spec_hist_total"
+FINISHED_PROPOSED = "tabletune_finished_proposed_total"
+FINISHED_ACCEPTED = "tabletune_finished_accepted_total"
 WANTED = frozenset({ACCEPTED_PER_POS, PLUGIN_ACCEPTED_PER_POS, DRAFTED_PER_POS, NUM_DRAFTS,
                     NUM_DRAFT_TOKENS, NUM_ACCEPTED_TOKENS, NUM_REQUESTS_RUNNING, ENGINE_STEPS,
                     REQUEST_STEPS, STEP_SECONDS, STEPS_TIMED, TABLE_VERSION, EXPLORE_STEPS,
                     TRANSITION_STEPS, STATS_AGE, ENGINE_STARTED_AT, RESUME_DRAFTED,
-                    RESUME_ACCEPTED})
+                    RESUME_ACCEPTED, SPEC_HIST, FINISHED_PROPOSED, FINISHED_ACCEPTED})
 
 # A line of a wanted sample. vLLM's body is ~50 KB, mostly histograms; prometheus_client's parser
 # took 7.0 ms for all of it, 0.43 ms for these lines alone (benchmarks/overhead.py, scrape_parse).
@@ -119,6 +127,11 @@ class Snapshot:
     # the plugin's per-position pair right after a K=0 stretch (None: a plugin without them)
     resume_drafted_per_pos: tuple[float, ...] | None = None
     resume_accepted_per_pos: tuple[float, ...] | None = None
+    # per position i: request-steps whose drafter proposed more than i tokens (the plugin's
+    # histogram; drafted_per_pos counts what K offered, proposal or not); None without it
+    proposed_per_pos: tuple[float, ...] | None = None
+    # (request-steps with a proposal, of which the first draft was kept) of finished requests
+    finished: tuple[float, float] | None = None
 
     @property
     def has_plugin(self) -> bool:
@@ -256,6 +269,26 @@ def _per_k(name: str, samples: Samples) -> dict[int, float]:
     return {k: v for (k,), v in _by_label(name, samples.get(name, []), ("k",)).items()}
 
 
+def _proposed(samples: Samples, positions: int) -> tuple[float, ...] | None:
+    """Per position i: request-steps that drafted more than i tokens, from the plugin's
+    (drafted, accepted) histogram; None before its first row or without it."""
+    if SPEC_HIST not in samples:
+        return None
+    hist = _by_label(SPEC_HIST, samples.get(SPEC_HIST, []), ("drafted", "accepted"))
+    out = [0.0] * positions
+    for (d, _), n in hist.items():
+        for i in range(min(d, positions)):
+            out[i] += n
+    return tuple(out)
+
+
+def _finished(samples: Samples) -> tuple[float, float] | None:
+    proposed, accepted = _total(FINISHED_PROPOSED, samples), _total(FINISHED_ACCEPTED, samples)
+    if proposed is None or accepted is None:
+        return None
+    return proposed, accepted
+
+
 def _version(samples: Samples) -> int | None:
     version = _newest(TABLE_VERSION, samples)
     if version is not None and not version.is_integer():
@@ -294,4 +327,6 @@ def parse(text: str, model_name: str | None = None) -> Snapshot:
         engine_started_at=_newest(ENGINE_STARTED_AT, samples),
         resume_drafted_per_pos=_per_position(RESUME_DRAFTED, samples),
         resume_accepted_per_pos=_per_position(RESUME_ACCEPTED, samples),
+        proposed_per_pos=_proposed(samples, len(stock)),
+        finished=_finished(samples),
     )

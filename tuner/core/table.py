@@ -9,6 +9,7 @@ reproduces that expansion exactly, and :meth:`Table.from_dense` compacts a per-B
 The validator accepts exactly the sorted tables vLLM's
 ``validate_and_normalize_dynamic_sd_schedule`` accepts; it refuses unsorted ones, which vLLM
 would silently sort, because an unsorted table pushed by hand is almost surely a typo.
+:func:`fit_to_engine` then cuts a valid table to ``max_num_seqs`` as vLLM's lookup does.
 
 stdlib + pydantic only: this module is imported inside the vLLM engine process.
 """
@@ -18,12 +19,13 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from tuner.core.errors import InvalidInput, InvalidTable
 
-__all__ = ["Table", "check_for_engine", "documented_table", "shrink"]
+__all__ = ["Fitted", "Table", "check_for_engine", "documented_table", "fit_to_engine", "shrink"]
 
 Range = tuple[int, int, int]
 
@@ -171,19 +173,50 @@ class Table(BaseModel):
         return lookup
 
 
+class Fitted(NamedTuple):
+    """A table cut to an engine's ``max_num_seqs`` and what was cut (None: nothing)."""
+
+    table: Table
+    clipped: str | None
+
+
+def fit_to_engine(table: Table, max_num_seqs: int) -> Fitted:
+    """The part of a valid table that vLLM's lookup uses (``build_dynamic_sd_schedule_lookup``).
+
+    Ranges starting beyond ``max_num_seqs`` are dropped and the last kept range's end_bs is
+    cut to ``max_num_seqs``; both tables give the same dense lookup. K is left alone (see
+    :func:`check_for_engine`). At most ``max_num_seqs`` ranges remain.
+    """
+    _require_at_least_one(max_num_seqs=max_num_seqs)
+    ranges = table.ranges
+    # ranges[0] starts at 1 <= max_num_seqs, so at least one range is kept
+    count = bisect.bisect_right(ranges, max_num_seqs, key=lambda rng: rng[0])
+    kept = list(ranges[:count])
+    start_bs, end_bs, k = kept[-1]
+    cuts = []
+    if end_bs > max_num_seqs:
+        kept[-1] = (start_bs, max_num_seqs, k)
+        cuts.append(f"ranges[{count - 1}] end_bs={end_bs} cut to {max_num_seqs}")
+    if count < len(ranges):
+        which = f"{count}" if count == len(ranges) - 1 else f"{count}..{len(ranges) - 1}"
+        cuts.append(f"ranges[{which}] dropped (start_bs > {max_num_seqs})")
+    if not cuts:
+        return Fitted(table, None)
+    clipped = f"fitted to max_num_seqs={max_num_seqs} as vLLM does: " + "; ".join(cuts)
+    return Fitted(Table(ranges=tuple(kept)), clipped)
+
+
 def check_for_engine(table: Table, num_speculative_tokens: int, max_num_seqs: int,
                      allowed_k: set[int] | None = None) -> None:
     """Refuse a valid table that this engine would silently alter or run slowly.
 
-    Only ranges starting at or below ``max_num_seqs`` are checked: vLLM cuts the others, so
-    their K never reaches the engine. vLLM silently clamps K to ``num_speculative_tokens``,
-    which would make the measured goodput G(B, k) a lie, so that is an error here.
+    Only the ranges :func:`fit_to_engine` keeps are checked: vLLM cuts the others, so their K
+    never reaches the engine. vLLM silently clamps K to ``num_speculative_tokens``, which
+    would make the measured goodput G(B, k) a lie, so that is an error here.
     """
     _require_at_least_one(max_num_seqs=max_num_seqs,
                           num_speculative_tokens=num_speculative_tokens)
-    for index, (start_bs, _, k) in enumerate(table.ranges):
-        if start_bs > max_num_seqs:
-            break
+    for index, (_, _, k) in enumerate(fit_to_engine(table, max_num_seqs).table.ranges):
         if k > num_speculative_tokens:
             raise InvalidTable(
                 f"ranges[{index}]: K={k} exceeds num_speculative_tokens="

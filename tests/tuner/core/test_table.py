@@ -10,7 +10,7 @@ from vllm.v1.spec_decode.dynamic.utils import (
 )
 
 from tuner.core.errors import InvalidInput, InvalidTable, TableTuneError
-from tuner.core.table import Table, check_for_engine, documented_table, shrink
+from tuner.core.table import Table, check_for_engine, documented_table, fit_to_engine, shrink
 
 DOC = [[1, 64, 3], [65, 128, 1], [129, 512, 0]]
 
@@ -153,7 +153,46 @@ def test_check_for_engine() -> None:
         check_for_engine(table, num_speculative_tokens=4, max_num_seqs=32, allowed_k={0, 3, 4})
 
 
+def test_fit_to_engine_cuts_what_vllm_cuts() -> None:
+    # the tables of issue #39 item 3, on a max_num_seqs=32 engine
+    fitted = fit_to_engine(Table.from_list([[1, 33, 1]]), 32)
+    assert fitted.table.to_list() == [[1, 32, 1]]
+    assert fitted.clipped == ("fitted to max_num_seqs=32 as vLLM does: ranges[0] end_bs=33 cut "
+                              "to 32")
+    fitted = fit_to_engine(Table.from_list([[1, 8, 3], [9, 10**9, 1]]), 32)
+    assert fitted.table.to_list() == [[1, 8, 3], [9, 32, 1]]
+    assert fitted.clipped is not None and "ranges[1] end_bs=1000000000 cut to 32" in fitted.clipped
+    fitted = fit_to_engine(Table.from_list([[b, b, 1] for b in range(1, 4096)]), 32)
+    assert fitted.table.to_list() == [[b, b, 1] for b in range(1, 33)]
+    assert fitted.clipped == ("fitted to max_num_seqs=32 as vLLM does: ranges[32..4094] dropped "
+                              "(start_bs > 32)")
+    fitted = fit_to_engine(Table.from_list([[1, 32, 1], [33, 40, 9]]), 32)
+    assert fitted.table.to_list() == [[1, 32, 1]]
+    assert fitted.clipped is not None and fitted.clipped.endswith("ranges[1] dropped (start_bs > 32)")
+    # both cuts at once; a table that fits comes back as it is, with nothing to say
+    fitted = fit_to_engine(Table.from_list(DOC), 100)
+    assert fitted.table.to_list() == [[1, 64, 3], [65, 100, 1]]
+    assert fitted.clipped == ("fitted to max_num_seqs=100 as vLLM does: ranges[1] end_bs=128 cut "
+                              "to 100; ranges[2] dropped (start_bs > 100)")
+    table = Table.from_list([[1, 8, 3], [20, 30, 1]])  # a gap, and a tail short of max_num_seqs
+    assert fit_to_engine(table, 32) == (table, None)
+    assert fit_to_engine(table, 30) == (table, None)
+    with pytest.raises(InvalidInput, match="max_num_seqs=0"):
+        fit_to_engine(table, 0)
+
+
 # --- properties -------------------------------------------------------------------------
+
+@given(valid_ranges(), engine)
+def test_fit_to_engine_keeps_vllms_lookup(ranges: list[list[int]], eng: tuple[int, int]) -> None:
+    max_num_seqs, num_speculative_tokens = eng
+    table = Table.from_list(ranges)
+    fitted = fit_to_engine(table, max_num_seqs)
+    assert fitted.table.dense(max_num_seqs, num_speculative_tokens) == \
+        build_dynamic_sd_schedule_lookup(ranges, max_num_seqs, num_speculative_tokens)
+    assert fitted.table.ranges[-1][1] <= max_num_seqs and len(fitted.table.ranges) <= max_num_seqs
+    assert (fitted.clipped is None) == (fitted.table == table)
+    assert fitted.table.ranges == table.ranges[:len(fitted.table.ranges) - 1] + fitted.table.ranges[-1:]
 
 @given(valid_ranges(), engine)
 def test_dense_compact_round_trip(ranges: list[list[int]], eng: tuple[int, int]) -> None:

@@ -1,0 +1,296 @@
+"""Do no harm: the table alone against the table with the sidecar, under realistic traffic
+driven by vLLM's own benchmark client (issue #34 item 5; #38 item 0 on the H200).
+
+One vLLM with the plugin starts on the START TABLE, the one the profile's tuner chooses
+(`tabletune table PROFILE`). Then, block after block, every traffic shape (benchmarks/traffic.py:
+bursts, bursty Poisson arrivals, a ramp up and down, mixed lengths) runs once in each arm
+(benchmarks/noharm_arms.py), in the order table-sidecar in even blocks and sidecar-table in
+odd ones, both arms on the same requests (the client's seed; a new seed each block). The
+sidecar is the real `tabletune sidecar` with the user's defaults (`--profile` and nothing
+else; `--sidecar-arg` appends flags), one process for the whole call, frozen outside its own
+arms. Before the first block, `--warmup-rounds` rounds of every shape in both arms,
+unmeasured: the engine's one-off costs, and the sidecar's first learning.
+
+Per shape, summary.json holds the ratio sidecar / table of the client's output throughput with
+its 95% interval, and the sidecar's pushes, minutes and detected changes
+(benchmarks/noharm_summary.py). noharm.json holds every run: the client's fields, the engine's
+counters around it, what the sidecar did; runs/ holds the client's whole result of each run.
+Both are written after every block; `--budget-s` ends the call before a block that would not
+fit, and `--resume` adds blocks to an existing --out (a new engine and sidecar, warmed again).
+
+    python -m benchmarks.noharm --profile PROFILE --out DIR --shapes burst,poisson,ramp,mixed \\
+        --blocks 6 --budget-s 3600
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import gzip
+import json
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.design import rotated
+from benchmarks.engines import admin_client, max_model_len, spec_server
+from benchmarks.noharm_arms import Arms
+from benchmarks.noharm_summary import ARMS, arm_throughput, summarize
+from benchmarks.policies import engine_args as bench_engine_args
+from benchmarks.stateful import USER_DEFAULTS, PausedSidecar
+from benchmarks.traffic import KINDS, Shape, Sizes, check_sizes, shapes
+from tuner import flags
+from tuner.core.engine_client import EngineClient
+from tuner.core.errors import InvalidInput, InvalidTable, TableTuneError
+from tuner.core.files import write_atomic
+from tuner.core.profile import Profile, load
+from tuner.core.table import Table, check_for_engine
+from tuner.engine_defaults import resolve_model
+from tuner.launcher import ServerConfig, free_port, launch
+from tuner.replay import Replay
+
+SERVED_NAME = ServerConfig.model_fields["served_model_name"].default
+WARMUP_SEED = 10_000  # warmup traffic: its own requests, never a measured block's
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    profile_path: Path
+    profile: Profile
+    model: Path
+    out: Path
+    shapes: tuple[Shape, ...]
+    sizes: Sizes
+    start: Table
+    blocks: int
+    budget_s: float
+    idle_s: float
+    warmup_rounds: int
+    seed: int
+    resume: bool
+    replay: Replay | None
+    engine_args: tuple[str, ...]
+    sidecar_args: tuple[str, ...]
+    command: str
+
+
+def config(args: argparse.Namespace, argv: list[str]) -> Config:
+    """The flags, checked: InvalidInput names the flag, its value and the fix."""
+    profile_path = Path(args.profile)
+    profile = load(profile_path)
+    # both arms send the same prompts: with vLLM's prefix cache on, the second arm of every
+    # block ran faster whichever it was (H200, 2026-12-04: 1.34 / 0.76 / 1.32 by order)
+    extra = bench_engine_args(tuple(args.engine_arg or ()))
+    ramp = flags.ints(args.ramp, "--ramp", "1,8")
+    if len(ramp) != 2:
+        raise InvalidInput(f"--ramp={args.ramp!r}: give LOW,HIGH requests/s, e.g. 1,8")
+    sizes = Sizes(concurrency=tuple(flags.ints(args.concurrency, "--concurrency", "8,32")),
+                  rates=tuple(flags.rates(args.rates, "--rates") or ()), burstiness=args.burstiness,
+                  ramp=(ramp[0], ramp[1]), input_len=args.input_len, output_len=args.output_len,
+                  range_ratio=args.range_ratio, mixed_input_len=args.mixed_input_len,
+                  mixed_range=args.mixed_range, run_s=args.run_s, waves=args.waves)
+    if not sizes.rates:
+        raise InvalidInput(f"--rates={args.rates!r}: give requests/s like 1,4")
+    check_sizes(sizes, max_model_len(extra))
+    for flag, value, low in (("--blocks", args.blocks, 1), ("--waves", args.waves, 1),
+                             ("--warmup-rounds", args.warmup_rounds, 0)):
+        if value < low:
+            raise InvalidInput(f"{flag}={value}: must be >= {low}")
+    for flag, seconds in (("--idle-s", args.idle_s), ("--run-s", args.run_s),
+                          ("--budget-s", args.budget_s)):
+        if seconds < 0:
+            raise InvalidInput(f"{flag}={seconds}: seconds must be >= 0")
+    start = (flags.table(args.start_table, "--start-table") if args.start_table
+             else profile.build().table)
+    try:
+        check_for_engine(start, profile.K, profile.engine.max_num_seqs)
+    except InvalidTable as exc:
+        raise InvalidInput(f"--start-table={args.start_table!r}: {exc}") from None
+    return Config(profile_path, profile, resolve_model(profile.engine.model, args.model),
+                  Path(args.out), tuple(shapes(args.shapes.split(","), sizes)), sizes, start,
+                  args.blocks, args.budget_s, args.idle_s, args.warmup_rounds, args.seed,
+                  args.resume, flags.replay(args, profile.K), extra, tuple(args.sidecar_arg or ()),
+                  "python -m benchmarks.noharm " + shlex.join(argv))
+
+
+def meta(cfg: Config) -> dict[str, Any]:
+    return {"command": cfg.command,
+            "profile": str(cfg.profile_path), "model": cfg.profile.engine.model,
+            "served_name": SERVED_NAME, "start_table": cfg.start.to_list(),
+            "profile_table": cfg.profile.table, "engine": cfg.profile.engine.model_dump(mode="json"),
+            "shapes": [{"name": s.name, "runs": [r.flags() for r in s.runs]} for s in cfg.shapes],
+            "sizes": dataclasses.asdict(cfg.sizes), "idle_s": cfg.idle_s, "seed": cfg.seed,
+            "emulate": list(cfg.replay.rates) if cfg.replay else None,
+            "sidecar": ["tabletune", "sidecar", "--profile", str(cfg.profile_path),
+                        *USER_DEFAULTS, *cfg.sidecar_args],
+            "engine_args": list(cfg.engine_args), "parts": []}
+
+
+def record_for(cfg: Config) -> dict[str, Any]:
+    """A new record, or (--resume) the one in --out, whose shapes must be this command's."""
+    path = cfg.out / "noharm.json"
+    fresh: dict[str, Any] = {"schema": 1, "meta": meta(cfg), "runs": [], "warmup": []}
+    if not cfg.resume or not path.exists():
+        return fresh
+    old: dict[str, Any] = json.loads(path.read_text())
+    if old["meta"]["shapes"] != fresh["meta"]["shapes"]:
+        raise InvalidInput(f"--resume: {path} ran the shapes "
+                           f"{[s['name'] for s in old['meta']['shapes']]} with other sizes or "
+                           "flags than this command; resume with its command "
+                           f"({old['meta']['command']}) or pass another --out")
+    return old
+
+
+def save(cfg: Config, record: dict[str, Any]) -> dict[str, Any]:
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    write_atomic(cfg.out / "noharm.json", json.dumps(record, indent=1))
+    summary = summarize(record)
+    write_atomic(cfg.out / "summary.json", json.dumps(summary, indent=1))
+    return summary
+
+
+def say(text: str) -> None:
+    print(f"noharm: {text}", file=sys.stderr, flush=True)
+
+
+async def one_round(arms: Arms, cfg: Config, block: int, seed: int) -> list[dict[str, Any]]:
+    """Every shape once in each arm: shapes in an order rotating with the block, the arms
+    table-sidecar in even blocks and sidecar-table in odd ones."""
+    out = []
+    # warmup (block < 0) runs the table first: the engine's one-off costs off the sidecar's
+    # first observations
+    order = ARMS if block % 2 == 0 or block < 0 else ARMS[::-1]
+    for shape in rotated(cfg.shapes, max(block, 0)):
+        for position, arm in enumerate(order):
+            run = await arms.run(shape, arm, seed, f"b{block}-{shape.name}-{arm}")
+            out.append({"block": block, "position": position, **run})
+            seen = run["sidecar"] or {}
+            say(f"block {block} {shape.name:>14} {arm:>7}: {arm_throughput(run):8.1f} tok/s "
+                f"in {run['wall_s']:.0f} s" + (f", pushes {seen['pushes']}, changes "
+                                                f"{seen['traffic_changes']}" if seen else ""))
+    return out
+
+
+async def run(cfg: Config) -> dict[str, Any]:
+    t0 = time.monotonic()
+    record = record_for(cfg)
+    part = len(record["meta"]["parts"])
+    first = 1 + max((r["block"] for r in record["runs"]), default=-1)
+    info: dict[str, Any] = {"part": part, "first_block": first, "stop_reason": "blocks"}
+    record["meta"]["parts"].append(info)
+    admin_port = free_port()
+    server_cfg = spec_server(cfg.profile, cfg.model, admin_port, cfg.replay, cfg.engine_args)
+    async with (launch(server_cfg, log_dir=cfg.out / "logs") as server,
+                admin_client(admin_port) as admin, EngineClient(engine_url=server.url) as engine):
+        await admin.put_table(cfg.start)
+        plain = await admin.get_policy()
+        sidecar = PausedSidecar(cfg.start, admin, plain, cfg.profile_path, cfg.out / "logs",
+                                server.url, converge_s=0.0,
+                                args=cfg.sidecar_args,
+                                base=USER_DEFAULTS)
+        arms = Arms(server.url, engine, admin, sidecar, cfg.start, cfg.model, SERVED_NAME,
+                    cfg.out, cfg.idle_s)
+        info["sidecar_log"] = f"sidecar-part{part}.log.gz"
+        try:
+            await _blocks(arms, cfg, record, info, first, t0)
+        except BaseException as exc:
+            info["stop_reason"] = f"error: {type(exc).__name__}: {exc}"
+            raise
+        finally:
+            await arms.close()
+            info["wall_s"] = round(time.monotonic() - t0, 1)
+            _keep_log(sidecar.log, cfg.out / info["sidecar_log"])
+            save(cfg, record)
+    return record
+
+
+async def _blocks(arms: Arms, cfg: Config, record: dict[str, Any], info: dict[str, Any],
+                  first: int, t0: float) -> None:
+    block_s = 0.0  # the longest round so far: what the next block is expected to take
+    for r in range(cfg.warmup_rounds):
+        t = time.monotonic()
+        say(f"warmup round {r + 1}/{cfg.warmup_rounds} (unmeasured)")
+        runs = await one_round(arms, cfg, -1 - r, cfg.seed + WARMUP_SEED + info["part"])
+        record["warmup"] += [{**x, "part": info["part"]} for x in runs]
+        block_s = max(block_s, time.monotonic() - t)
+        save(cfg, record)
+    for block in range(first, cfg.blocks):
+        if block_s and time.monotonic() - t0 + block_s > cfg.budget_s:
+            info["stop_reason"] = (f"budget: block {block} would end after --budget-s "
+                                   f"{cfg.budget_s:g} (a block takes ~{block_s:.0f} s)")
+            say(info["stop_reason"])
+            return
+        t = time.monotonic()
+        runs = await one_round(arms, cfg, block, cfg.seed + block)
+        record["runs"] += [{**x, "part": info["part"]} for x in runs]
+        block_s = max(block_s, time.monotonic() - t)
+        info["blocks"] = block - first + 1
+        summary = save(cfg, record)
+        say(f"block {block} done in {time.monotonic() - t:.0f} s; " + "; ".join(
+            f"{s['shape']} {s['ratio']} {s['ci']}" for s in summary["shapes"]))
+
+
+def _keep_log(log: Path, dest: Path) -> None:
+    """The sidecar's whole log, gzipped beside the results (its decisions and changes)."""
+    if log.exists():
+        dest.write_bytes(gzip.compress(log.read_bytes()))
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", required=True, help="from `tabletune tune`")
+    ap.add_argument("--model", help="model path (default: the profile's)")
+    ap.add_argument("--out", default="runs/noharm")
+    ap.add_argument("--resume", action="store_true", help="add blocks to --out's noharm.json")
+    ap.add_argument("--shapes", default=",".join(KINDS), help=f"some of {','.join(KINDS)}")
+    ap.add_argument("--blocks", type=int, default=6, help="blocks in all (resumed ones count)")
+    ap.add_argument("--budget-s", type=float, default=3600.0,
+                    help="this call ends before a block that would end later (server start included)")
+    ap.add_argument("--concurrency", default="8", help="burst: one shape per --max-concurrency")
+    ap.add_argument("--rates", default="2", help="poisson: one shape per rate (requests/s); "
+                    "mixed runs at the first")
+    ap.add_argument("--burstiness", type=float, default=0.5, help="the client's gamma shape (1: Poisson)")
+    ap.add_argument("--ramp", default="1,8", help="ramp: LOW,HIGH requests/s")
+    ap.add_argument("--input-len", type=int, default=96)
+    ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--range-ratio", type=float, default=0.5, help="lengths L·(1 ± r)")
+    ap.add_argument("--mixed-input-len", type=int, default=384)
+    ap.add_argument("--mixed-range", type=float, default=0.9)
+    ap.add_argument("--run-s", type=float, default=20.0, help="arrival-driven shapes' length")
+    ap.add_argument("--waves", type=int, default=4, help="a burst sends WAVES x its concurrency")
+    ap.add_argument("--idle-s", type=float, default=3.0, help="quiet before each arm's runs")
+    ap.add_argument("--warmup-rounds", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--start-table", help="JSON table (default: the profile's, by this tuner's rule)")
+    ap.add_argument("--sidecar-arg", action="append",
+                    help="a flag after the sidecar's defaults, repeatable (default: none)")
+    flags.add_engine_flags(ap)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser().parse_args(argv)
+    try:
+        cfg = config(args, argv)
+        record = asyncio.run(run(cfg))
+    except InvalidInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except TableTuneError as exc:  # engine or sidecar gone: the files hold the blocks before it
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    summary = summarize(record)
+    print(json.dumps({"verdict": summary["verdict"], "shapes": [
+        {k: s[k] for k in ("shape", "blocks", "ratio", "ci", "pushes", "minutes", "false_changes")}
+        for s in summary["shapes"]]}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

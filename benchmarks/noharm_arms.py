@@ -1,0 +1,157 @@
+"""The do-no-harm bench's two arms on one engine, each a shape's runs of vLLM's client.
+
+- `table`: the table alone. The sidecar is frozen (SIGSTOP), the engine gets the start table
+  and the plain policy (no exploration, no duels) back (benchmarks/stateful.PausedSidecar).
+- `sidecar`: the sidecar thawed with its own table and policy restored, started with the
+  user's defaults (`tabletune sidecar --profile P`; the engine's URLs and its own port are
+  wiring, not tuning).
+
+Each arm waits `idle_s` (a quiet spell, the sidecar awake in its arm), then runs the shape's
+client runs back to back, each starting fresh. Around every run the engine's own counters are
+read (generated tokens, the plugin's steps, acceptance and table version) as a cross-check of
+the client's figures; after a sidecar arm its GET /v1/state and /metrics say what it did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from benchmarks.field_client import ClientResult, client_argv, run_client
+from benchmarks.stateful import PausedSidecar
+from benchmarks.traffic import ClientRun, Shape
+from benchmarks.window import generated
+from tuner.core.engine_client import EngineClient
+from tuner.core.errors import EngineUnavailable
+from tuner.core.table import Table
+from tuner.step_clock import step_load
+
+NOTABLE = ("pushed", "rolled_back", "rejected", "failed", "held")  # decisions kept per arm
+COUNTS = ("pushes", "traffic_changes", "rollbacks", "foreign_tables")
+READY_S = 120.0  # a fresh sidecar's imports on a loaded 2-core box
+
+
+class Arms:
+    """The engine, the sidecar and vLLM's client, and which arm the engine is in."""
+
+    def __init__(self, server_url: str, engine: EngineClient, admin: EngineClient,
+                 sidecar: PausedSidecar, start: Table, model: Path, served_name: str,
+                 out: Path, idle_s: float) -> None:
+        self.host, port = server_url.removeprefix("http://").rsplit(":", 1)
+        self.port = int(port)
+        self.engine, self.admin, self.sidecar, self.start = engine, admin, sidecar, start
+        self.model, self.served_name, self.out, self.idle_s = model, served_name, out, idle_s
+        self.is_thawed = False
+        self.thawed_at = 0.0
+        self.seen: dict[str, Any] | None = None  # the sidecar's counters at its last reading
+
+    async def run(self, shape: Shape, arm: str, seed: int, tag: str) -> dict[str, Any]:
+        """One arm of one shape: its runs' client results and engine counts, and (sidecar)
+        what the sidecar did meanwhile."""
+        t0 = time.monotonic()
+        await (self._thaw() if arm == "sidecar" else self._freeze())
+        await asyncio.sleep(self.idle_s)
+        phases = [await self._phase(run, seed, f"{tag}-{i}") for i, run in enumerate(shape.runs)]
+        seen = await self._observe() if arm == "sidecar" else None
+        return {"shape": shape.name, "arm": arm, "seed": seed, "wall_s": round(time.monotonic() - t0, 2),
+                "phases": phases, "sidecar": seen}
+
+    async def _freeze(self) -> None:
+        if self.is_thawed:
+            await self.sidecar.leave()
+            self.is_thawed = False
+        if (await self.admin.get_table()).parsed_table() != self.start:
+            await self.admin.put_table(self.start)
+
+    async def _thaw(self) -> None:
+        if self.is_thawed:
+            return
+        await self.sidecar.enter(settle_steps=0)  # no traffic yet: nothing to settle on
+        self.is_thawed, self.thawed_at = True, time.monotonic()
+        if self.seen is None:  # a fresh sidecar: its counters start here
+            self.seen = await self._read(deadline=time.monotonic() + READY_S)
+
+    async def _phase(self, run: ClientRun, seed: int, tag: str) -> dict[str, Any]:
+        s0 = await self.admin.get_stats()
+        _, g0 = await generated(self.engine)
+        argv = client_argv(run, self.host, self.port, self.model, self.served_name, seed)
+        result = await run_client(argv, self.out / "logs" / "client.log")
+        _, g1 = await generated(self.engine)
+        s1 = await self.admin.get_stats()
+        path = self.out / "runs" / f"{tag}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=1))
+        load = step_load(s0, s1)
+        return {"file": str(path.relative_to(self.out)), "argv": run.flags(),
+                "client": ClientResult.model_validate(result).model_dump(),
+                "engine": {"generated_tokens": g1 - g0, "steps": s1.engine_steps - s0.engine_steps,
+                           "step_ms": load.step_ms if load else None,
+                           "table_version": [s0.table_version, s1.table_version],
+                           "accepted_per_pos": _delta(s0.accepted_per_pos, s1.accepted_per_pos),
+                           "drafted_per_pos": _delta(s0.drafted_per_pos, s1.drafted_per_pos)}}
+
+    async def _observe(self) -> dict[str, Any]:
+        """What the sidecar did since its last reading: counts, the thawed minutes, the
+        notable decisions, and its state now."""
+        before = self.seen
+        assert before is not None  # read when it was first thawed
+        now = await self._read(deadline=time.monotonic() + 30.0)
+        # awake since it was thawed, or since the reading before when it stayed awake
+        minutes = (now["monotonic"] - max(self.thawed_at, before["monotonic"])) / 60
+        self.seen = now
+        decisions = [d for d in now["decisions"] if d["time"] > before["time"]
+                     and d["outcome"] in NOTABLE]
+        return {**{k: now[k] - before[k] for k in COUNTS}, "minutes": round(minutes, 3),
+                "decisions": decisions, "cumulative": {k: now[k] for k in COUNTS},
+                "engine_table": now["engine_table"], "a_hat": now["a_hat"],
+                "rebuilds": now["rebuilds"]}
+
+    async def _read(self, deadline: float) -> dict[str, Any]:
+        """The sidecar's counters from its /v1/state and /metrics, retried until `deadline`
+        (a sidecar still starting does not answer yet)."""
+        base = f"http://127.0.0.1:{self.sidecar.port}"
+        timeout = aiohttp.ClientTimeout(total=5.0)
+        while True:
+            try:
+                async with aiohttp.ClientSession(timeout=timeout) as s:
+                    async with s.get(base + "/v1/state") as r:
+                        state = await r.json()
+                    async with s.get(base + "/metrics") as r:
+                        metrics = await r.text()
+                return _counters(state, metrics)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                if self.sidecar.returncode() is not None or time.monotonic() > deadline:
+                    raise EngineUnavailable(f"{base}: the sidecar does not answer ({exc}); "
+                                            f"see its log {self.sidecar.log}") from exc
+                await asyncio.sleep(1.0)
+
+    async def close(self) -> None:
+        await self.sidecar.close()
+
+
+def _counters(state: dict[str, Any], metrics: str) -> dict[str, Any]:
+    """The counts a do-no-harm arm reports, from one reading of the sidecar."""
+    pushes, rebuilds = 0, {}
+    for fam in text_string_to_metric_families(metrics):
+        for s in fam.samples:
+            if s.name == "tabletune_sidecar_pushes_total":
+                pushes = int(s.value)
+            elif s.name == "tabletune_sidecar_rebuilds_total":
+                rebuilds[s.labels["outcome"]] = int(s.value)
+    return {"pushes": pushes, "traffic_changes": state.get("traffic_changes", 0),
+            "rollbacks": state.get("guardrail", {}).get("rollbacks", 0),
+            "foreign_tables": state.get("foreign_tables_seen", 0), "rebuilds": rebuilds,
+            "engine_table": state.get("engine_table"), "a_hat": state.get("a_hat"),
+            "decisions": state.get("recent_decisions", []),
+            "time": max((d["time"] for d in state.get("recent_decisions", [])), default=0.0),
+            "monotonic": time.monotonic()}
+
+
+def _delta(before: list[int], after: list[int]) -> list[int]:
+    return [b - a for a, b in zip(before, after, strict=True)]

@@ -1,0 +1,172 @@
+"""The do-no-harm bench's figures from its raw runs (pure): noharm.json -> summary.json.
+
+Per traffic shape, over its blocks (each block ran the shape once with the table alone and once
+with the sidecar, in alternating order, on the same requests):
+
+- ratio: the geometric mean of the per-block ratios sidecar / table of the client's output
+  throughput (tokens over the run's duration, summed over the shape's runs), its 95%
+  Student's t-interval on the logs (benchmarks/inference.py: exact for normal log ratios at
+  any number of blocks). The target holds at a shape when the interval's lower end is at least
+  TARGET: "meets"; "misses" when its upper end is below; otherwise "undecided".
+- pushes, minutes, false_changes: the sidecar's pushes, the minutes it ran (thawed) and the
+  traffic changes it detected in that shape's measured arms. Every block serves the same
+  shapes from the same distribution, so nothing changes from block to block: a detected
+  change is false, and the pushes are what a sidecar does when nothing changed (target: at
+  most PUSHES_PER_10_MIN).
+
+Latency beside throughput: the per-block ratios of mean TPOT and TTFT (sidecar / table, below 1
+is faster) with their intervals, and each arm's medians over blocks of the client's p50/p99.
+The engine's own counter gives a second throughput ratio (its generated tokens over the
+client's duration), a cross-check of the client's.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from benchmarks.inference import bounds, estimate
+
+TARGET = 0.995            # table + sidecar >= table alone - 0.5%
+PUSHES_PER_10_MIN = 1.0   # when nothing changed
+ALPHA = 0.05
+ARMS = ("table", "sidecar")
+LATENCY = ("p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms", "p50_itl_ms", "p99_itl_ms")
+
+Run = dict[str, Any]
+
+
+def arm_throughput(run: Run) -> float:
+    """Output tokens over the client's durations, summed over the shape's runs (one run but
+    for the ramp's staircase): a run's output_throughput when there is one."""
+    tokens = sum(p["client"]["total_output_tokens"] for p in run["phases"])
+    seconds = sum(p["client"]["duration"] for p in run["phases"])
+    return tokens / seconds if seconds > 0 else math.nan
+
+
+def engine_throughput(run: Run) -> float:
+    tokens = sum(p["engine"]["generated_tokens"] for p in run["phases"])
+    seconds = sum(p["client"]["duration"] for p in run["phases"])
+    return tokens / seconds if seconds > 0 else math.nan
+
+
+def mean_of(field: str) -> Callable[[Run], float]:
+    """A latency mean over the shape's runs, weighted by their completed requests."""
+    def get(run: Run) -> float:
+        done = [(p["client"][field], p["client"]["completed"]) for p in run["phases"]]
+        n = sum(c for _, c in done)
+        return sum(v * c for v, c in done) / n if n else math.nan
+    return get
+
+
+def paired(runs: Sequence[Run], shape: str) -> list[tuple[Run, Run]]:
+    """(table, sidecar) of each block that ran both arms of `shape`, in block order."""
+    by_block: dict[tuple[int, int], dict[str, Run]] = {}
+    for r in runs:
+        if r["shape"] == shape:
+            by_block.setdefault((r["part"], r["block"]), {})[r["arm"]] = r
+    return [(b["table"], b["sidecar"]) for _, b in sorted(by_block.items())
+            if "table" in b and "sidecar" in b]
+
+
+def ratio_interval(pairs: Sequence[tuple[Run, Run]], of: Callable[[Run], float],
+                   alpha: float = ALPHA) -> dict[str, Any]:
+    """Geometric mean of of(sidecar) / of(table) over blocks and its (1 - alpha) t-interval;
+    None figures below two blocks (no spread to build an interval on)."""
+    logs = [math.log(of(s) / of(t)) for t, s in pairs if of(t) > 0 and of(s) > 0]
+    if len(logs) < 2:
+        mid = round(math.exp(logs[0]), 4) if logs else None
+        return {"ratio": mid, "ci": [None, None], "n": len(logs)}
+    mid, low, high = (float(np.exp(v)) for v in bounds(estimate(np.asarray(logs)), alpha))
+    return {"ratio": round(mid, 4), "ci": [round(low, 4), round(high, 4)], "n": len(logs)}
+
+
+def verdict(ci: Sequence[float | None], target: float = TARGET) -> str:
+    lo, hi = ci
+    if lo is None or hi is None:
+        return "too_few_blocks"
+    return "meets" if lo >= target else "misses" if hi < target else "undecided"
+
+
+def sidecar_counts(arms: Sequence[Run]) -> dict[str, float]:
+    """Pushes, thawed minutes, detected changes and rollbacks over sidecar arms."""
+    seen = [r["sidecar"] for r in arms if r.get("sidecar")]
+    pushes = sum(s["pushes"] for s in seen)
+    minutes = sum(s["minutes"] for s in seen)
+    return {"pushes": pushes, "minutes": round(minutes, 2),
+            "false_changes": sum(s["traffic_changes"] for s in seen),
+            "rollbacks": sum(s["rollbacks"] for s in seen),
+            "pushes_per_10min": round(10 * pushes / minutes, 3) if minutes > 0 else None}
+
+
+def latency(arms: Sequence[Run]) -> dict[str, float | None]:
+    """Median over blocks of each client latency percentile (runs pooled by requests)."""
+    return {f: _median([mean_of(f)(r) for r in arms]) for f in LATENCY}
+
+
+def acceptance_length(arms: Sequence[Run]) -> float | None:
+    got = [p["client"].get("spec_decode_acceptance_length") for r in arms for p in r["phases"]]
+    return _median([g for g in got if g is not None])
+
+
+def _median(values: Sequence[float]) -> float | None:
+    kept = [v for v in values if not math.isnan(v)]
+    return round(statistics.median(kept), 3) if kept else None
+
+
+def shape_summary(runs: Sequence[Run], shape: str) -> dict[str, Any]:
+    pairs = paired(runs, shape)
+    tput = ratio_interval(pairs, arm_throughput)
+    counts = sidecar_counts([s for _, s in pairs])
+    return {"shape": shape, "blocks": len(pairs), "ratio": tput["ratio"], "ci": tput["ci"],
+            "pushes": counts["pushes"], "minutes": counts["minutes"],
+            "false_changes": counts["false_changes"],
+            "verdict": verdict(tput["ci"]),
+            "pushes_per_10min": counts["pushes_per_10min"], "rollbacks": counts["rollbacks"],
+            "engine_ratio": _short(ratio_interval(pairs, engine_throughput)),
+            "mean_tpot_ratio": _short(ratio_interval(pairs, mean_of("mean_tpot_ms"))),
+            "mean_ttft_ratio": _short(ratio_interval(pairs, mean_of("mean_ttft_ms"))),
+            "tokens_per_s": {arm: _median([arm_throughput(p[i]) for p in pairs])
+                             for i, arm in enumerate(ARMS)},
+            "latency_ms": {arm: latency([p[i] for p in pairs]) for i, arm in enumerate(ARMS)},
+            "acceptance_length": {arm: acceptance_length([p[i] for p in pairs])
+                                  for i, arm in enumerate(ARMS)}}
+
+
+def _short(r: dict[str, Any]) -> dict[str, Any]:
+    return {"ratio": r["ratio"], "ci": r["ci"]}
+
+
+def overall(shapes: Sequence[dict[str, Any]], pushes: float, minutes: float) -> str:
+    """meets: every shape's interval at or above the target and pushes within theirs; misses:
+    a shape wholly below, or more pushes than the target allows; otherwise undecided."""
+    verdicts = [s["verdict"] for s in shapes]
+    rate = 10 * pushes / minutes if minutes > 0 else None
+    if not shapes or "too_few_blocks" in verdicts or rate is None:
+        return "too_few_blocks"
+    if "misses" in verdicts or rate > PUSHES_PER_10_MIN:
+        return "misses"
+    return "meets" if all(v == "meets" for v in verdicts) else "undecided"
+
+
+def summarize(record: dict[str, Any]) -> dict[str, Any]:
+    """summary.json: {"shapes": [{shape, blocks, ratio, ci, pushes, minutes, false_changes,
+    ...}], ...} from noharm.json's record."""
+    runs = record["runs"]
+    names = [s["name"] for s in record["meta"]["shapes"]]
+    shapes = [shape_summary(runs, name) for name in names]
+    measured = sidecar_counts([r for r in runs if r["arm"] == "sidecar"])
+    return {"shapes": shapes, "target": TARGET, "ci_level": 1 - ALPHA,
+            "pushes_target_per_10min": PUSHES_PER_10_MIN,
+            "verdict": overall(shapes, measured["pushes"], measured["minutes"]),
+            "measured": measured,
+            "warmup": sidecar_counts([r for r in record.get("warmup", []) if r["arm"] == "sidecar"]),
+            "blocks": max((s["blocks"] for s in shapes), default=0),
+            "parts": len(record["meta"].get("parts", [])),
+            "statistic": "geometric mean of per-block ratios sidecar / table of the client's "
+                         "output throughput; 95% Student's t-interval on their logs",
+            "command": record["meta"].get("command")}

@@ -1,0 +1,251 @@
+"""What the running sidecar costs the engine it watches, taken apart (issue #34 items 4 and 5).
+
+One vLLM with the plugin under a steady closed loop of N clients (engine-clock throughput,
+benchmarks/window.py), and two `tabletune sidecar` processes beside it, each frozen (SIGSTOP)
+outside its own windows (benchmarks/stateful.PausedSidecar). Three arms take turns in every
+cycle, in an order rotating with the cycle (a Latin square, so no arm always follows another):
+
+- `off`: both sidecars frozen, the start table and the plain policy (no exploration);
+- `watch`: the sidecar in `--dry-run`: its scrapes of /metrics and of the plugin's step ring,
+  its estimates and rebuilds, no exploration, no push. What observing alone costs;
+- `full`: the sidecar as a user starts it (its defaults): the rotation and duels on, pushes
+  allowed. What observing and exploring cost together (and what a push won or lost).
+
+Per cycle, the ratio of each arm's throughput to `off`'s; over cycles the geometric mean and
+its 95% t-interval on the logs (benchmarks/inference.py). A steady load is the easy case for
+the decisions but the precise one for a running cost: the do-no-harm bench
+(benchmarks/noharm.py) is the realistic-traffic test. Beside throughput: the engine's mean step
+time per arm, and the awake sidecar's CPU seconds per window second (from /proc).
+
+    python -m benchmarks.sidecar_cost --profile benchmarks/results/cpu-tiny/profile.json \\
+        --out runs/sidecar-cost --loads 4,16 --cycles 12 --window-s 15
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.engines import admin_client, max_model_len, spec_server
+from benchmarks.inference import bounds, estimate
+from benchmarks.policies import engine_args as bench_engine_args
+from benchmarks.stateful import USER_DEFAULTS, PausedSidecar
+from benchmarks.window import measure
+from benchmarks.workload import requests as request_pool
+from tuner import flags
+from tuner.core.engine_client import EngineClient
+from tuner.core.errors import InvalidInput, TableTuneError
+from tuner.core.profile import load
+from tuner.core.table import Table
+from tuner.engine_defaults import resolve_model, vocab_size
+from tuner.launcher import free_port, launch
+from tuner.load import StationaryLoad
+from tuner.prompts import repetitive
+
+ARMS = ("off", "watch", "full")
+SIDECAR_ARGS = {"watch": ("--dry-run",), "full": ()}  # after the user's defaults
+SETTLE_S = 2.0  # after an arm change: the thawed sidecar's first scrape, the policy in force
+
+
+def order(cycle: int) -> tuple[str, ...]:
+    """The arms' order in `cycle`: a rotation, so each arm comes first, second and third."""
+    i = cycle % len(ARMS)
+    return ARMS[i:] + ARMS[:i]
+
+
+def summarize(windows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per load and arm: the ratio to `off` over cycles with both, its 95% interval, mean step
+    time ratio and the sidecar's CPU share. Pure."""
+    loads: list[dict[str, Any]] = []
+    for n in sorted({w["load"] for w in windows}):
+        by_cycle: dict[int, dict[str, dict[str, Any]]] = {}
+        for w in windows:
+            if w["load"] == n:
+                by_cycle.setdefault(w["cycle"], {})[w["arm"]] = w
+        for arm in ARMS[1:]:
+            both = [c for c in by_cycle.values() if arm in c and "off" in c]
+            loads.append({"load": n, "arm": arm, "cycles": len(both),
+                          **_ratio([math.log(c[arm]["tokens_per_s"] / c["off"]["tokens_per_s"])
+                                    for c in both]),
+                          "step_ms_ratio": _ratio([math.log(c[arm]["step_ms"] / c["off"]["step_ms"])
+                                                   for c in both if c[arm]["step_ms"]
+                                                   and c["off"]["step_ms"]])["ratio"],
+                          "sidecar_cpu_share": _mean([c[arm]["sidecar_cpu_s"] / c[arm]["window_s"]
+                                                      for c in both]),
+                          "table_changes": sum(c[arm]["table_changes"] for c in both)})
+    return {"loads": loads}
+
+
+def _ratio(logs: Sequence[float]) -> dict[str, Any]:
+    if len(logs) < 2:
+        return {"ratio": round(math.exp(logs[0]), 4) if logs else None, "ci": [None, None]}
+    mid, low, high = (float(np.exp(v)) for v in bounds(estimate(np.asarray(logs)), 0.05))
+    return {"ratio": round(mid, 4), "ci": [round(low, 4), round(high, 4)]}
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return round(sum(xs) / len(xs), 4) if xs else None
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User and system CPU seconds of a process so far (0 for none)."""
+    if pid is None:
+        return 0.0
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Arms:
+    """The engine's two sidecars and which of them is awake."""
+
+    def __init__(self, sidecars: dict[str, PausedSidecar], admin: EngineClient, start: Table,
+                 plain: Any) -> None:
+        self.sidecars, self.admin, self.start, self.plain = sidecars, admin, start, plain
+        self.awake: str | None = None
+
+    async def enter(self, arm: str) -> None:
+        if self.awake == arm:
+            return
+        if self.awake is not None:
+            await self.sidecars[self.awake].leave()
+            self.awake = None
+        if (await self.admin.get_table()).parsed_table() != self.start:
+            await self.admin.put_table(self.start)  # a full arm's push stays in its arm
+        if arm in self.sidecars:
+            await self.sidecars[arm].enter(settle_steps=0)
+            self.awake = arm
+
+    def pid(self, arm: str) -> int | None:
+        s = self.sidecars.get(arm)
+        return None if s is None else s.pid()
+
+    async def close(self) -> None:
+        for s in self.sidecars.values():
+            await s.close()
+
+
+async def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    profile_path = Path(args.profile)
+    profile = load(profile_path)
+    extra = bench_engine_args(tuple(args.engine_arg or ()))
+    model = resolve_model(profile.engine.model, args.model)
+    start = flags.table(args.start_table, "--start-table") if args.start_table else profile.build().table
+    long = repetitive(64, vocab_size(model), length=args.prompt_tokens, seed=11)
+    pool = request_pool(args.mix, long, args.prompt_tokens, args.max_tokens, max_model_len(extra))
+    record: dict[str, Any] = {"schema": 1, "command": "python -m benchmarks.sidecar_cost "
+                              + shlex.join(argv), "start_table": start.to_list(),
+                              "window_s": args.window_s, "windows": []}
+    admin_port = free_port()
+    cfg = spec_server(profile, model, admin_port, flags.replay(args, profile.K), extra)
+    t0 = time.monotonic()
+    async with (launch(cfg, log_dir=out / "logs") as server, admin_client(admin_port) as admin,
+                EngineClient(engine_url=server.url) as engine):
+        await admin.put_table(start)
+        plain = await admin.get_policy()
+        sidecars = {arm: PausedSidecar(start, admin, plain, profile_path, out / "logs", server.url,
+                                       converge_s=0.0, args=(*SIDECAR_ARGS[arm],
+                                                             *(args.sidecar_arg or ())),
+                                       base=USER_DEFAULTS)
+                    for arm in ARMS[1:]}
+        arms = Arms(sidecars, admin, start, plain)
+        try:
+            for n in (int(x) for x in args.loads.split(",")):
+                async with StationaryLoad(server.url, pool, n, seed=n) as traffic:
+                    for cycle in range(-1, args.cycles):  # cycle -1: starts and warms, unmeasured
+                        if time.monotonic() - t0 > args.budget_s:
+                            say(f"budget: stopping at N={n} cycle {cycle}")
+                            break
+                        for arm in order(max(cycle, 0)):
+                            w = await window(arms, arm, engine, admin, traffic, args.window_s)
+                            if cycle >= 0:
+                                record["windows"].append({"load": n, "cycle": cycle, **w})
+                            say(f"N={n} cycle {cycle} {arm:>5}: {w['tokens_per_s']:8.1f} tok/s, "
+                                f"step {w['step_ms']} ms, sidecar CPU {w['sidecar_cpu_s']} s")
+                        if cycle >= 0:
+                            save(out, record)
+        finally:
+            await arms.close()
+            save(out, record)
+    return record
+
+
+async def window(arms: Arms, arm: str, engine: EngineClient, admin: EngineClient,
+                 traffic: StationaryLoad, window_s: float) -> dict[str, Any]:
+    """One arm's window: enter it, settle, measure; the awake sidecar's CPU meanwhile."""
+    await arms.enter(arm)
+    await asyncio.sleep(SETTLE_S)
+    c0 = cpu_seconds(arms.pid(arm))
+    m = await measure(engine, admin, traffic, window_s)
+    steps = m.steps
+    return {"arm": arm, "tokens_per_s": round(m.tokens_per_s, 3), "window_s": round(m.window_s, 3),
+            "step_ms": round(steps.step_ms, 4) if steps and steps.step_ms else None,
+            "requests_per_step": round(steps.requests_per_step, 3) if steps else None,
+            "sidecar_cpu_s": round(cpu_seconds(arms.pid(arm)) - c0, 3),
+            "table_changes": m.table_changes, "table": m.table}
+
+
+def save(out: Path, record: dict[str, Any]) -> None:
+    (out / "cost.json").write_text(json.dumps(record, indent=1))
+    (out / "summary.json").write_text(json.dumps(summarize(record["windows"]), indent=1))
+
+
+def say(text: str) -> None:
+    print(f"sidecar_cost: {text}", file=sys.stderr, flush=True)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", required=True, help="from `tabletune tune`")
+    ap.add_argument("--model", help="model path (default: the profile's)")
+    ap.add_argument("--out", default="runs/sidecar-cost")
+    ap.add_argument("--loads", default="4,16", help="closed-loop clients, one load after another")
+    ap.add_argument("--cycles", type=int, default=12, help="measured cycles per load")
+    ap.add_argument("--window-s", type=float, default=15.0)
+    ap.add_argument("--budget-s", type=float, default=3600.0, help="no cycle starts after this")
+    ap.add_argument("--mix", choices=("steady", "chat"), default="chat",
+                    help="request lengths (benchmarks/workload.py)")
+    ap.add_argument("--prompt-tokens", type=int, default=96)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--start-table", help="JSON table (default: the profile's, by this tuner's rule)")
+    ap.add_argument("--sidecar-arg", action="append",
+                    help="a flag after both sidecars' defaults, repeatable (default: none)")
+    flags.add_engine_flags(ap)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser().parse_args(argv)
+    for flag, value in (("--cycles", args.cycles), ("--window-s", args.window_s)):
+        if value <= 0:
+            print(f"error: {flag}={value}: must be > 0", file=sys.stderr)
+            return 2
+    try:
+        flags.ints(args.loads, "--loads", "4,16")
+        record = asyncio.run(run(args, argv))
+    except InvalidInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except TableTuneError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(summarize(record["windows"]), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""How far off the model is where the engine serves: its goodput against what the ring measured (pure).
+
+The model's goodput at a batch size, G(B, k) = B·τ(â)/T̂(B, k) (eq. G, tuner/core/goodput.py),
+is what a rebuild ranks k's by. At a bucket the engine served with its table's k, the plugin's
+ring says what that k delivered there: tokens per engine-second over its steady steps
+(sidecar/measured.py). |log(realized / predicted)| is the model's own error at that bucket,
+measured live: it takes in what the model leaves out (host time between steps, request-steps
+of prefill that emit nothing, the acceptance of this bucket's requests against the pooled â,
+step times of serving against the profile's). A switch the model decides must win by more than
+that error (sidecar/arbiter.py); a bucket without this measurement gets no switch from the
+model, only from paired measurement.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from sidecar.measured import MeasuredGoodput, band_rows
+from tuner.core.goodput import goodput
+
+__all__ = ["MIN_ERROR_STEPS", "LiveError", "live_errors"]
+
+FloatArray = npt.NDArray[np.float64]
+MIN_ERROR_STEPS = 32  # steady steps of the table's k at a bucket before its error is known
+
+
+@dataclass(frozen=True, slots=True)
+class LiveError:
+    bucket: int          # the batch-size band (named by its largest B)
+    k: int               # the table's k there, whose steps were measured
+    predicted: float     # the model's goodput at the cell's mean B, tokens/s
+    realized: float      # what the ring measured, tokens/s
+    error: float         # |log(realized / predicted)|
+    steps: float         # steady steps behind ``realized``
+
+
+def live_errors(goodput_by_ring: MeasuredGoodput, table_ks: Sequence[int], T_ms: FloatArray,
+                a: FloatArray, min_steps: float = MIN_ERROR_STEPS) -> dict[int, LiveError]:
+    """Per served bucket: the model's error for the table's k there (``table_ks[b-1]`` is k at
+    B=b; ``T_ms`` the step times the model uses, row b-1 for B=b)."""
+    max_b = len(table_ks)
+    ks = np.asarray(table_ks, dtype=np.int64)
+    G = goodput(T_ms[:max_b], a)  # tokens per ms, row b-1
+    out = {}
+    for bucket in sorted({b for b, _ in goodput_by_ring.cells}):
+        rows = band_rows(bucket, max_b)
+        if not rows.size:
+            continue
+        k = int(np.bincount(ks[rows - 1]).argmax())
+        measured = goodput_by_ring.rate(bucket, k)
+        if measured is None or measured[1] < min_steps or k >= G.shape[1]:
+            continue
+        realized, steps, mean_b = measured
+        b = min(max(int(round(mean_b)), 1), max_b)
+        predicted = float(G[b - 1, k]) * 1000.0
+        if predicted <= 0 or realized <= 0:
+            continue
+        out[bucket] = LiveError(bucket, k, round(predicted, 3), round(realized, 3),
+                                round(abs(math.log(realized / predicted)), 5), steps)
+    return out

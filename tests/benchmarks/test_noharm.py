@@ -1,0 +1,214 @@
+"""The do-no-harm bench (benchmarks/noharm.py): its traffic shapes as vLLM client flags
+(benchmarks/traffic.py), its figures from raw runs (benchmarks/noharm_summary.py), and its
+answers to bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.field_client import client_argv, parse
+from benchmarks.noharm import config, main, parser
+from benchmarks.noharm_summary import TARGET, ratio_interval, arm_throughput, summarize, verdict
+from benchmarks.stateful import _policy_fields
+from benchmarks.synthetic import paper_profile
+from benchmarks.traffic import KINDS, ClientRun, Sizes, check_sizes, ramp_runs, shapes
+from tuner.core.admin_api import PolicyReply
+from tuner.core.errors import InvalidInput
+
+SIZES = Sizes(concurrency=(8, 192), rates=(2.0, 0.5), ramp=(1, 8), run_s=20.0, waves=4)
+
+
+# -- shapes ------------------------------------------------------------------------------------
+def test_each_named_shape_becomes_its_runs_of_the_client() -> None:
+    got = {s.name: s.runs for s in shapes(KINDS, SIZES)}
+    assert list(got) == ["burst-c8", "burst-c192", "poisson-r2", "poisson-r0p5", "ramp-1-8", "mixed"]
+    burst = got["burst-c192"][0]
+    assert (burst.num_prompts, burst.max_concurrency, burst.request_rate) == (768, 192, None)
+    poisson = got["poisson-r0p5"][0]
+    assert (poisson.num_prompts, poisson.request_rate, poisson.burstiness) == (10, 0.5, 0.5)
+    mixed = got["mixed"][0]
+    assert (mixed.input_len, mixed.input_range, mixed.request_rate) == (384, 0.9, 2.0)
+
+
+def test_the_ramp_goes_up_in_one_run_and_down_in_fresh_runs_at_falling_rates() -> None:
+    up, *down = ramp_runs(SIZES)
+    assert up.ramp == (1, 8) and up.request_rate is None
+    # the client's linear ramp: N requests take ~(N - 1)·ln(hi/lo)/(hi - lo) s, half of run_s
+    assert (up.num_prompts - 1) * math.log(8) / 7 == pytest.approx(10.0, rel=0.05)
+    assert [r.request_rate for r in down] == [8.0, 4.5, 1.0]
+    assert [r.num_prompts for r in down] == [27, 15, 3]        # a sixth of run_s each
+
+
+def test_a_runs_flags_say_its_dataset_lengths_and_arrivals() -> None:
+    run = ClientRun(40, 96, 64, 0.5, 0.9, request_rate=2.0, burstiness=0.5)
+    flags = run.flags()
+    assert flags[flags.index("--random-range-ratio") + 1] == '{"input": 0.5, "output": 0.9}'
+    assert "--ignore-eos" in flags and "--max-concurrency" not in flags
+    assert flags[flags.index("--burstiness") + 1] == "0.5"
+    assert "--burstiness" not in ClientRun(8, 96, 64, 0.5, 0.5, max_concurrency=8).flags()
+
+
+def test_vllms_own_parser_takes_every_shapes_flags() -> None:
+    """The contract with vLLM's client: its parser (0.32 here; 0.26's add_cli_args differs
+    only in --probe-request-rate) reads each run as the shape means it."""
+    for shape in shapes(KINDS, SIZES):
+        for run in shape.runs:
+            args = parse(client_argv(run, "127.0.0.1", 8000, Path("/models/m"), "tiny", 7))
+            assert (args.num_prompts, args.seed, args.ignore_eos) == (run.num_prompts, 7, True)
+            assert args.max_concurrency == run.max_concurrency
+            assert args.request_rate == (run.request_rate or math.inf)
+            assert args.ramp_up_strategy == ("linear" if run.ramp else None)
+            assert (args.served_model_name, args.temperature) == ("tiny", 0.0)
+
+
+@pytest.mark.parametrize(("sizes", "says"), [
+    (Sizes(ramp=(8, 1)), "--ramp=8,1"),
+    (Sizes(range_ratio=1.0), "--range-ratio=1.0"),
+    (Sizes(burstiness=0.0), "--burstiness=0.0"),
+    (Sizes(input_len=600, output_len=100), "above the engine's max_model_len 1024"),
+    (Sizes(mixed_input_len=600), "--mixed-input-len/--mixed-range"),
+])
+def test_sizes_no_client_run_could_serve_name_their_flag(sizes: Sizes, says: str) -> None:
+    with pytest.raises(InvalidInput, match=says.replace("(", r"\(").replace("+", r"\+")):
+        check_sizes(sizes, max_model_len=1024)
+
+
+def test_an_unknown_shape_names_the_known_ones() -> None:
+    with pytest.raises(InvalidInput, match="'waves' is not a shape; use some of burst,poisson"):
+        shapes(["burst", "waves"], SIZES)
+
+
+# -- figures -----------------------------------------------------------------------------------
+def phase(tokens: int, seconds: float, tpot: float = 20.0, engine: int | None = None) -> dict[str, Any]:
+    client = {"total_output_tokens": tokens, "duration": seconds, "completed": 8,
+              "mean_tpot_ms": tpot, "mean_ttft_ms": 100.0, "spec_decode_acceptance_length": 2.0}
+    client |= {f: 1.0 for f in ("p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms",
+                                "p50_itl_ms", "p99_itl_ms")}
+    return {"client": client, "engine": {"generated_tokens": tokens if engine is None else engine}}
+
+
+def arm(block: int, shape: str, name: str, tps: float, pushes: int = 0, changes: int = 0,
+        minutes: float = 0.5) -> dict[str, Any]:
+    seen = ({"pushes": pushes, "traffic_changes": changes, "rollbacks": 0, "minutes": minutes}
+            if name == "sidecar" else None)
+    return {"block": block, "part": 0, "shape": shape, "arm": name,
+            "phases": [phase(round(tps * 10), 10.0)], "sidecar": seen}
+
+
+def record(ratios: dict[str, list[float]], pushes: int = 0) -> dict[str, Any]:
+    runs = []
+    for shape, rs in ratios.items():
+        for b, r in enumerate(rs):
+            runs += [arm(b, shape, "table", 1000.0), arm(b, shape, "sidecar", 1000.0 * r,
+                                                         pushes=pushes if b == 0 else 0)]
+    return {"meta": {"shapes": [{"name": s} for s in ratios], "parts": [{}], "command": "x"},
+            "runs": runs, "warmup": [arm(-1, "burst-c8", "sidecar", 1.0, pushes=3)]}
+
+
+def test_the_ratio_is_a_geometric_mean_with_a_t_interval_on_the_logs() -> None:
+    rs = [1.01, 0.99, 1.02, 1.00, 0.98, 1.03]
+    pairs = [(arm(b, "s", "table", 1000.0), arm(b, "s", "sidecar", 1000.0 * r)) for b, r in enumerate(rs)]
+    got = ratio_interval(pairs, arm_throughput)
+    assert got["ratio"] == pytest.approx(math.exp(sum(map(math.log, rs)) / 6), abs=1e-4)
+    lo, hi = got["ci"]
+    assert lo < got["ratio"] < hi and got["n"] == 6
+    # t(0.975, 5) = 2.571: the half-width in logs is 2.571 sd/sqrt(6)
+    logs = [math.log(r) for r in rs]
+    m = sum(logs) / 6
+    sd = math.sqrt(sum((x - m) ** 2 for x in logs) / 5)
+    assert math.log(hi) - m == pytest.approx(2.5706 * sd / math.sqrt(6), rel=1e-3)
+    assert ratio_interval(pairs[:1], arm_throughput)["ci"] == [None, None]
+
+
+def test_verdicts_read_the_interval_against_the_target() -> None:
+    assert verdict([TARGET, 1.02]) == "meets"
+    assert verdict([0.97, 0.994]) == "misses"
+    assert verdict([0.99, 1.01]) == "undecided"
+    assert verdict([None, None]) == "too_few_blocks"
+
+
+def test_summary_holds_the_issues_fields_per_shape_and_counts_only_measured_pushes() -> None:
+    got = summarize(record({"burst-c8": [1.0, 1.01, 1.0, 1.01], "poisson-r2": [0.9, 0.91, 0.9, 0.92]},
+                           pushes=1))
+    shapes_ = {s["shape"]: s for s in got["shapes"]}
+    for s in got["shapes"]:
+        assert {"shape", "blocks", "ratio", "ci", "pushes", "minutes", "false_changes"} <= set(s)
+        assert s["blocks"] == 4 and s["pushes"] == 1 and s["minutes"] == 2.0
+    assert shapes_["burst-c8"]["verdict"] == "meets" and shapes_["poisson-r2"]["verdict"] == "misses"
+    assert got["verdict"] == "misses"
+    assert got["measured"]["pushes"] == 2 and got["warmup"]["pushes"] == 3  # warmup kept apart
+    assert shapes_["burst-c8"]["engine_ratio"]["ratio"] == shapes_["burst-c8"]["ratio"]
+
+
+def test_a_block_missing_an_arm_is_left_out_and_too_many_pushes_miss() -> None:
+    rec = record({"burst-c8": [1.0, 1.01, 1.0]}, pushes=2)  # 2 pushes in 1.5 minutes
+    rec["runs"].append(arm(3, "burst-c8", "table", 1000.0))     # a block cut short
+    got = summarize(rec)
+    assert got["shapes"][0]["blocks"] == 3
+    assert got["shapes"][0]["pushes_per_10min"] == pytest.approx(13.333, abs=1e-3)
+    assert got["verdict"] == "misses"
+
+
+def test_a_shape_of_several_runs_counts_tokens_over_their_durations() -> None:
+    ramp = {"phases": [phase(1000, 10.0), phase(300, 5.0)]}
+    assert arm_throughput(ramp) == pytest.approx(1300 / 15)
+
+
+# -- the sidecar's arm and the bench's input -----------------------------------------------------
+def test_a_frozen_sidecars_duels_are_part_of_the_policy_put_back() -> None:
+    policy = PolicyReply(explore_every=300, hysteresis=2, explore_run=3, duels=[(1, 8, [2])])
+    assert _policy_fields(policy)["duels"] == [(1, 8, [2])]
+    assert _policy_fields(PolicyReply(explore_every=0, hysteresis=0))["duels"] == []
+
+
+@pytest.fixture
+def profile(tmp_path: Path) -> Path:
+    p = paper_profile()
+    p.table = p.build().table.to_list()
+    p.save(tmp_path / "profile.json")
+    return tmp_path / "profile.json"
+
+
+@pytest.mark.parametrize(("extra", "says"), [
+    (["--shapes", "burst,tide"], "--shapes: 'tide' is not a shape"),
+    (["--ramp", "8,1"], "--ramp=8,1"),
+    (["--ramp", "1,4,8"], "--ramp='1,4,8': give LOW,HIGH"),
+    (["--concurrency", "0"], "--concurrency='0': every value must be >= 1"),
+    (["--blocks", "0"], "--blocks=0: must be >= 1"),
+    (["--start-table", "[[1,8,3]"], "--start-table='[[1,8,3]': not JSON"),
+    (["--start-table", "[[1,16,4]]"], "--start-table='[[1,16,4]]':"),   # K is 3 here
+    (["--emulate", "0.5,0.9"], "--emulate='0.5,0.9'"),
+])
+def test_bad_input_is_one_line_naming_the_flag_and_exit_2(
+        profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str],
+        says: str) -> None:
+    rc = main(["--profile", str(profile), "--model", str(tmp_path), "--out", str(tmp_path / "o"),
+               *extra])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and says in err, err
+
+
+def test_resume_refuses_a_folder_of_other_shapes(profile: Path, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "noharm.json").write_text(json.dumps(
+        {"meta": {"shapes": [{"name": "burst-c4", "runs": []}], "command": "python -m x"},
+         "runs": [], "warmup": []}))
+    rc = main(["--profile", str(profile), "--model", str(tmp_path), "--out", str(out), "--resume"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--resume:" in err and "['burst-c4']" in err, err
+
+
+def test_the_engine_runs_without_its_prefix_cache_unless_asked(profile: Path, tmp_path: Path) -> None:
+    """Both arms send the same prompts: a prefix cache would serve the second arm's prefills."""
+    base = ["--profile", str(profile), "--model", str(tmp_path), "--out", str(tmp_path / "o")]
+    plain = config(parser().parse_args(base), base)
+    assert plain.engine_args[0] == "--no-enable-prefix-caching"
+    asked = base + ["--engine-arg=--enable-prefix-caching"]
+    assert config(parser().parse_args(asked), asked).engine_args == ("--enable-prefix-caching",)

@@ -1,0 +1,45 @@
+"""benchmarks/pair_dependence.py: the sidecar's `pair` events back into series, and the
+dependence estimates on series whose dependence is known."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from benchmarks.pair_dependence import dependence, pairs_from
+
+
+def test_pair_events_become_one_series_per_comparison_in_seq_order() -> None:
+    lines = [json.dumps({"event": "pair", "pair": {"seq": s, "bucket": 8, "k": k, "ref": r,
+                                                    "log_ratio": v, "steps": 16}})
+             for s, k, r, v in ((300, 3, 1, 0.02), (100, 1, 3, 0.05), (200, 2, 1, 0.01))]
+    lines += ["not json", json.dumps({"event": "rebuild", "pair": 1})]
+    got = pairs_from(lines)
+    # k=1 over k=3 at +0.05 is k=3 over k=1 at -0.05
+    assert got == {(8, 1, 3): [(100, -0.05), (300, 0.02)], (8, 1, 2): [(200, 0.01)]}
+
+
+@pytest.mark.parametrize(("rho", "factor"), [(0.0, 1.0), (0.5, 3.0)])
+def test_dependence_reads_a_known_ar1(rho: float, factor: float) -> None:
+    rng = np.random.default_rng(4)
+    series = []
+    for _ in range(40):
+        x = np.empty(200)
+        x[0] = rng.normal()
+        for i in range(1, 200):
+            x[i] = rho * x[i - 1] + math.sqrt(1 - rho * rho) * rng.normal()
+        series.append(list(x + rng.normal(0, 5)))  # each comparison its own mean
+    got = dependence(series)
+    low, high = got["lag1_band"]
+    assert low <= rho + 0.03 and high >= rho - 0.03 and abs(got["lag1"] - rho) < 0.05
+    assert got["variance_factor_ar1"] == pytest.approx(factor, rel=0.2)
+    # batches of 5 see the dependence inside 5 pairs: 1 + 2·Σ_j (1 - j/5)·ρ^j, 2.225 at 0.5
+    inside = 1 + 2 * sum((1 - j / 5) * rho ** j for j in range(1, 5))
+    assert got["variance_factor_batches"] == pytest.approx(inside, rel=0.15)
+
+
+def test_too_few_pairs_give_no_estimate() -> None:
+    assert dependence([[0.1], [0.2, 0.3]])["lag1"] is None
