@@ -10,10 +10,15 @@ bucket with live steps:
   model's, its interval widened by ``model_error`` (the error the model's own draws do not
   show), and the paired measurement's confidence sequence;
 - the measurement decides once it is conclusive (its interval clears the tie either way) or
-  no wider than the model's interval; until then the model does, with its interval widened by
-  the larger of ``model_error`` and its own error measured live at that bucket
-  (sidecar/model_error.py: predicted against realized goodput of the table's k there); where
-  that live error is not known yet, the model switches nothing (``live_error``);
+  no wider than the model's interval;
+- where the plugin can duel (``can_duel``: its ring is read and exploration has a budget) the
+  model never switches a bucket on its own: a challenger it favours is dueled until the
+  measurement settles it (the H200 under bursts: 111 of 111 ranges moved by the model, none by
+  measurement; the CPU do-no-harm bench: both pushes in 16 minutes the model's k=0 at B 17-32);
+- only where no duel can run does the model decide, with its interval widened by the larger
+  of ``model_error`` and its own error measured live at that bucket (sidecar/model_error.py:
+  predicted against realized goodput of the table's k there); where that live error is not
+  known yet, the model switches nothing (``live_error``);
 - c replaces k only if the deciding interval's lower end beats the tie; with several
   challengers the level is split among them (Bonferroni), so one bucket's verdict errs at most
   at 1 - confidence whatever the number of k's;
@@ -89,12 +94,14 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
               confidence: float, model_error: float, min_served: int, max_pairs: int,
               duel_width: int, futile: Callable[[int, int, int, int], bool] | None = None,
               previous: tuple[tuple[int, int, tuple[int, ...]], ...] = (),
-              live_error: Mapping[int, float] | None = None) -> Verdicts:
+              live_error: Mapping[int, float] | None = None,
+              can_duel: bool = False) -> Verdicts:
     """Per served bucket, the k to run and who decided it; the duels still worth running.
     ``futile(start, end, k, c)``: the incumbent k's extra drafts over a smaller c buy nothing
     and c is no slower (tuner/core/incumbent.py): c replaces it without waiting for a duel.
     ``live_error[bucket]``: the model's error measured there (None: ``model_error`` everywhere,
-    the model may switch any served bucket)."""
+    the model may switch any served bucket). ``can_duel``: duels can settle what the model
+    favours, so the model switches nothing (it orders the duels)."""
     max_b, num_k = G_reps.shape[1], G_reps.shape[2]
     ks = np.asarray(old_ks, dtype=np.int64).copy()
     calls: list[Call] = []
@@ -111,8 +118,9 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
         alpha = (1.0 - confidence) / len(rivals)       # Bonferroni over the challengers
         z = NormalDist().inv_cdf(1.0 - alpha / 2.0)
         here: list[Call] = []
-        # the model may switch only where its own error is known, and must beat it there
-        by_model = live_error is None or bucket in live_error
+        # the model may switch only where no duel can settle it, where its own error is known,
+        # and by more than that error
+        by_model = not can_duel and (live_error is None or bucket in live_error)
         error = model_error if live_error is None else max(model_error, live_error.get(bucket, 0.0))
         for c in rivals:
             model = _model(G_reps, rows, k, c, z, error)

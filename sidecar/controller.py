@@ -521,7 +521,8 @@ class Controller:
             arbiter = Arbiter(self.goodput, dict(self.goodput.served), s.model_error,
                               s.min_served, s.max_pairs, s.duel_width, duels=self.engine.duels,
                               live_error={} if settling else {
-                                  b: e.error for b, e in self.live_error.items()})
+                                  b: e.error for b, e in self.live_error.items()},
+                              can_duel=s.explore_share > 0)
         inputs = Inputs(tie=s.tie, confidence=s.confidence, allowed_k=self.allowed_k,
                         cliffs=self.cliffs, prior_steps=self.w_T,
                         measured=self.live_T.measured(self.T_dense.shape[0], self.w_T),

@@ -22,11 +22,12 @@
 
 With an arbiter (decisions by measurement, the default), steps 3-5 apply only with no engine
 table to compare with; otherwise the table changes only at the buckets the engine served since
-the last push, each decided by measured goodput where the measurement is tighter than the
-model, else by the model with its error measured live at that bucket (sidecar/arbiter.py,
-sidecar/model_error.py). A bucket not served keeps its k: an edge is never moved on evidence
-from elsewhere, not even after a change of traffic (the H200 under bursts: 111 of 111 ranges
-moved by the model after false changes, k=0 pushed at B >= 121 and taken back 20 s later).
+the last push, each decided by measured goodput (sidecar/arbiter.py): where the plugin can duel,
+the model only orders the duels; where it cannot, the model decides beyond its error measured
+live at that bucket (sidecar/model_error.py). A bucket not served keeps its k: an edge is
+never moved on evidence from elsewhere, not even after a change of traffic (the H200 under
+bursts: 111 of 111 ranges moved by the model after false changes, k=0 pushed at B >= 121 and
+taken back 20 s later).
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class Arbiter:
     duels: tuple[tuple[int, int, tuple[int, ...]], ...] = ()  # the ones the plugin runs now
     # the model's error measured live per bucket (None: model_error everywhere)
     live_error: Mapping[int, float] | None = None
+    can_duel: bool = False       # the plugin duels: measurement, not the model, switches
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +178,7 @@ def _verdicts(arb: Arbiter, ks: npt.NDArray[np.int64], G_reps: FloatArray,
                      tie=inputs.tie, confidence=inputs.confidence, model_error=arb.model_error,
                      min_served=arb.min_served, max_pairs=arb.max_pairs,
                      duel_width=arb.duel_width, futile=futile, previous=arb.duels,
-                     live_error=arb.live_error)
+                     live_error=arb.live_error, can_duel=arb.can_duel)
 
 
 def _by_measure(blend: Blend, T_prof: FloatArray, old: Table, old_ks: list[int], G: FloatArray,

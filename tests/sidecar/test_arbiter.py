@@ -67,6 +67,23 @@ def test_the_model_switches_only_where_its_live_error_is_known_and_beaten() -> N
     assert list(v.ks[8:]) == [2] * 8 and v.switches()[0].decided_by == "measured"
 
 
+def test_where_duels_can_run_the_model_orders_them_but_never_switches() -> None:
+    """Issue 36.2: with duels possible, even a model gain far beyond its live error is only a
+    duel's order; the measurement switches once it is conclusive."""
+    old = [3] * 16
+    G = draws({0: 1.0, 1: 1.1, 2: 1.2, 3: 1.0})  # the model: k=2 20% better, k=1 10%
+    v = decide(G, MeasuredGoodput(), {16: 100}, old, live_error={16: 0.02}, can_duel=True)
+    assert list(v.ks) == old and v.switches() == []
+    assert v.duels == ((9, 16, (2, 1)),)  # the model's favourite first
+    assert {c.k: c.status for c in v.calls}[2] == "open"
+    v = decide(G, measured_with(16, 2, 3, math.log(1.05)), {16: 100}, old, live_error={16: 0.02},
+               can_duel=True)
+    assert list(v.ks[8:]) == [2] * 8 and v.switches()[0].decided_by == "measured"
+    # a measured loss is kept even where the model favours the challenger
+    v = decide(G, measured_with(16, 2, 3, math.log(0.95)), {16: 100}, old, can_duel=True)
+    assert list(v.ks) == old and {c.k: c.status for c in v.calls}[2] == "keep"
+
+
 def test_a_tighter_measurement_overrides_the_model_either_way() -> None:
     old = [3] * 16
     G = draws({0: 0.5, 1: 0.9, 2: 0.974, 3: 1.0})  # the model: k=3 2.6% above k=2
