@@ -48,6 +48,7 @@ class ClientResult(BaseModel):
     p99_itl_ms: float
     spec_decode_acceptance_length: float | None = None  # None: the server does not speculate
     spec_decode_per_position_acceptance_rates: list[float] = []
+    request_goodput: float | None = None  # requests/s meeting every --goodput SLO (None: none given)
 
 
 def client_argv(run: ClientRun, host: str, port: int, model: Path, served_name: str,

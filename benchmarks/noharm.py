@@ -4,7 +4,7 @@ driven by vLLM's own benchmark client (issue #34 item 5; #38 item 0 on the H200)
 One vLLM with the plugin starts on the START TABLE, the one the profile's tuner chooses
 (`tabletune table PROFILE`). Then, block after block, every traffic shape (benchmarks/traffic.py:
 bursts, bursty Poisson arrivals, a ramp up and down, mixed lengths) runs once in each arm
-(benchmarks/noharm_arms.py), in the order table-sidecar in even blocks and sidecar-table in
+(benchmarks/client_arms.py), in the order table-sidecar in even blocks and sidecar-table in
 odd ones, both arms on the same requests (the client's seed; a new seed each block). The
 sidecar is the real `tabletune sidecar` with the user's defaults (`--profile` and nothing
 else; `--sidecar-arg` appends flags), one process for the whole call, frozen outside its own
@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import gzip
 import json
 import shlex
 import sys
@@ -36,17 +35,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks import client_bench
+from benchmarks.client_bench import (Blocks, add_traffic_flags, blocks_of, keep_log, next_part,
+                                     printer, run_blocks, shape_meta, traffic)
 from benchmarks.design import rotated
-from benchmarks.engines import admin_client, max_model_len, spec_server
-from benchmarks.noharm_arms import Arms
+from benchmarks.engines import admin_client, spec_server
+from benchmarks.client_arms import Arms
 from benchmarks.noharm_summary import ARMS, arm_throughput, summarize
 from benchmarks.policies import engine_args as bench_engine_args
 from benchmarks.stateful import USER_DEFAULTS, PausedSidecar
-from benchmarks.traffic import KINDS, Shape, Sizes, check_sizes, shapes
+from benchmarks.traffic import Shape, Sizes
 from tuner import flags
 from tuner.core.engine_client import EngineClient
 from tuner.core.errors import InvalidInput, InvalidTable, TableTuneError
-from tuner.core.files import write_atomic
 from tuner.core.profile import Profile, load
 from tuner.core.table import Table, check_for_engine
 from tuner.engine_defaults import resolve_model
@@ -54,7 +55,6 @@ from tuner.launcher import ServerConfig, free_port, launch
 from tuner.replay import Replay
 
 SERVED_NAME = ServerConfig.model_fields["served_model_name"].default
-WARMUP_SEED = 10_000  # warmup traffic: its own requests, never a measured block's
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +66,8 @@ class Config:
     shapes: tuple[Shape, ...]
     sizes: Sizes
     start: Table
-    blocks: int
-    budget_s: float
+    blocks: Blocks
     idle_s: float
-    warmup_rounds: int
-    seed: int
     resume: bool
     replay: Replay | None
     engine_args: tuple[str, ...]
@@ -85,25 +82,7 @@ def config(args: argparse.Namespace, argv: list[str]) -> Config:
     # both arms send the same prompts: with vLLM's prefix cache on, the second arm of every
     # block ran faster whichever it was (H200, 2026-12-04: 1.34 / 0.76 / 1.32 by order)
     extra = bench_engine_args(tuple(args.engine_arg or ()))
-    ramp = flags.ints(args.ramp, "--ramp", "1,8")
-    if len(ramp) != 2:
-        raise InvalidInput(f"--ramp={args.ramp!r}: give LOW,HIGH requests/s, e.g. 1,8")
-    sizes = Sizes(concurrency=tuple(flags.ints(args.concurrency, "--concurrency", "8,32")),
-                  rates=tuple(flags.rates(args.rates, "--rates") or ()), burstiness=args.burstiness,
-                  ramp=(ramp[0], ramp[1]), input_len=args.input_len, output_len=args.output_len,
-                  range_ratio=args.range_ratio, mixed_input_len=args.mixed_input_len,
-                  mixed_range=args.mixed_range, run_s=args.run_s, waves=args.waves)
-    if not sizes.rates:
-        raise InvalidInput(f"--rates={args.rates!r}: give requests/s like 1,4")
-    check_sizes(sizes, max_model_len(extra))
-    for flag, value, low in (("--blocks", args.blocks, 1), ("--waves", args.waves, 1),
-                             ("--warmup-rounds", args.warmup_rounds, 0)):
-        if value < low:
-            raise InvalidInput(f"{flag}={value}: must be >= {low}")
-    for flag, seconds in (("--idle-s", args.idle_s), ("--run-s", args.run_s),
-                          ("--budget-s", args.budget_s)):
-        if seconds < 0:
-            raise InvalidInput(f"{flag}={seconds}: seconds must be >= 0")
+    shapes_, sizes = traffic(args, extra)
     start = (flags.table(args.start_table, "--start-table") if args.start_table
              else profile.build().table)
     try:
@@ -111,8 +90,7 @@ def config(args: argparse.Namespace, argv: list[str]) -> Config:
     except InvalidTable as exc:
         raise InvalidInput(f"--start-table={args.start_table!r}: {exc}") from None
     return Config(profile_path, profile, resolve_model(profile.engine.model, args.model),
-                  Path(args.out), tuple(shapes(args.shapes.split(","), sizes)), sizes, start,
-                  args.blocks, args.budget_s, args.idle_s, args.warmup_rounds, args.seed,
+                  Path(args.out), shapes_, sizes, start, blocks_of(args), args.idle_s,
                   args.resume, flags.replay(args, profile.K), extra, tuple(args.sidecar_arg or ()),
                   "python -m benchmarks.noharm " + shlex.join(argv))
 
@@ -122,8 +100,8 @@ def meta(cfg: Config) -> dict[str, Any]:
             "profile": str(cfg.profile_path), "model": cfg.profile.engine.model,
             "served_name": SERVED_NAME, "start_table": cfg.start.to_list(),
             "profile_table": cfg.profile.table, "engine": cfg.profile.engine.model_dump(mode="json"),
-            "shapes": [{"name": s.name, "runs": [r.flags() for r in s.runs]} for s in cfg.shapes],
-            "sizes": dataclasses.asdict(cfg.sizes), "idle_s": cfg.idle_s, "seed": cfg.seed,
+            "shapes": shape_meta(cfg.shapes),
+            "sizes": dataclasses.asdict(cfg.sizes), "idle_s": cfg.idle_s, "seed": cfg.blocks.seed,
             "emulate": list(cfg.replay.rates) if cfg.replay else None,
             "sidecar": ["tabletune", "sidecar", "--profile", str(cfg.profile_path),
                         *USER_DEFAULTS, *cfg.sidecar_args],
@@ -132,29 +110,15 @@ def meta(cfg: Config) -> dict[str, Any]:
 
 def record_for(cfg: Config) -> dict[str, Any]:
     """A new record, or (--resume) the one in --out, whose shapes must be this command's."""
-    path = cfg.out / "noharm.json"
     fresh: dict[str, Any] = {"schema": 1, "meta": meta(cfg), "runs": [], "warmup": []}
-    if not cfg.resume or not path.exists():
-        return fresh
-    old: dict[str, Any] = json.loads(path.read_text())
-    if old["meta"]["shapes"] != fresh["meta"]["shapes"]:
-        raise InvalidInput(f"--resume: {path} ran the shapes "
-                           f"{[s['name'] for s in old['meta']['shapes']]} with other sizes or "
-                           "flags than this command; resume with its command "
-                           f"({old['meta']['command']}) or pass another --out")
-    return old
+    return client_bench.record_for(cfg.out / "noharm.json", fresh, cfg.resume, ("shapes",))
 
 
 def save(cfg: Config, record: dict[str, Any]) -> dict[str, Any]:
-    cfg.out.mkdir(parents=True, exist_ok=True)
-    write_atomic(cfg.out / "noharm.json", json.dumps(record, indent=1))
-    summary = summarize(record)
-    write_atomic(cfg.out / "summary.json", json.dumps(summary, indent=1))
-    return summary
+    return client_bench.save(cfg.out / "noharm.json", record, summarize)
 
 
-def say(text: str) -> None:
-    print(f"noharm: {text}", file=sys.stderr, flush=True)
+say = printer("noharm")
 
 
 async def one_round(arms: Arms, cfg: Config, block: int, seed: int) -> list[dict[str, Any]]:
@@ -178,10 +142,8 @@ async def one_round(arms: Arms, cfg: Config, block: int, seed: int) -> list[dict
 async def run(cfg: Config) -> dict[str, Any]:
     t0 = time.monotonic()
     record = record_for(cfg)
-    part = len(record["meta"]["parts"])
-    first = 1 + max((r["block"] for r in record["runs"]), default=-1)
-    info: dict[str, Any] = {"part": part, "first_block": first, "stop_reason": "blocks"}
-    record["meta"]["parts"].append(info)
+    info, first = next_part(record)
+    part = info["part"]
     admin_port = free_port()
     server_cfg = spec_server(cfg.profile, cfg.model, admin_port, cfg.replay, cfg.engine_args)
     async with (launch(server_cfg, log_dir=cfg.out / "logs") as server,
@@ -192,52 +154,26 @@ async def run(cfg: Config) -> dict[str, Any]:
                                 server.url, converge_s=0.0,
                                 args=cfg.sidecar_args,
                                 base=USER_DEFAULTS)
-        arms = Arms(server.url, engine, admin, sidecar, cfg.start, cfg.model, SERVED_NAME,
-                    cfg.out, cfg.idle_s)
+        arms = Arms(server.url, engine, admin, sidecar, {"table": cfg.start}, cfg.model,
+                    SERVED_NAME, cfg.out, cfg.idle_s)
         info["sidecar_log"] = f"sidecar-part{part}.log.gz"
+
+        async def round_(block: int, seed: int) -> list[dict[str, Any]]:
+            return await one_round(arms, cfg, block, seed)
+
         try:
-            await _blocks(arms, cfg, record, info, first, t0)
+            await run_blocks(round_, cfg.blocks, record, info, first, t0,
+                             lambda: save(cfg, record), say, lambda summary: "; ".join(
+                                 f"{s['shape']} {s['ratio']} {s['ci']}" for s in summary["shapes"]))
         except BaseException as exc:
             info["stop_reason"] = f"error: {type(exc).__name__}: {exc}"
             raise
         finally:
             await arms.close()
             info["wall_s"] = round(time.monotonic() - t0, 1)
-            _keep_log(sidecar.log, cfg.out / info["sidecar_log"])
+            keep_log(sidecar.log, cfg.out / info["sidecar_log"])
             save(cfg, record)
     return record
-
-
-async def _blocks(arms: Arms, cfg: Config, record: dict[str, Any], info: dict[str, Any],
-                  first: int, t0: float) -> None:
-    block_s = 0.0  # the longest round so far: what the next block is expected to take
-    for r in range(cfg.warmup_rounds):
-        t = time.monotonic()
-        say(f"warmup round {r + 1}/{cfg.warmup_rounds} (unmeasured)")
-        runs = await one_round(arms, cfg, -1 - r, cfg.seed + WARMUP_SEED + info["part"])
-        record["warmup"] += [{**x, "part": info["part"]} for x in runs]
-        block_s = max(block_s, time.monotonic() - t)
-        save(cfg, record)
-    for block in range(first, cfg.blocks):
-        if block_s and time.monotonic() - t0 + block_s > cfg.budget_s:
-            info["stop_reason"] = (f"budget: block {block} would end after --budget-s "
-                                   f"{cfg.budget_s:g} (a block takes ~{block_s:.0f} s)")
-            say(info["stop_reason"])
-            return
-        t = time.monotonic()
-        runs = await one_round(arms, cfg, block, cfg.seed + block)
-        record["runs"] += [{**x, "part": info["part"]} for x in runs]
-        block_s = max(block_s, time.monotonic() - t)
-        info["blocks"] = block - first + 1
-        summary = save(cfg, record)
-        say(f"block {block} done in {time.monotonic() - t:.0f} s; " + "; ".join(
-            f"{s['shape']} {s['ratio']} {s['ci']}" for s in summary["shapes"]))
-
-
-def _keep_log(log: Path, dest: Path) -> None:
-    """The sidecar's whole log, gzipped beside the results (its decisions and changes)."""
-    if log.exists():
-        dest.write_bytes(gzip.compress(log.read_bytes()))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -246,26 +182,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--profile", required=True, help="from `tabletune tune`")
     ap.add_argument("--model", help="model path (default: the profile's)")
     ap.add_argument("--out", default="runs/noharm")
-    ap.add_argument("--resume", action="store_true", help="add blocks to --out's noharm.json")
-    ap.add_argument("--shapes", default=",".join(KINDS), help=f"some of {','.join(KINDS)}")
-    ap.add_argument("--blocks", type=int, default=6, help="blocks in all (resumed ones count)")
-    ap.add_argument("--budget-s", type=float, default=3600.0,
-                    help="this call ends before a block that would end later (server start included)")
-    ap.add_argument("--concurrency", default="8", help="burst: one shape per --max-concurrency")
-    ap.add_argument("--rates", default="2", help="poisson: one shape per rate (requests/s); "
-                    "mixed runs at the first")
-    ap.add_argument("--burstiness", type=float, default=0.5, help="the client's gamma shape (1: Poisson)")
-    ap.add_argument("--ramp", default="1,8", help="ramp: LOW,HIGH requests/s")
-    ap.add_argument("--input-len", type=int, default=96)
-    ap.add_argument("--output-len", type=int, default=64)
-    ap.add_argument("--range-ratio", type=float, default=0.5, help="lengths L·(1 ± r)")
-    ap.add_argument("--mixed-input-len", type=int, default=384)
-    ap.add_argument("--mixed-range", type=float, default=0.9)
-    ap.add_argument("--run-s", type=float, default=20.0, help="arrival-driven shapes' length")
-    ap.add_argument("--waves", type=int, default=4, help="a burst sends WAVES x its concurrency")
-    ap.add_argument("--idle-s", type=float, default=3.0, help="quiet before each arm's runs")
-    ap.add_argument("--warmup-rounds", type=int, default=1)
-    ap.add_argument("--seed", type=int, default=0)
+    add_traffic_flags(ap)
     ap.add_argument("--start-table", help="JSON table (default: the profile's, by this tuner's rule)")
     ap.add_argument("--sidecar-arg", action="append",
                     help="a flag after the sidecar's defaults, repeatable (default: none)")

@@ -105,15 +105,15 @@ def sidecar_counts(arms: Sequence[Run]) -> dict[str, float]:
 
 def latency(arms: Sequence[Run]) -> dict[str, float | None]:
     """Median over blocks of each client latency percentile (runs pooled by requests)."""
-    return {f: _median([mean_of(f)(r) for r in arms]) for f in LATENCY}
+    return {f: median([mean_of(f)(r) for r in arms]) for f in LATENCY}
 
 
 def acceptance_length(arms: Sequence[Run]) -> float | None:
     got = [p["client"].get("spec_decode_acceptance_length") for r in arms for p in r["phases"]]
-    return _median([g for g in got if g is not None])
+    return median([g for g in got if g is not None])
 
 
-def _median(values: Sequence[float]) -> float | None:
+def median(values: Sequence[float]) -> float | None:
     kept = [v for v in values if not math.isnan(v)]
     return round(statistics.median(kept), 3) if kept else None
 
@@ -130,7 +130,7 @@ def shape_summary(runs: Sequence[Run], shape: str) -> dict[str, Any]:
             "engine_ratio": _short(ratio_interval(pairs, engine_throughput)),
             "mean_tpot_ratio": _short(ratio_interval(pairs, mean_of("mean_tpot_ms"))),
             "mean_ttft_ratio": _short(ratio_interval(pairs, mean_of("mean_ttft_ms"))),
-            "tokens_per_s": {arm: _median([arm_throughput(p[i]) for p in pairs])
+            "tokens_per_s": {arm: median([arm_throughput(p[i]) for p in pairs])
                              for i, arm in enumerate(ARMS)},
             "latency_ms": {arm: latency([p[i] for p in pairs]) for i, arm in enumerate(ARMS)},
             "acceptance_length": {arm: acceptance_length([p[i] for p in pairs])

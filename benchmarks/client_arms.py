@@ -1,10 +1,11 @@
-"""The do-no-harm bench's two arms on one engine, each a shape's runs of vLLM's client.
+"""A client bench's arms on one engine, each a shape's runs of vLLM's client.
 
-- `table`: the table alone. The sidecar is frozen (SIGSTOP), the engine gets the start table
-  and the plain policy (no exploration, no duels) back (benchmarks/stateful.PausedSidecar).
-- `sidecar`: the sidecar thawed with its own table and policy restored, started with the
-  user's defaults (`tabletune sidecar --profile P`; the engine's URLs and its own port are
-  wiring, not tuning).
+- a table arm (the do-no-harm bench's `table`, the field bench's `fixed-k2`, `tuned`, ...): the
+  engine runs that table with the plain policy (no exploration, no duels); a sidecar, if there
+  is one, frozen (SIGSTOP; benchmarks/stateful.PausedSidecar).
+- `sidecar` (the field bench's `sidecar-from-quarter`, ...): the sidecar thawed with its own
+  table and policy restored, started with the user's defaults (`tabletune sidecar --profile
+  P`; the engine's URLs and its own port are wiring, not tuning).
 
 Each arm waits `idle_s` (a quiet spell, the sidecar awake in its arm), then runs the shape's
 client runs back to back, each starting fresh. Around every run the engine's own counters are
@@ -18,6 +19,7 @@ import asyncio
 import json
 import time
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -32,6 +34,7 @@ from tuner.core.errors import EngineUnavailable
 from tuner.core.table import Table
 from tuner.step_clock import step_load
 
+SIDECAR = "sidecar"  # the arm with the sidecar awake; every other arm names a table
 NOTABLE = ("pushed", "rolled_back", "rejected", "failed", "held")  # decisions kept per arm
 COUNTS = ("pushes", "traffic_changes", "rollbacks", "foreign_tables")
 READY_S = 120.0  # a fresh sidecar's imports on a loaded 2-core box
@@ -41,11 +44,14 @@ class Arms:
     """The engine, the sidecar and vLLM's client, and which arm the engine is in."""
 
     def __init__(self, server_url: str, engine: EngineClient, admin: EngineClient,
-                 sidecar: PausedSidecar, start: Table, model: Path, served_name: str,
-                 out: Path, idle_s: float) -> None:
+                 sidecar: PausedSidecar | None, tables: Mapping[str, Table], model: Path,
+                 served_name: str, out: Path, idle_s: float,
+                 client_flags: tuple[str, ...] = (), sidecar_arm: str = SIDECAR) -> None:
         self.host, port = server_url.removeprefix("http://").rsplit(":", 1)
         self.port = int(port)
-        self.engine, self.admin, self.sidecar, self.start = engine, admin, sidecar, start
+        self.engine, self.admin, self.sidecar, self.tables = engine, admin, sidecar, tables
+        self.client_flags = client_flags  # e.g. the client's --goodput SLOs
+        self.sidecar_arm = sidecar_arm    # the arm with the sidecar awake
         self.model, self.served_name, self.out, self.idle_s = model, served_name, out, idle_s
         self.is_thawed = False
         self.thawed_at = 0.0
@@ -55,23 +61,26 @@ class Arms:
         """One arm of one shape: its runs' client results and engine counts, and (sidecar)
         what the sidecar did meanwhile."""
         t0 = time.monotonic()
-        await (self._thaw() if arm == "sidecar" else self._freeze())
+        awake = arm == self.sidecar_arm
+        await (self._thaw() if awake else self._freeze(self.tables[arm]))
         await asyncio.sleep(self.idle_s)
         phases = [await self._phase(run, seed, f"{tag}-{i}") for i, run in enumerate(shape.runs)]
-        seen = await self._observe() if arm == "sidecar" else None
+        seen = await self._observe() if awake else None
         return {"shape": shape.name, "arm": arm, "seed": seed, "wall_s": round(time.monotonic() - t0, 2),
                 "phases": phases, "sidecar": seen}
 
-    async def _freeze(self) -> None:
-        if self.is_thawed:
+    async def _freeze(self, table: Table) -> None:
+        if self.is_thawed and self.sidecar is not None:
             await self.sidecar.leave()
             self.is_thawed = False
-        if (await self.admin.get_table()).parsed_table() != self.start:
-            await self.admin.put_table(self.start)
+        if (await self.admin.get_table()).parsed_table() != table:
+            await self.admin.put_table(table)
 
     async def _thaw(self) -> None:
         if self.is_thawed:
             return
+        if self.sidecar is None:
+            raise ValueError("a sidecar arm on a bench started without a sidecar")
         await self.sidecar.enter(settle_steps=0)  # no traffic yet: nothing to settle on
         self.is_thawed, self.thawed_at = True, time.monotonic()
         if self.seen is None:  # a fresh sidecar: its counters start here
@@ -80,7 +89,8 @@ class Arms:
     async def _phase(self, run: ClientRun, seed: int, tag: str) -> dict[str, Any]:
         s0 = await self.admin.get_stats()
         _, g0 = await generated(self.engine)
-        argv = client_argv(run, self.host, self.port, self.model, self.served_name, seed)
+        argv = [*client_argv(run, self.host, self.port, self.model, self.served_name, seed),
+                *self.client_flags]
         result = await run_client(argv, self.out / "logs" / "client.log")
         _, g1 = await generated(self.engine)
         s1 = await self.admin.get_stats()
@@ -115,7 +125,9 @@ class Arms:
     async def _read(self, deadline: float) -> dict[str, Any]:
         """The sidecar's counters from its /v1/state and /metrics, retried until `deadline`
         (a sidecar still starting does not answer yet)."""
-        base = f"http://127.0.0.1:{self.sidecar.port}"
+        sidecar = self.sidecar
+        assert sidecar is not None  # read only in a sidecar arm
+        base = f"http://127.0.0.1:{sidecar.port}"
         timeout = aiohttp.ClientTimeout(total=5.0)
         while True:
             try:
@@ -126,13 +138,14 @@ class Arms:
                         metrics = await r.text()
                 return _counters(state, metrics)
             except (aiohttp.ClientError, TimeoutError) as exc:
-                if self.sidecar.returncode() is not None or time.monotonic() > deadline:
+                if sidecar.returncode() is not None or time.monotonic() > deadline:
                     raise EngineUnavailable(f"{base}: the sidecar does not answer ({exc}); "
-                                            f"see its log {self.sidecar.log}") from exc
+                                            f"see its log {sidecar.log}") from exc
                 await asyncio.sleep(1.0)
 
     async def close(self) -> None:
-        await self.sidecar.close()
+        if self.sidecar is not None:
+            await self.sidecar.close()
 
 
 def _counters(state: dict[str, Any], metrics: str) -> dict[str, Any]:

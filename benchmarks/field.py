@@ -1,0 +1,259 @@
+"""The field bench: every policy's table under realistic traffic, measured by vLLM's own client
+and reported as users of `vllm bench serve` read it (issue #35).
+
+One vLLM with the plugin serves every policy in turn (its table swapped through the admin API;
+the plain policy, no exploration): every fixed k, the documented table, the profile's tuned
+table, the quarter-shrunk and TurboSpec-style tables, and at most one sidecar
+(`sidecar-from-quarter`, `-from-documented`, `-from-tuned`: the real `tabletune sidecar` with
+the user's defaults, started from that table, awake only in its own runs). No speculation needs
+a second engine and is not an arm here. Block after block, every traffic shape
+(benchmarks/traffic.py: closed loops at each concurrency, bursty Poisson arrivals, a ramp up
+and down, mixed lengths) runs once under every policy, in an order shuffled each block, all on
+the same requests (the client's seed; a new seed each block).
+
+summary.json (benchmarks/field_summary.py) holds per shape and policy the client's output
+throughput, TTFT/TPOT/ITL p50 and p99, acceptance length and request goodput under
+`--goodput` SLOs, the engine's own throughput beside the client's, and paired comparisons
+with 95% intervals and a word (faster / slower / same within noise). field.json holds every
+run; runs/ the client's whole result of each (its `--save-result` format).
+
+    python -m benchmarks.field --profile PROFILE --out DIR --policies fixed-k*,documented,tuned \\
+        --shapes burst,poisson --concurrency 1,16,64 --blocks 6 --budget-s 3600
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import random
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks import client_bench
+from benchmarks.client_arms import Arms
+from benchmarks.client_bench import (Blocks, add_traffic_flags, blocks_of, keep_log, next_part,
+                                     printer, run_blocks, shape_meta, traffic)
+from benchmarks.design import rotated
+from benchmarks.engines import admin_client, spec_server
+from benchmarks.field_summary import summarize
+from benchmarks.noharm_summary import arm_throughput
+from benchmarks.policies import NOSPEC, SIDECAR_POLICIES, expand, policy_tables
+from benchmarks.policies import engine_args as bench_engine_args
+from benchmarks.stateful import USER_DEFAULTS, PausedSidecar
+from benchmarks.traffic import Shape, Sizes
+from tuner import flags
+from tuner.core.engine_client import EngineClient
+from tuner.core.errors import InvalidInput, TableTuneError
+from tuner.core.profile import Profile, load
+from tuner.core.table import Table
+from tuner.engine_defaults import resolve_model
+from tuner.launcher import ServerConfig, free_port, launch
+from tuner.replay import Replay
+
+SERVED_NAME = ServerConfig.model_fields["served_model_name"].default
+RECORD = "field.json"
+say = printer("field")
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    profile_path: Path
+    profile: Profile
+    model: Path
+    out: Path
+    shapes: tuple[Shape, ...]
+    sizes: Sizes
+    policies: tuple[str, ...]
+    tables: dict[str, Table]        # every table policy's table
+    sidecar: str | None             # the sidecar policy, if any
+    goodput: tuple[str, ...]        # the client's --goodput SLOs, e.g. ("tpot:50",)
+    blocks: Blocks
+    idle_s: float
+    resume: bool
+    replay: Replay | None
+    engine_args: tuple[str, ...]
+    command: str
+
+
+def config(args: argparse.Namespace, argv: list[str]) -> Config:
+    """The flags, checked: InvalidInput names the flag, its value and the fix."""
+    profile_path = Path(args.profile)
+    profile = load(profile_path)
+    extra = bench_engine_args(tuple(args.engine_arg or ()))
+    shapes_, sizes = traffic(args, extra)
+    policies = expand(args.policies, profile.K)
+    if len(policies) < 2:
+        raise InvalidInput(f"--policies={args.policies!r}: give at least two, e.g. "
+                           "fixed-k*,documented,tuned")
+    tables = policy_tables(profile, policies)
+    sidecars = [p for p in policies if p in SIDECAR_POLICIES]
+    if len(sidecars) > 1:
+        raise InvalidInput(f"--policies: {','.join(sidecars)}: one sidecar a run (one process "
+                           "learns from everything it serves); keep one of them")
+    if NOSPEC in policies:
+        raise InvalidInput(f"--policies: {NOSPEC} needs a second engine, which this bench does "
+                           "not start; drop it (python -m benchmarks measures it)")
+    for p in sidecars:
+        if SIDECAR_POLICIES[p] not in tables:
+            raise InvalidInput(f"--policies: {p} starts from the profile's "
+                               f"{SIDECAR_POLICIES[p]} table, which it does not have")
+    unknown = [p for p in policies if p not in tables and p not in sidecars]
+    if unknown:
+        known = [*sorted(tables), *SIDECAR_POLICIES]
+        raise InvalidInput(f"--policies: {','.join(unknown)} not known for this profile; use "
+                           f"some of {','.join(known)}")
+    goodput = tuple(args.goodput.split()) if args.goodput else ()
+    for slo in goodput:
+        name, _, ms = slo.partition(":")
+        if name not in ("ttft", "tpot", "e2el") or not _positive(ms):
+            raise InvalidInput(f"--goodput={args.goodput!r}: {slo!r} is not METRIC:MS with "
+                               "METRIC one of ttft, tpot, e2el, e.g. --goodput 'tpot:50 ttft:2000'")
+    return Config(profile_path, profile, resolve_model(profile.engine.model, args.model),
+                  Path(args.out), shapes_, sizes, tuple(policies),
+                  {p: t for p, t in tables.items() if p in policies},
+                  sidecars[0] if sidecars else None, goodput, blocks_of(args), args.idle_s,
+                  args.resume, flags.replay(args, profile.K), extra,
+                  "python -m benchmarks.field " + shlex.join(argv))
+
+
+def _positive(text: str) -> bool:
+    try:
+        return float(text) > 0
+    except ValueError:
+        return False
+
+
+def meta(cfg: Config) -> dict[str, Any]:
+    return {"command": cfg.command, "profile": str(cfg.profile_path),
+            "model": cfg.profile.engine.model, "served_name": SERVED_NAME,
+            "policies": list(cfg.policies),
+            "tables": {p: t.to_list() for p, t in cfg.tables.items()},
+            "sidecar": (["tabletune", "sidecar", "--profile", str(cfg.profile_path),
+                         *USER_DEFAULTS] if cfg.sidecar else None),
+            "engine": cfg.profile.engine.model_dump(mode="json"),
+            "shapes": shape_meta(cfg.shapes), "sizes": dataclasses.asdict(cfg.sizes),
+            "goodput": list(cfg.goodput) or None, "idle_s": cfg.idle_s, "seed": cfg.blocks.seed,
+            "emulate": list(cfg.replay.rates) if cfg.replay else None,
+            "engine_args": list(cfg.engine_args), "parts": []}
+
+
+def record_for(cfg: Config) -> dict[str, Any]:
+    """A new record, or (--resume) the one in --out, of the same shapes and policies."""
+    fresh: dict[str, Any] = {"schema": 1, "meta": meta(cfg), "runs": [], "warmup": []}
+    return client_bench.record_for(cfg.out / RECORD, fresh, cfg.resume,
+                                   ("shapes", "policies", "tables", "goodput"))
+
+
+def save(cfg: Config, record: dict[str, Any]) -> dict[str, Any]:
+    return client_bench.save(cfg.out / RECORD, record, summarize)
+
+
+def order(policies: tuple[str, ...], block: int, seed: int) -> list[str]:
+    """The policies in this block's order: shuffled by the block's seed (warmup: as given)."""
+    if block < 0:
+        return list(policies)
+    out = list(policies)
+    random.Random(seed * 7919 + block).shuffle(out)
+    return out
+
+
+async def one_round(arms: Arms, cfg: Config, block: int, seed: int) -> list[dict[str, Any]]:
+    """Every shape (in an order rotating with the block) under every policy (shuffled)."""
+    out = []
+    for shape in rotated(cfg.shapes, max(block, 0)):
+        for position, policy in enumerate(order(cfg.policies, block, cfg.blocks.seed)):
+            run = await arms.run(shape, policy, seed, f"b{block}-{shape.name}-{policy}")
+            out.append({"block": block, "position": position, **run})
+            say(f"block {block} {shape.name:>14} {policy:>22}: {arm_throughput(run):8.1f} "
+                f"tok/s in {run['wall_s']:.0f} s")
+    return out
+
+
+def _progress(summary: dict[str, Any]) -> str:
+    """Per shape, the best-fixed-k verdicts so far (a word each)."""
+    return "; ".join(f"{s['shape']}: " + ", ".join(
+        f"{v['policy']} {v['ratio']} {v['word']}" for v in s["versus_best_fixed"])
+        for s in summary["shapes"])
+
+
+async def run(cfg: Config) -> dict[str, Any]:
+    t0 = time.monotonic()
+    record = record_for(cfg)
+    info, first = next_part(record)
+    admin_port = free_port()
+    server_cfg = spec_server(cfg.profile, cfg.model, admin_port, cfg.replay, cfg.engine_args)
+    async with (launch(server_cfg, log_dir=cfg.out / "logs") as server,
+                admin_client(admin_port) as admin, EngineClient(engine_url=server.url) as engine):
+        first_table = next(iter(cfg.tables.values()))
+        await admin.put_table(first_table)
+        sidecar = None
+        if cfg.sidecar is not None:
+            start = policy_tables(cfg.profile, cfg.policies)[SIDECAR_POLICIES[cfg.sidecar]]
+            sidecar = PausedSidecar(start, admin, await admin.get_policy(), cfg.profile_path,
+                                    cfg.out / "logs", server.url, converge_s=0.0, args=(),
+                                    base=USER_DEFAULTS)
+            info["sidecar_log"] = f"sidecar-part{info['part']}.log.gz"
+        client_flags = ("--goodput", *cfg.goodput) if cfg.goodput else ()
+        arms = Arms(server.url, engine, admin, sidecar, cfg.tables, cfg.model, SERVED_NAME,
+                    cfg.out, cfg.idle_s, client_flags, sidecar_arm=cfg.sidecar or "")
+
+        async def round_(block: int, seed: int) -> list[dict[str, Any]]:
+            return await one_round(arms, cfg, block, seed)
+
+        try:
+            await run_blocks(round_, cfg.blocks, record, info, first, t0,
+                             lambda: save(cfg, record), say, _progress)
+        except BaseException as exc:
+            info["stop_reason"] = f"error: {type(exc).__name__}: {exc}"
+            raise
+        finally:
+            await arms.close()
+            info["wall_s"] = round(time.monotonic() - t0, 1)
+            if sidecar is not None:
+                keep_log(sidecar.log, cfg.out / info["sidecar_log"])
+            save(cfg, record)
+    return record
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", required=True, help="from `tabletune tune`")
+    ap.add_argument("--model", help="model path (default: the profile's)")
+    ap.add_argument("--out", default="runs/field")
+    ap.add_argument("--policies", default="fixed-k*,documented,tuned",
+                    help="tables (fixed-k*, documented, tuned, quarter, turbospec-style, "
+                         "tuned@tie=X, tuned-of:PATH) and at most one sidecar-from-TABLE")
+    ap.add_argument("--goodput", help="the client's SLOs for request goodput, e.g. 'tpot:50'")
+    add_traffic_flags(ap, concurrency="1,16,64")
+    flags.add_engine_flags(ap)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser().parse_args(argv)
+    try:
+        cfg = config(args, argv)
+        record = asyncio.run(run(cfg))
+    except InvalidInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except TableTuneError as exc:  # the engine gone: the files hold the blocks before it
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    summary = summarize(record)
+    print(json.dumps({"blocks": summary["blocks"], "shapes": [
+        {"shape": s["shape"], "versus_best_fixed": s["versus_best_fixed"]}
+        for s in summary["shapes"]]}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""The field bench (benchmarks/field.py): its figures from raw runs (benchmarks/field_summary.py),
+its policy order, the client's flags, and its answers to bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from benchmarks.field import config, main, order, parser
+from benchmarks.field_client import ClientResult, client_argv, parse
+from benchmarks.field_summary import SAME, summarize, versus_best_fixed, by_block, word
+from benchmarks.synthetic import paper_profile
+from benchmarks.traffic import ClientRun
+
+POLICIES = ["fixed-k0", "fixed-k1", "fixed-k2", "fixed-k3", "documented", "tuned"]
+
+
+def run(block: int, shape: str, policy: str, tps: float, tpot: float,
+        goodput: float | None = None) -> dict[str, Any]:
+    client = {"total_output_tokens": round(tps * 10), "duration": 10.0, "completed": 8,
+              "mean_tpot_ms": tpot, "mean_ttft_ms": 100.0, "spec_decode_acceptance_length": 2.0,
+              "request_goodput": goodput}
+    client |= {f: 1.0 for f in ("p50_ttft_ms", "p99_ttft_ms", "p99_tpot_ms", "p50_itl_ms",
+                                "p99_itl_ms")}
+    client["p50_tpot_ms"] = tpot
+    return {"block": block, "part": 0, "shape": shape, "arm": policy, "sidecar": None,
+            "phases": [{"client": client, "engine": {"generated_tokens": round(tps * 10)}}]}
+
+
+def record(speed: dict[str, float], blocks: int = 6, noise: float = 0.01,
+           shape: str = "burst-c16") -> dict[str, Any]:
+    """Every policy's throughput at `speed[policy]` tokens/s (TPOT its inverse), each block's
+    figures moved together by a block effect and apart by `noise`."""
+    rng = np.random.default_rng(3)
+    runs = []
+    for b in range(blocks):
+        common = rng.normal(0, 0.05)
+        for p, s in speed.items():
+            tps = s * math.exp(common + rng.normal(0, noise))
+            runs.append(run(b, shape, p, tps, 1000.0 / tps))
+    return {"meta": {"shapes": [{"name": shape}], "policies": list(speed), "parts": [{}],
+                     "command": "python -m benchmarks.field", "tables": {}}, "runs": runs}
+
+
+def test_a_table_faster_than_every_fixed_k_is_called_faster_with_its_closest_rival() -> None:
+    speed = {"fixed-k0": 800.0, "fixed-k1": 900.0, "fixed-k2": 950.0, "fixed-k3": 930.0,
+             "documented": 880.0, "tuned": 1000.0}
+    got = summarize(record(speed))
+    (shape,) = got["shapes"]
+    assert shape["blocks"] == 6 and got["blocks"] == 6
+    (tuned,) = [v for v in shape["versus_best_fixed"] if v["policy"] == "tuned"]
+    assert tuned["word"] == "faster" and tuned["closest"] == "fixed-k2"
+    assert tuned["ratio"] == pytest.approx(1000 / 950, abs=0.02)
+    assert 1.0 < tuned["ci"][0] < tuned["ratio"] < tuned["ci"][1]
+    # the paired comparisons: output throughput above 1 is faster, p50 TPOT below 1 is
+    by_key = {(c["policy"], c["versus"], c["metric"]): c for c in shape["comparisons"]}
+    assert by_key[("tuned", "documented", "output_throughput")]["word"] == "faster"
+    tpot = by_key[("tuned", "documented", "p50_tpot")]
+    assert tpot["ratio"] < 1.0 and tpot["word"] == "faster"
+    # the documented table is slower than fixed k=2 by 7%: "slower" against the best fixed k
+    (doc,) = [v for v in shape["versus_best_fixed"] if v["policy"] == "documented"]
+    assert doc["word"] == "slower" and doc["closest"] == "fixed-k2"
+    # fixed k's are references, never compared as policies themselves
+    assert {c["policy"] for c in shape["comparisons"]} == {"documented", "tuned"}
+    figures = shape["policies"]["tuned"]
+    assert figures["tokens_per_s"] == pytest.approx(1000.0, rel=0.1)
+    assert figures["engine_tokens_per_s"] == pytest.approx(figures["tokens_per_s"], rel=0.01)
+    assert figures["request_goodput"] is None  # no SLO given
+
+
+def test_faster_than_one_fixed_k_but_not_another_is_no_win() -> None:
+    """The intersection-union rule: the best fixed k is not known, so a win must hold against
+    each of them (a table 1% faster than k=2 but level with k=3 is no win)."""
+    speed = {"fixed-k0": 500.0, "fixed-k1": 800.0, "fixed-k2": 990.0, "fixed-k3": 1000.0,
+             "documented": 900.0, "tuned": 1000.0}
+    got = summarize(record(speed, noise=0.02))
+    (tuned,) = [v for v in got["shapes"][0]["versus_best_fixed"] if v["policy"] == "tuned"]
+    assert tuned["word"] == SAME and tuned["ci"][0] < 1.0 < tuned["ci"][1]
+
+
+def test_words_and_missing_intervals() -> None:
+    assert word([1.01, 1.05], True) == "faster" and word([1.01, 1.05], False) == "slower"
+    assert word([0.9, 0.99], True) == "slower" and word([0.97, 1.02], True) == SAME
+    assert word([None, None], True) is None
+    one = record({"fixed-k1": 900.0, "tuned": 1000.0}, blocks=1)
+    (v,) = summarize(one)["shapes"][0]["versus_best_fixed"]
+    assert v["ci"] == [None, None] and v["word"] is None
+    assert versus_best_fixed(by_block(one["runs"], "burst-c16"), "tuned", []) is None
+
+
+def test_request_goodput_pools_the_shapes_runs_by_duration() -> None:
+    rec = record({"fixed-k1": 900.0, "tuned": 1000.0}, blocks=2)
+    for r in rec["runs"]:
+        r["phases"] = [dict(r["phases"][0]), dict(r["phases"][0])]
+        r["phases"][0] = {**r["phases"][0], "client": {**r["phases"][0]["client"],
+                                                       "request_goodput": 2.0, "duration": 10.0}}
+        r["phases"][1] = {**r["phases"][1], "client": {**r["phases"][1]["client"],
+                                                       "request_goodput": 5.0, "duration": 30.0}}
+    got = summarize(rec)["shapes"][0]["policies"]["tuned"]
+    assert got["request_goodput"] == pytest.approx((2 * 10 + 5 * 30) / 40, abs=1e-3)
+
+
+def test_each_block_shuffles_the_policies_its_own_way_and_the_warmup_keeps_them() -> None:
+    policies = tuple(POLICIES)
+    orders = {tuple(order(policies, b, seed=0)) for b in range(6)}
+    assert len(orders) > 1 and all(sorted(o) == sorted(policies) for o in orders)
+    assert order(policies, 2, seed=0) == order(policies, 2, seed=0)   # reproducible
+    assert order(policies, -1, seed=0) == list(policies)
+
+
+def test_the_clients_parser_takes_the_goodput_slos() -> None:
+    argv = [*client_argv(ClientRun(8, 96, 64, 0.5, 0.5, max_concurrency=4), "127.0.0.1", 8000,
+                         Path("/models/m"), "tiny", 1), "--goodput", "tpot:50", "ttft:2000"]
+    assert parse(argv).goodput == ["tpot:50", "ttft:2000"]
+    assert ClientResult.model_validate(
+        {"duration": 1, "completed": 1, "total_input_tokens": 1, "total_output_tokens": 1,
+         "request_throughput": 1, "output_throughput": 1, "request_goodput": 0.5,
+         **{f"{s}_{m}_ms": 1.0 for s in ("mean", "p50", "p99") for m in ("ttft", "tpot", "itl")}}
+    ).request_goodput == 0.5
+
+
+@pytest.fixture
+def profile(tmp_path: Path) -> Path:
+    p = paper_profile()
+    p.table = p.build().table.to_list()
+    p.save(tmp_path / "profile.json")
+    return tmp_path / "profile.json"
+
+
+def test_the_policies_expand_and_carry_their_tables(profile: Path, tmp_path: Path) -> None:
+    argv = ["--profile", str(profile), "--model", str(tmp_path), "--policies",
+            "fixed-k*,documented,tuned,sidecar-from-quarter", "--goodput", "tpot:50"]
+    cfg = config(parser().parse_args(argv), argv)
+    assert cfg.policies == (*POLICIES, "sidecar-from-quarter")
+    assert set(cfg.tables) == set(POLICIES) and cfg.sidecar == "sidecar-from-quarter"
+    assert cfg.tables["fixed-k2"].to_list()[0][2] == 2 and cfg.goodput == ("tpot:50",)
+    assert cfg.engine_args[0] == "--no-enable-prefix-caching"
+
+
+@pytest.mark.parametrize(("extra", "says"), [
+    (["--policies", "fixed-k1"], "--policies='fixed-k1': give at least two"),
+    (["--policies", "fixed-k1,nospec"], "nospec needs a second engine"),
+    (["--policies", "fixed-k1,sidecar-from-quarter,sidecar-from-tuned"], "one sidecar a run"),
+    (["--policies", "fixed-k1,best"], "--policies: best not known for this profile"),
+    (["--goodput", "tpot=50"], "--goodput='tpot=50': 'tpot=50' is not METRIC:MS"),
+    (["--goodput", "speed:5"], "'speed:5' is not METRIC:MS"),
+    (["--shapes", "tide"], "--shapes: 'tide' is not a shape"),
+    (["--blocks", "0"], "--blocks=0: must be >= 1"),
+])
+def test_bad_input_is_one_line_naming_the_flag_and_exit_2(
+        profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str],
+        says: str) -> None:
+    rc = main(["--profile", str(profile), "--model", str(tmp_path), "--out", str(tmp_path / "o"),
+               *extra])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and says in err, err
+
+
+def test_resume_refuses_a_record_of_other_policies(profile: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--profile", str(profile), "--model", str(tmp_path), "--out", str(tmp_path / "o"),
+            "--policies", "fixed-k1,tuned", "--resume"]
+    cfg = config(parser().parse_args(argv), argv)
+    out = tmp_path / "o"
+    out.mkdir()
+    from benchmarks.field import meta
+    old = meta(cfg) | {"policies": ["fixed-k2", "tuned"]}
+    (out / "field.json").write_text(json.dumps({"meta": old, "runs": [], "warmup": []}))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--resume:" in err and "policies" in err and "fixed-k2" in err, err
