@@ -25,6 +25,10 @@
 #                driven by vLLM's own client: bursts at NOHARM_C (8,192) and a bursty Poisson at
 #                NOHARM_RATE (8/s), 512/192-token requests +-50%; blocks until NOHARM_S, resumed next call
 #                (RUN_S 20, WAVES 3, WARMUP 1, BLOCKS 6: its --run-s, --waves, --warmup-rounds, --blocks)
+#   field        the field bench (python -m benchmarks.field): FIELD_POLICIES (fixed-k*,documented,tuned)
+#                on this session's tune (else the committed profile, table rebuilt), vLLM's own client:
+#                FIELD_SHAPES (burst) at FIELD_C (1,16,64,256), 512/192-token requests +-50%, SLO
+#                (tpot:50) for request goodput; blocks until FIELD_S (540), resumed next call
 #   honor        does the engine honor the table? (python -m benchmarks.honor) every one-range
 #                table k=0..3 at HONOR_B (1,32,128) and an edge table [[1,EDGE,3],[EDGE+1,256,1]]
 #                (EDGE 32) on the setting's engine, then the tables k=0..REF_K at the same B on a
@@ -89,7 +93,7 @@ free_gpu() { nvidia-smi -i "${GPU:-0}" --query-compute-apps=pid --format=csv,noh
                | xargs -r kill -9 2>/dev/null; sleep 2; true; }
 STATUS=0; need() { [ -s "$1" ] || { echo "stage $stage left no $1"; STATUS=1; }; }
 for stage in "$@"; do
-case $stage in tune|bench|goodput|switch|ab) free_gpu ;; esac
+case $stage in tune|bench|goodput|switch|ab|field) free_gpu ;; esac
 case $stage in
  install)
   python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/tt . 2>&1 | tail -3
@@ -172,6 +176,23 @@ case $stage in
      | grep -v "^(APIServer\|^(EngineCore" | tail -40
   tar czf "$O/noharm-files.tgz" -C $R/noharm --exclude=logs . 2>/dev/null
   keep $R/noharm/noharm.json $R/noharm/summary.json; need $R/noharm/summary.json ;;
+ field)
+  free_gpu
+  P=$R/profile.json  # this session's tune, else the committed one with this tuner's table
+  if [ ! -s "$P" ]; then
+    P=$R/profile-committed.json
+    python3 -m tabletune.cli table "$DONE/profile.json" --save "$P" >/dev/null || STATUS=1
+  fi
+  keep "$P"
+  timeout $(( ${FIELD_S:-540} + 25 )) python3 -m benchmarks.field --profile "$P" --model "$MODEL" \
+     --policies "${FIELD_POLICIES:-fixed-k*,documented,tuned}" --shapes "${FIELD_SHAPES:-burst}" \
+     --concurrency "${FIELD_C:-1,16,64,256}" --rates "${FIELD_RATE:-8}" --input-len 512 \
+     --output-len 192 --range-ratio 0.5 --waves "${WAVES:-2}" --run-s "${RUN_S:-15}" --idle-s 2 \
+     --warmup-rounds "${WARMUP:-0}" --blocks "${BLOCKS:-6}" --budget-s "${FIELD_S:-540}" \
+     --goodput "${SLO:-tpot:50}" --resume --emulate "$EMULATE" --emulate-with $BY --out $R/field \
+     "${ENGINE[@]}" 2>&1 | grep -v "^(APIServer\|^(EngineCore\|more tokens than expected" | tail -40
+  tar czf "$O/field-files.tgz" -C $R/field --exclude=logs . 2>/dev/null
+  keep $R/field/field.json $R/field/summary.json; need $R/field/summary.json ;;
  honor)
   free_gpu
   timeout $(( ${HONOR_S:-540} + 25 )) python3 -m benchmarks.honor --model "$MODEL" "${SPEC[@]}" -K 3 \
