@@ -24,7 +24,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from benchmarks.inference import MIN_BLOCKS, t_ppf
+from benchmarks.inference import MIN_BLOCKS
+from tuner.core.student_t import t_ppf
 
 T = TypeVar("T")
 

@@ -121,7 +121,7 @@ class Controller:
         self.changed_at: float | None = None  # the last detected change of acceptance
         self.live_error: dict[int, LiveError] = {}  # the model's error per served bucket
         self.guard = Guardrail(window=settings.guard_window, drop=settings.guard_drop,
-                               hold_s=settings.guard_hold_s)
+                               hold_s=settings.guard_hold_s, min_steps=settings.guard_min_steps)
         self.pending_rollback: Verdict | None = None
         self.rebase_left = 0  # rebuilds after a change that still take the estimate as prior
         self.resume = ResumeTracker()
@@ -360,7 +360,8 @@ class Controller:
         return "measured"
 
     def _guard_sample(self, d: scrape_delta.SnapshotDelta, engine_steps: float) -> None:
-        """One sample of realized goodput for the guardrail: tokens per second this interval."""
+        """One interval of realized goodput for the guardrail: tokens per second this interval,
+        with its engine steps and seconds (the guardrail pools intervals into samples)."""
         now, before = self.last_scrape_ok_at, self.prev_scrape_ok_at
         request_steps = sum(d.request_steps.values())
         if now is None or before is None or now <= before or engine_steps <= 0 or request_steps <= 0:
@@ -369,8 +370,8 @@ class Controller:
         self.last_batch = request_steps / engine_steps
         tokens = request_steps + d.num_accepted_tokens
         if self.settings.guard_window and not self.settings.dry_run:
-            verdict = self.guard.observe(Sample(self.last_batch, tokens / (now - before)), now,
-                                         self._paired_bounds)
+            scrape = Sample(self.last_batch, tokens / (now - before), engine_steps, now - before)
+            verdict = self.guard.observe(scrape, now, self._paired_bounds)
             if verdict is not None:
                 log.info("guardrail verdict", extra={"verdict": {
                     "rolled_back": verdict.rolled_back, "ratio": verdict.ratio, "t": verdict.t,
@@ -571,7 +572,7 @@ class Controller:
             why = f"guardrail: the pairs at the buckets it changed turned against it ({lost})"
         else:
             why = (f"guardrail: live goodput {verdict.ratio:.3f}x of before (t={verdict.t}, "
-                   f"{verdict.before}+{verdict.after} scrapes)")
+                   f"{verdict.before}+{verdict.after} samples)")
         reason = (f"{why} after pushing {verdict.new_table}; "
                   f"held out {self.settings.guard_hold_s:g} s; {reason}")
         chosen = Choice(back, choice.proposed, choice.G, choice.a_used, choice.a_raw, [])

@@ -1,23 +1,30 @@
 """The guardrail: a pushed table that makes live goodput drop is rolled back (pure).
 
-Every complete scrape gives one sample of realized goodput: tokens the engine emitted over the
-interval (request-steps plus accepted drafts) per second, at the interval's mean batch size.
-Before a push the last ``window`` samples are the baseline; after it, ``settle`` samples are
-skipped (the swap and its first steps) and the next ``window`` are the trial. Only samples at
-a comparable load count (mean batch within ``load_band`` of the baseline's median): a load
-change is not a regression. The trial fails when
+A sample is realized goodput over consecutive complete scrapes pooled until they hold at least
+``min_steps`` engine steps: the tokens the engine emitted (request-steps plus accepted drafts)
+over their seconds, at their step-weighted mean batch size. Not one sample a scrape: a 1-s
+scrape on the H200's 32B model holds ~14 steps of 70 ms, and neighbouring scrapes share the
+host's slow or fast stretch; at AR(1) ρ = 0.8 between scrapes, one sample a scrape against a
+normal z rolled back 11% of pushes that changed nothing (benchmarks/guardrail_calibration.py).
+Before a push the last ``window`` samples are the baseline; after it, ``settle`` scrapes are
+skipped (the swap and its first steps) and the next ``window`` samples are the trial. A pool
+never straddles a push. Only samples at a comparable load count (mean batch within
+``load_band`` of the baseline's median): a load change is not a regression. The trial fails when
 
-    mean log G_after - mean log G_before < log(1 - drop)   and   Welch t < -z
+    mean log G_after - mean log G_before < log(1 - drop)   and   Welch t < -t_{1-α}(ν)
 
-both a practical and a statistical bound (docs/measurement.md, rule 5). A trial whose mean is
-past the practical bound but whose t is not yet past -z is not a pass: it goes on, judged again
-at every sample, up to ``window · (1 + extend)`` samples (the baseline keeps as many before the
-push), so a large drop under noisy scrapes is found with more samples rather than waved
-through (a loaded CPU box: a 50% drop at t = -1.9 on 4 + 4 samples). Its error rates on
-simulated scrapes: benchmarks/results/calibration (guardrail.json). A failed trial rolls the
-engine back to the table before the push and holds the pushed table out for ``hold_s``. A
-detected change of traffic (sidecar/change.py) cancels the trial and the holds: goodput
-before and after a push under different traffic says nothing about the table.
+both a practical and a statistical bound (docs/measurement.md, rule 5): ν the
+Welch-Satterthwaite degrees of freedom, α = Φ(-z) / L split over the L = 1 + window · extend
+looks a trial may take (``z`` = 3.5: Φ(-z) = 0.00023 for the whole trial; at z = 3 the bound
+on null rollbacks at ρ = 0.8, rate + 2 SE, read 1.0-1.1%, over the 1% aimed at). A trial
+whose mean is past the practical bound but whose t is not yet past the bar is not a pass: it
+goes on, judged again at every sample, up to ``window · (1 + extend)`` samples (the baseline
+keeps as many before the push), so a large drop under noisy scrapes is found with more samples
+rather than waved through (a loaded CPU box: a 50% drop at t = -1.9 on 4 + 4 samples). Its
+error rates on simulated scrapes: benchmarks/results/calibration (guardrail.json). A failed
+trial rolls the engine back to the table before the push and holds the pushed table out for
+``hold_s``. A detected change of traffic (sidecar/change.py) cancels the trial and the holds:
+goodput before and after a push under different traffic says nothing about the table.
 
 A push that measurement decided (sidecar/arbiter.py: paired runs of realized goodput at the
 buckets it changed) is judged by those pairs, not by the scrapes: the scrape-level goodput
@@ -26,23 +33,31 @@ such a push back only when the pairs at its buckets do not say the new k wins
 (``paired_overrule``). The pairs keep coming after the push (a confidence sequence stays valid
 at every look), so a measured push whose pairs turn against it is rolled back by the same rule.
 
-Bounded regret: a bad table runs at most (settle + window · (1 + extend)) scrape intervals before it is
-rolled back, then is held out for hold_s; the same table can come back at most once per hold,
-so the share of time on a table that loses beyond the noise is at most
-(settle + window · (1 + extend)) · interval_s / hold_s (docs/sidecar.md, "The guardrail").
+Bounded regret: a bad table runs at most settle + window · (1 + extend) · ⌈min_steps / steps a
+scrape⌉ scrape intervals before it is rolled back, then is held out for hold_s; the same table
+can come back at most once per hold, so the share of time on a table that loses beyond the
+noise is at most that many intervals · interval_s / hold_s (docs/sidecar.md, "The guardrail").
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from statistics import NormalDist
 
 import numpy as np
 
+from tuner.core.student_t import t_ppf
 from tuner.core.table import Table
 
-__all__ = ["Guardrail", "PairedCheck", "Sample", "Verdict", "paired_overrule"]
+__all__ = ["MIN_STEPS", "Guardrail", "PairedCheck", "Sample", "Verdict", "paired_overrule", "pooled"]
+
+# engine steps one sample pools at least (consecutive scrapes): 8 of the H200's 1-s scrapes; 50
+# left 1.2-1.3% false rollbacks where neighbouring scrapes correlate at ρ = 0.8 (guardrail.json)
+MIN_STEPS = 100.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +86,20 @@ def paired_overrule(checks: list[PairedCheck]) -> bool | None:
 
 @dataclass(frozen=True, slots=True)
 class Sample:
+    """One scrape interval, or consecutive ones pooled (``pooled``)."""
     batch: float       # mean requests per step over the interval
     goodput: float     # tokens per second over the interval
+    steps: float       # engine steps in the interval
+    seconds: float     # the interval's length
+
+
+def pooled(scrapes: Sequence[Sample]) -> Sample:
+    """Consecutive intervals as one: total tokens over total seconds, batch weighted by steps."""
+    steps = sum(s.steps for s in scrapes)
+    seconds = sum(s.seconds for s in scrapes)
+    tokens = sum(s.goodput * s.seconds for s in scrapes)
+    batch = sum(s.batch * s.steps for s in scrapes) / steps if steps > 0 else 0.0
+    return Sample(batch, tokens / seconds if seconds > 0 else 0.0, steps, seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,16 +143,41 @@ def _comparable(samples: list[Sample], centre: float, band: float) -> list[float
             if s.goodput > 0 and abs(s.batch - centre) <= band * max(centre, 1.0)]
 
 
+def welch(before: Sequence[float], after: Sequence[float]) -> tuple[float, float, float]:
+    """(mean after - mean before, Welch's t, Welch-Satterthwaite degrees of freedom)."""
+    diff = float(np.mean(after) - np.mean(before))
+    v1, v2 = np.var(before, ddof=1) / len(before), np.var(after, ddof=1) / len(after)
+    se = float(np.sqrt(v1 + v2))
+    if se == 0:  # identical samples: any difference at all is beyond the noise
+        t = 0.0 if diff == 0 else math.copysign(math.inf, diff)
+        return diff, t, float(len(before) + len(after) - 2)
+    df = float((v1 + v2) ** 2 / (v1 ** 2 / (len(before) - 1) + v2 ** 2 / (len(after) - 1)))
+    return diff, diff / se, df
+
+
+@functools.lru_cache(maxsize=4096)
+def _bar(alpha: float, tenths: int) -> float:
+    return float(t_ppf(1 - alpha, tenths / 10))
+
+
+def t_bar(alpha: float, df: float) -> float:
+    """Student's t quantile 1 - alpha at df, df floored to a tenth (at least 1): a smaller df
+    only raises the bar, and the cache keeps the Newton solve (~15 ms) off the scrape path."""
+    return _bar(alpha, max(int(df * 10), 10))
+
+
 @dataclass(slots=True)
 class Guardrail:
     window: int = 5
     settle: int = 1
     drop: float = 0.05
-    z: float = 3.0
+    z: float = 3.5       # the level as a normal z: one-sided α = Φ(-z) for a whole trial
     load_band: float = 0.25
     hold_s: float = 600.0
     extend: int = 3      # an inconclusive drop: up to this many more windows of samples
+    min_steps: float = MIN_STEPS
     baseline: deque[Sample] = field(default_factory=deque)
+    pending: list[Sample] = field(default_factory=list)  # scrapes of the sample being pooled
     trial: _Trial | None = None
     held: dict[tuple[tuple[int, int, int], ...], float] = field(default_factory=dict)
 
@@ -134,6 +186,7 @@ class Guardrail:
         """A table was pushed: judge it against the samples before it. A push during a trial
         extends it: the last judged table and its baseline stay, the new table is judged.
         ``measured``: the (bucket, k_old, k_new) changes that paired measurement decided."""
+        self.pending = []  # a sample holds one table's scrapes
         if self.trial is not None:
             self.trial = _Trial(self.trial.old, new, self.trial.before,
                                 measured=self.trial.measured + measured)
@@ -144,6 +197,7 @@ class Guardrail:
         """Someone else changed the table, or the engine restarted: no verdict on this push."""
         self.trial = None
         self.baseline.clear()
+        self.pending = []
 
     def forget(self) -> None:
         """The traffic changed: no verdict across the change, and what was held out was judged
@@ -161,17 +215,21 @@ class Guardrail:
         until = self.held.get(tuple(table.ranges))
         return until if until is not None and until > now else None
 
-    def observe(self, sample: Sample, now: float, compare: Compare | None = None) -> Verdict | None:
-        """Add one scrape's sample; a Verdict when a trial is complete. ``compare`` reads the
+    def observe(self, scrape: Sample, now: float, compare: Compare | None = None) -> Verdict | None:
+        """Add one scrape interval; a Verdict when a trial is complete. ``compare`` reads the
         pairs for a measured push's buckets (paired_overrule)."""
         trial = self.trial
+        if trial is not None and trial.skipped < self.settle:
+            trial.skipped += 1
+            return None
+        self.pending.append(scrape)
+        if sum(s.steps for s in self.pending) < self.min_steps:
+            return None
+        sample, self.pending = pooled(self.pending), []
         if trial is None:
             self.baseline.append(sample)
             while len(self.baseline) > self.longest:
                 self.baseline.popleft()
-            return None
-        if trial.skipped < self.settle:
-            trial.skipped += 1
             return None
         trial.after.append(sample)
         if len(trial.after) < self.window:
@@ -188,6 +246,13 @@ class Guardrail:
         else:
             self.baseline = deque(trial.after[-self.longest:])
         return verdict
+
+    @property
+    def alpha(self) -> float:
+        """The level of one look: Φ(-z) for the whole trial, split over the looks it may take
+        (Bonferroni; at one level a look the extension's looks raised false rollbacks from
+        0.7-0.8% to 1.2-2.0% on independent scrapes: benchmarks/results/calibration)."""
+        return NormalDist().cdf(-self.z) / (1 + self.window * self.extend)
 
     @property
     def longest(self) -> int:
@@ -218,9 +283,7 @@ class Guardrail:
         after = _comparable(trial.after, centre, self.load_band)
         if len(before) < 3 or len(after) < 3:
             return None  # the load moved: not a verdict on the table
-        diff = float(np.mean(after) - np.mean(before))
-        se = float(np.sqrt(np.var(before, ddof=1) / len(before) + np.var(after, ddof=1) / len(after)))
-        t = diff / se if se > 0 else (0.0 if diff == 0 else float("-inf") if diff < 0 else float("inf"))
-        bad = diff < np.log(1 - self.drop) and t < -self.z
+        diff, t, df = welch(before, after)
+        bad = diff < np.log(1 - self.drop) and t < -t_bar(self.alpha, df)
         return Verdict(bool(bad), round(float(np.exp(diff)), 4), round(t, 2), len(before),
                        len(after), trial.old, trial.new)

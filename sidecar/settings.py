@@ -64,7 +64,8 @@ class SidecarSettings(BaseSettings):
     change_min_delta: float = Field(0.1, ge=0, description="acceptance change: each window and the recent past at least this far apart (absolute)")
     change_step_ratio: float = Field(1.7, gt=1, description="step-time change: a cell's steps this factor away from its level (the median of its last 2 minutes), the same way, in both of two 12-s windows; above what a shared CPU's noise reached (×1.5-1.85 for ~18 s), below the 2x change that matters (sidecar/change.py)")
     change_prior_weight: float = Field(50.0, ge=0, description="after a detected change of acceptance, w is at most this")
-    guard_window: int = Field(5, ge=0, description="guardrail: scrapes before and after a push compared (0: off)")
+    guard_window: int = Field(5, ge=0, description="guardrail: samples before and after a push compared (0: off)")
+    guard_min_steps: float = Field(100.0, ge=0, description="guardrail: consecutive scrapes pooled into one sample until it holds this many engine steps (0: every scrape a sample)")
     guard_drop: float = Field(0.05, gt=0, lt=1, description="guardrail: roll back a push whose live goodput drops by more than this (and beyond noise)")
     guard_hold_s: float = Field(600.0, ge=0, description="guardrail: a rolled-back table is not pushed again for this long")
     dry_run: bool = Field(False, description="never write to the engine: only compute and publish the recommended table")
@@ -159,7 +160,8 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         ("change_step_ratio", "a step-time change is this ratio"),
         ("change_prior_weight", "the profile's weight after a change"))),
     ("guardrail", (
-        ("guard_window", "reads before and after a push compared (0: off)"),
+        ("guard_window", "samples before and after a push compared (0: off)"),
+        ("guard_min_steps", "engine steps pooled into one sample"),
         ("guard_drop", "roll back a push that loses more than this"),
         ("guard_hold_s", "then keep that table out for this long"),
         ("foreign_hold_s", "after someone else changes the table, wait this long"))),

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from benchmarks.cells import TABLES, Window
-from benchmarks.inference import holm, t_ppf, t_sf
+from benchmarks.inference import holm
+from tuner.core.student_t import t_ppf, t_sf
 from benchmarks.stats import analyze, load_family
 
 

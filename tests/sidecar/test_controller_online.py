@@ -74,16 +74,19 @@ async def test_a_dip_that_goes_back_within_a_window_is_no_change(tmp_path: Path)
 async def test_a_push_that_drops_live_goodput_is_rolled_back_and_held_out(tmp_path: Path) -> None:
     clock = Clock()
     async with controller_for(FakeEngine(), tmp_path, clock=clock, rebuild_every_steps=100_000,
-                              guard_window=3, guard_hold_s=600, change_window=50) as (c, fake):
+                              guard_window=3, guard_hold_s=600, guard_min_steps=50,
+                              change_window=50) as (c, fake):
         assert await c.tick() is None
         for steps in (100, 102, 98, 101):  # ~100 steps a second at B=4 before the push
             fake.run(steps)
             clock.now += 1
             assert await c.tick() is None
+        # each scrape fills a sample of >= 50 steps; its goodput is tokens over its seconds
+        assert [(s.steps, s.seconds) for s in c.guard.baseline] == [(100, 1), (102, 1), (98, 1), (101, 1)]
         pushed = await c.rebuild()
         assert pushed.outcome == "pushed" and fake.table == TUNED
         decision = None
-        for steps in (60, 50, 51, 49, 50):  # after it: half the goodput at the same load
+        for steps in (60, 50, 51, 49, 50):  # after it: half the goodput (49 + 50: one sample)
             fake.run(steps)
             clock.now += 1
             decision = decision or await c.tick()
@@ -124,7 +127,7 @@ async def test_a_change_of_traffic_is_never_judged_as_the_tables_fault(tmp_path:
     switch of traffic is not rolled back for it, and no hold outlives the switch."""
     clock = Clock()
     async with controller_for(FakeEngine(), tmp_path, clock=clock, rebuild_every_steps=100_000,
-                              guard_window=3, **WINDOWS) as (c, fake):
+                              guard_window=3, guard_min_steps=50, **WINDOWS) as (c, fake):
         assert await c.tick() is None
         for steps in (100, 102, 98, 101, 99, 100, 101, 99, 100, 102):  # high: the baseline
             fake.run(steps, a=(0.9, 0.8, 0.7))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from sidecar.estimator import EstimatorState
-from sidecar.guardrail import Guardrail, Sample
+from sidecar.guardrail import MIN_STEPS, Guardrail, Sample
 from sidecar.rebuild import Inputs, choose, projected
 from sidecar.step_times import LiveStepTimes
 from tuner.core.table import Table
@@ -14,6 +14,12 @@ from tuner.core.table import Table
 T_PROF = np.tile(np.array([10.0, 12.0, 16.0, 18.0]), (16, 1))
 SIGMA = np.full(T_PROF.shape, 0.03)
 A = np.array([0.9, 0.8, 0.7])
+
+
+def whole(batch: float, goodput: float) -> Sample:
+    """One 1-s scrape that fills a guardrail sample by itself (tests/sidecar/test_guardrail.py
+    pools shorter ones)."""
+    return Sample(batch, goodput, MIN_STEPS, 1.0)
 
 
 def live(cells: dict[tuple[int, int], tuple[float, float]]) -> LiveStepTimes:
@@ -70,9 +76,9 @@ def test_guardrail_rolls_back_a_drop_beyond_noise_and_holds_the_table_out() -> N
     g = Guardrail(window=5, settle=1, drop=0.05, z=3.0, hold_s=600)
     old, bad = Table.from_list([[1, 16, 3]]), Table.from_list([[1, 16, 0]])
     for _ in range(5):
-        assert g.observe(Sample(8.0, 1000 * np.exp(0.02 * rng.standard_normal())), 0.0) is None
+        assert g.observe(whole(8.0, 1000 * np.exp(0.02 * rng.standard_normal())), 0.0) is None
     g.start(old, bad)
-    verdicts = [g.observe(Sample(8.0, 700 * np.exp(0.02 * rng.standard_normal())), 1.0)
+    verdicts = [g.observe(whole(8.0, 700 * np.exp(0.02 * rng.standard_normal())), 1.0)
                 for _ in range(6)]
     assert verdicts[:-1] == [None] * 5
     v = verdicts[-1]
@@ -86,31 +92,32 @@ def test_guardrail_keeps_a_push_inside_the_noise_or_under_another_load() -> None
     old, new = Table.from_list([[1, 16, 3]]), Table.from_list([[1, 16, 2]])
     g = Guardrail(window=5, settle=1)
     for _ in range(5):
-        g.observe(Sample(8.0, 1000 * np.exp(0.1 * rng.standard_normal())), 0.0)
+        g.observe(whole(8.0, 1000 * np.exp(0.1 * rng.standard_normal())), 0.0)
     g.start(old, new)
-    out = [g.observe(Sample(8.0, 980 * np.exp(0.1 * rng.standard_normal())), 1.0) for _ in range(6)]
+    out = [g.observe(whole(8.0, 980 * np.exp(0.1 * rng.standard_normal())), 1.0) for _ in range(6)]
     assert out[-1] is not None and not out[-1].rolled_back
     # the load halved after the push: no verdict on the table
     for _ in range(5):
-        g.observe(Sample(8.0, 1000.0), 2.0)
+        g.observe(whole(8.0, 1000.0), 2.0)
     g.start(old, new)
-    out = [g.observe(Sample(4.0, 500.0), 3.0) for _ in range(6)]
+    out = [g.observe(whole(4.0, 500.0), 3.0) for _ in range(6)]
     assert out[-1] is None and g.is_held(new, 3.0) is None
 
 
 def test_a_large_drop_the_first_window_cannot_call_is_judged_on_more_samples() -> None:
-    """Noisy scrapes (a loaded box: sd 0.5 in log goodput) and a halved goodput: 4 + 4 samples
-    give t above -3, which must not pass the push; the trial goes on and rolls it back. A push
-    inside the practical bound passes at the first window as before."""
+    """Noisy samples (sd 0.3 in log goodput per pooled sample: a loaded box) and a halved
+    goodput: the first window's t is not past the bar, which must not pass the push; the trial
+    goes on and rolls it back. A push inside the practical bound passes at the first window as
+    before."""
     rng = np.random.default_rng(3)
-    noise = 0.5 * rng.standard_normal(200)
+    noise = 0.3 * rng.standard_normal(200)
     old, bad = Table.from_list([[1, 16, 3]]), Table.from_list([[1, 16, 0]])
     g = Guardrail(window=4, settle=1, drop=0.05, z=3.0)
     for i in range(40):  # the baseline keeps window * (1 + extend) samples
-        g.observe(Sample(4.0, 1000 * np.exp(noise[i])), 0.0)
+        g.observe(whole(4.0, 1000 * np.exp(noise[i])), 0.0)
     assert len(g.baseline) == 16 and g.has_baseline
     g.start(old, bad)
-    out = [g.observe(Sample(4.0, 500 * np.exp(noise[100 + i])), 1.0) for i in range(17)]
+    out = [g.observe(whole(4.0, 500 * np.exp(noise[100 + i])), 1.0) for i in range(17)]
     verdicts = [v for v in out if v is not None]
     assert len(verdicts) == 1 and verdicts[0].rolled_back, out
     assert out.index(verdicts[0]) > 4  # judged after the first window: more samples
@@ -118,9 +125,9 @@ def test_a_large_drop_the_first_window_cannot_call_is_judged_on_more_samples() -
     # a push that costs nothing: passed at the first window
     g = Guardrail(window=4, settle=1, drop=0.05, z=3.0)
     for i in range(16):
-        g.observe(Sample(4.0, 1000 * np.exp(0.05 * noise[i])), 0.0)
+        g.observe(whole(4.0, 1000 * np.exp(0.05 * noise[i])), 0.0)
     g.start(old, bad)
-    out = [g.observe(Sample(4.0, 1000 * np.exp(0.05 * noise[50 + i])), 1.0) for i in range(5)]
+    out = [g.observe(whole(4.0, 1000 * np.exp(0.05 * noise[50 + i])), 1.0) for i in range(5)]
     assert out[-1] is not None and not out[-1].rolled_back and out[-1].after == 4
 
 
@@ -133,7 +140,7 @@ def test_a_measured_push_is_judged_by_its_pairs_not_by_the_scrapes() -> None:
     def trial(after: float, bounds: tuple[float, float] | None) -> object:
         g = Guardrail(window=5, settle=1, drop=0.05, z=3.0)
         for i in range(5):
-            g.observe(Sample(120.0, 1000.0 + i), 0.0)
+            g.observe(whole(120.0, 1000.0 + i), 0.0)
         g.start(old, new, measured=((128, 3, 2),))
         asked: list[tuple[int, int, int]] = []
 
@@ -141,7 +148,7 @@ def test_a_measured_push_is_judged_by_its_pairs_not_by_the_scrapes() -> None:
             assert family == 1                          # one bucket judged: its full error rate
             asked.append((bucket, k_new, k_old))
             return bounds
-        out = [g.observe(Sample(120.0, after + i), 1.0, compare) for i in range(6)]
+        out = [g.observe(whole(120.0, after + i), 1.0, compare) for i in range(6)]
         assert asked == [(128, 2, 3)]                  # k=2 over k=3 at the bucket it changed
         return out[-1]
     drop = trial(800.0, (1.0015, 1.067))                # scrapes -20%, pairs: k=2 wins
@@ -156,14 +163,14 @@ def test_a_measured_push_is_judged_by_its_pairs_not_by_the_scrapes() -> None:
     # two buckets judged by one verdict: each asked at half the error rate
     g = Guardrail(window=5, settle=1)
     for i in range(5):
-        g.observe(Sample(120.0, 1000.0 + i), 0.0)
+        g.observe(whole(120.0, 1000.0 + i), 0.0)
     g.start(old, new, measured=((120, 3, 2), (128, 3, 2)))
     families: list[int] = []
 
     def two(bucket: int, k_new: int, k_old: int, family: int) -> tuple[float, float] | None:
         families.append(family)
         return (1.01, 1.05)
-    assert [g.observe(Sample(120.0, 1000.0), 1.0, two) for _ in range(6)][-1] is not None
+    assert [g.observe(whole(120.0, 1000.0), 1.0, two) for _ in range(6)][-1] is not None
     assert families == [2, 2]
 
 
@@ -219,12 +226,12 @@ def test_a_push_during_a_trial_is_judged_against_the_last_judged_table() -> None
     g = Guardrail(window=3, settle=0)
     first, middle, last = (Table.from_list([[1, 16, k]]) for k in (3, 2, 0))
     for _ in range(3):
-        g.observe(Sample(8.0, 1000.0), 0.0)
+        g.observe(whole(8.0, 1000.0), 0.0)
     g.start(first, middle)
-    g.observe(Sample(8.0, 990.0), 1.0)
+    g.observe(whole(8.0, 990.0), 1.0)
     g.start(middle, last)  # a second push before the verdict
     assert g.trial is not None and g.trial.old == first and len(g.trial.before) == 3
-    out = [g.observe(Sample(8.0, 500.0 + i), 2.0) for i in range(3)]
+    out = [g.observe(whole(8.0, 500.0 + i), 2.0) for i in range(3)]
     v = out[-1]
     assert v is not None and v.rolled_back and v.old_table == first.to_list()
     assert not g.baseline  # the bad table's samples are no bar for the next push
