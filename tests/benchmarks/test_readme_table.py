@@ -23,11 +23,14 @@ def test_a_field_row_gives_each_change_in_percent_with_its_interval_and_word() -
                   "ratio": 0.95, "ci": [0.90, 1.01], "word": "same within noise"}],
              "versus_best_fixed": [{"policy": "tuned", "ratio": 0.99, "ci": [0.97, 1.01],
                                     "word": "same within noise", "closest": "fixed-k2"},
+                                   {"policy": "tuned", "metric": "p50_tpot", "ratio": 0.9,
+                                    "ci": [0.85, 0.95], "word": "faster", "closest": "fixed-k2"},
                                    {"policy": "documented", "ratio": 0.9, "ci": [0.85, 0.95],
                                     "word": "slower", "closest": "fixed-k2"}]}
     (row,) = field_rows("CPU", "cpu-tiny-field", {"policies": ["fixed-k2", "documented", "tuned"],
                                                   "shapes": [shape]})
-    assert "| burst-c16 (6 blocks) | tuned | -1.0% [-3.0, +1.0] same within noise |" in row
+    assert ("| burst-c16 (6 blocks) | tuned | -1.0% [-3.0, +1.0] same within noise | "
+            "-10.0% [-15.0, -5.0] faster |") in row
     assert "| +5.2% [+1.0, +9.6] faster | -5.0% [-10.0, +1.0] same within noise |" in row
     assert change(None) == "not measured"
     assert "too few blocks" in change({"ratio": 1.1, "ci": [None, None], "word": None})
