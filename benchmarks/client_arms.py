@@ -92,6 +92,8 @@ class Arms:
         argv = [*client_argv(run, self.host, self.port, self.model, self.served_name, seed),
                 *self.client_flags]
         result = await run_client(argv, self.out / "logs" / "client.log")
+        # the model folder by name only: results carry no machine paths
+        result |= {key: self.model.name for key in ("model_id", "tokenizer_id") if key in result}
         _, g1 = await generated(self.engine)
         s1 = await self.admin.get_stats()
         path = self.out / "runs" / f"{tag}.json"

@@ -11,6 +11,12 @@ shuffled order, on the same requests), what users of vLLM's benchmark client rea
   the documented table, in output throughput (above 1 is faster) and in p50 TPOT (below 1 is
   faster): the geometric mean of the per-block ratios with its 95% Student's t-interval on
   their logs, and a word: `faster`, `slower`, or `same within noise` (the interval holds 1);
+- `headline`, the claims the README shows (each non-fixed, non-documented policy against the
+  best fixed k and against the documented table, both metrics, every shape) as one family,
+  Holm-corrected at 5% family-wise, each interval at the level its claim was tested at (a run
+  makes dozens of comparisons: at 5% each a few would read faster or slower by chance; the CPU
+  run of 2026-12-05 called the tuned table 10% faster than the documented one, which was the
+  same table). Two policies that ran one table are an A/A: word "same table", no claim;
 - against the best fixed k, which the data cannot name, in both metrics: "faster" only if
   faster than *every* fixed k (an intersection-union test, each at 5%), "slower" only if
   slower than some fixed k with the 5% split among them (Bonferroni). The figure is the
@@ -26,10 +32,14 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
+from benchmarks.inference import LogRatio, bounds, estimate, holm
 from benchmarks.noharm_summary import (ALPHA, Run, acceptance_length, arm_throughput,
                                        engine_throughput, latency, mean_of, median,
                                        ratio_interval)
 from benchmarks.stats import is_fixed, policy_key
+from tuner.core.student_t import t_sf
 
 METRICS: dict[str, tuple[Callable[[Run], float], bool]] = {
     # name: (per-run figure, higher is better)
@@ -37,6 +47,8 @@ METRICS: dict[str, tuple[Callable[[Run], float], bool]] = {
     "p50_tpot": (mean_of("p50_tpot_ms"), False),
 }
 SAME = "same within noise"
+SAME_TABLE = "same table"  # the two policies ran one table: an A/A, no claim
+BEST_FIXED = "best fixed k"
 
 
 def by_block(runs: Sequence[Run], shape: str) -> dict[tuple[int, int], dict[str, Run]]:
@@ -117,14 +129,107 @@ def versus_best_fixed(blocks: dict[tuple[int, int], dict[str, Run]], policy: str
             "closest": worst["versus"], "word": said}
 
 
-def shape_summary(runs: Sequence[Run], shape: str, policies: Sequence[str]) -> dict[str, Any]:
+def _estimates(blocks: dict[tuple[int, int], dict[str, Run]], policy: str,
+               refs: Sequence[str], metric: str) -> list[LogRatio] | None:
+    """Per reference, the per-block log ratios policy / ref as a rate (higher is better; TPOT
+    turned into its inverse), estimated; None below two blocks for any of them."""
+    of, higher = METRICS[metric]
+    sign = 1.0 if higher else -1.0
+    out = []
+    for ref in refs:
+        logs = [sign * math.log(of(b) / of(a)) for a, b in pairs_of(blocks, ref, policy)
+                if of(a) > 0 and of(b) > 0]
+        if len(logs) < 2:
+            return None
+        out.append(estimate(np.asarray(logs)))
+    return out
+
+
+def claim_p(estimates: Sequence[LogRatio]) -> float:
+    """p of "the policy differs from the best of the references": better needs every reference
+    beaten (intersection-union: the largest one-sided p), worse any one (Bonferroni: the
+    smallest, times their number); two-sided as twice the smaller, capped at 1."""
+    with np.errstate(all="ignore"):
+        better = max(float(t_sf(e.mean / e.se, e.df)) if e.se > 0 else float(e.mean <= 0)
+                     for e in estimates)
+        worse = min(float(t_sf(-e.mean / e.se, e.df)) if e.se > 0 else float(e.mean >= 0)
+                    for e in estimates) * len(estimates)
+    return min(1.0, 2.0 * min(better, worse))
+
+
+def claim_interval(estimates: Sequence[LogRatio], alpha: float, higher: bool) -> list[float]:
+    """The ratio's interval against the best reference at level alpha: the least favourable
+    lower end at alpha, the least favourable upper end at alpha over their number; in the
+    metric's own direction."""
+    lo = min(float(bounds(e, alpha)[1]) for e in estimates)
+    hi = min(float(bounds(e, alpha / len(estimates))[2]) for e in estimates)
+    return [round(math.exp(lo), 4), round(math.exp(hi), 4)] if higher else \
+        [round(math.exp(-hi), 4), round(math.exp(-lo), 4)]
+
+
+def headline(runs: Sequence[Run], shapes: Sequence[str], policies: Sequence[str],
+             tables: dict[str, Any], alpha: float = ALPHA) -> list[dict[str, Any]]:
+    """The claims the README shows, one family: per shape, every policy that is neither a
+    fixed k nor the documented table, against the best fixed k and against the documented
+    table, in output throughput and p50 TPOT. Holm's step-down over the family (a run makes
+    dozens: at 5% each, a few would read faster or slower by chance); each interval at the
+    level Holm tested its claim at, so its word and its interval agree. A claim between two
+    policies that ran the same table is an A/A: reported, outside the family, word "same table"."""
+    fixed = sorted((p for p in policies if is_fixed(p)), key=policy_key)
+    shown = [p for p in policies if not is_fixed(p) and p != "documented"]
+    found: list[tuple[dict[str, Any], list[LogRatio] | None]] = []
+    for shape in shapes:
+        blocks = by_block(runs, shape)
+        for policy in shown:
+            for versus, refs in ((BEST_FIXED, fixed), ("documented", ["documented"])):
+                if not refs or any(r not in policies for r in refs):
+                    continue
+                same = any(tables.get(r) is not None and tables.get(r) == tables.get(policy)
+                           for r in refs) if versus == "documented" else False
+                for metric in METRICS:
+                    ests = _estimates(blocks, policy, refs, metric)
+                    ratio = None
+                    if ests is not None:
+                        rate = min(math.exp(float(e.mean)) for e in ests)
+                        ratio = round(rate if METRICS[metric][1] else 1.0 / rate, 4)
+                    found.append(({"shape": shape, "policy": policy, "versus": versus,
+                                   "metric": metric, "ratio": ratio, "same_table": same}, ests))
+    family = [i for i, (c, e) in enumerate(found) if e is not None and not c["same_table"]]
+    p = np.full(len(found), np.nan)
+    for i in family:
+        p[i] = claim_p(found[i][1])  # type: ignore[arg-type]
+    levels = holm(p, alpha)[1] if len(found) else np.asarray([])
+    out = []
+    for i, (claim, ests) in enumerate(found):
+        higher = METRICS[claim["metric"]][1]
+        if ests is None:
+            out.append({**claim, "ci": [None, None], "level": None, "p": None, "word": None})
+            continue
+        level = float(levels[i]) if i in family else alpha
+        ci = claim_interval(ests, level, higher)
+        said = SAME_TABLE if claim["same_table"] else word(ci, True) if higher else \
+            word([1.0 / ci[1], 1.0 / ci[0]], True)
+        out.append({**claim, "ci": ci, "level": round(level, 6),
+                    "p": None if i not in family else round(float(p[i]), 6), "word": said})
+    return out
+
+
+def _same(c: dict[str, Any], tables: dict[str, Any]) -> dict[str, Any]:
+    """A comparison of two policies that ran one table is an A/A: its word says so."""
+    a, b = tables.get(c["policy"]), tables.get(c["versus"])
+    return {**c, "word": SAME_TABLE} if a is not None and a == b and c["word"] else c
+
+
+def shape_summary(runs: Sequence[Run], shape: str, policies: Sequence[str],
+                  tables: dict[str, Any] | None = None) -> dict[str, Any]:
     blocks = by_block(runs, shape)
     complete = [b for b in blocks.values() if all(p in b for p in policies)]
     fixed = sorted((p for p in policies if is_fixed(p)), key=policy_key)
     others = [p for p in policies if not is_fixed(p)]
     references = [*fixed, *(["documented"] if "documented" in policies else [])]
-    comparisons = [compare(blocks, p, v, m) for p in others for v in references if v != p
-                   for m in METRICS]
+    tables = tables or {}
+    comparisons = [_same(compare(blocks, p, v, m), tables) for p in others for v in references
+                   if v != p for m in METRICS]
     return {"shape": shape, "blocks": len(complete),
             "policies": {p: policy_figures([b[p] for b in blocks.values() if p in b])
                          for p in policies},
@@ -138,11 +243,16 @@ def summarize(record: dict[str, Any]) -> dict[str, Any]:
     meta = record["meta"]
     names = [s["name"] for s in meta["shapes"]]
     policies = list(meta["policies"])
-    shapes = [shape_summary(record["runs"], name, policies) for name in names]
-    return {"shapes": shapes, "policies": policies, "tables": meta.get("tables", {}),
+    shapes = [shape_summary(record["runs"], name, policies, meta.get("tables", {}))
+              for name in names]
+    claims = headline(record["runs"], names, policies, meta.get("tables", {}))
+    return {"headline": claims, "family": sum(c["p"] is not None for c in claims),
+            "shapes": shapes, "policies": policies, "tables": meta.get("tables", {}),
             "ci_level": 1 - ALPHA, "blocks": min((s["blocks"] for s in shapes), default=0),
             "parts": len(meta.get("parts", [])), "goodput_slo": meta.get("goodput"),
             "statistic": "geometric mean of per-block ratios policy / reference (output "
-                         "throughput; p50 TPOT); 95% Student's t-interval on their logs; "
-                         "against the best fixed k an intersection-union test",
+                         "throughput; p50 TPOT), Student's t-interval on their logs; against "
+                         "the best fixed k an intersection-union test; `headline`: the README's "
+                         "claims, Holm at 5% family-wise, each interval at its Holm level; "
+                         "`shapes[].comparisons`: every pair at 95% each, not corrected",
             "command": meta.get("command")}

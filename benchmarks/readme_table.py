@@ -185,6 +185,8 @@ def change(c: dict[str, Any] | None) -> str:
     """A comparison as a user reads it: the change in percent, its interval, a plain word."""
     if c is None or c["ratio"] is None:
         return "not measured"
+    if c["word"] == "same table":
+        return "the same table"
     if c["ci"][0] is None:
         return f"{(c['ratio'] - 1) * 100:+.1f}% (too few blocks for an interval)"
     lo, hi = ((v - 1) * 100 for v in c["ci"])
@@ -192,21 +194,18 @@ def change(c: dict[str, Any] | None) -> str:
 
 
 def field_rows(setting: str, folder: str, s: dict[str, Any]) -> list[str]:
-    """Per traffic shape and compared policy: output throughput and median TPOT against the
-    best fixed k and against the documented table."""
+    """Per traffic shape and compared policy, the headline claims (Holm, one family a run):
+    output throughput and median TPOT against the best fixed k and the documented table."""
     rows = []
     link = f"[{folder}](benchmarks/results/{folder}/README.md)"
-    for shape in s["shapes"]:
-        by = {(c["policy"], c["versus"], c["metric"]): c for c in shape["comparisons"]}
-        best = {(v["policy"], v.get("metric", "output_throughput")): v
-                for v in shape["versus_best_fixed"]}
-        for policy in (p for p in s["policies"] if (p, "output_throughput") in best
-                       and p != "documented"):
-            cells = [best.get((policy, "output_throughput")), best.get((policy, "p50_tpot")),
-                     by.get((policy, "documented", "output_throughput")),
-                     by.get((policy, "documented", "p50_tpot"))]
-            rows.append(f"| {setting} | {shape['shape']} ({shape['blocks']} blocks) | {policy} | "
-                        + " | ".join(change(c) for c in cells) + f" | {link} |")
+    claims = {(c["shape"], c["policy"], c["versus"], c["metric"]): c for c in s["headline"]}
+    blocks = {x["shape"]: x["blocks"] for x in s["shapes"]}
+    for shape, policy in dict.fromkeys((c["shape"], c["policy"]) for c in s["headline"]):
+        cells = [claims.get((shape, policy, versus, metric))
+                 for versus in ("best fixed k", "documented")
+                 for metric in ("output_throughput", "p50_tpot")]
+        rows.append(f"| {setting} | {shape} ({blocks.get(shape, 0)} blocks) | {policy} | "
+                    + " | ".join(change(c) for c in cells) + f" | {link} |")
     return rows
 
 

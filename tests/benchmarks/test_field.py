@@ -183,3 +183,35 @@ def test_resume_refuses_a_record_of_other_policies(profile: Path, tmp_path: Path
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "--resume:" in err and "policies" in err and "fixed-k2" in err, err
+
+
+def test_the_headline_is_one_holm_family_with_intervals_at_their_levels() -> None:
+    speed = {"fixed-k0": 800.0, "fixed-k1": 900.0, "fixed-k2": 950.0, "fixed-k3": 930.0,
+             "documented": 880.0, "tuned": 1000.0}
+    got = summarize(record(speed))
+    claims = {(c["versus"], c["metric"]): c for c in got["headline"]}
+    assert set(claims) == {(v, m) for v in ("best fixed k", "documented")
+                           for m in ("output_throughput", "p50_tpot")}
+    assert got["family"] == 4
+    best = claims[("best fixed k", "output_throughput")]
+    assert best["word"] == "faster" and best["ci"][0] > 1.0 and best["level"] <= 0.05
+    assert claims[("documented", "p50_tpot")]["word"] == "faster"       # TPOT below
+    # the interval at Holm's level is wider than the plain 95% one of the same pair
+    (plain,) = [c for c in got["shapes"][0]["comparisons"] if c["versus"] == "documented"
+                and c["policy"] == "tuned" and c["metric"] == "output_throughput"]
+    doc = claims[("documented", "output_throughput")]
+    assert doc["ci"][0] <= plain["ci"][0] and doc["ci"][1] >= plain["ci"][1]
+
+
+def test_a_policy_that_ran_the_documented_table_is_an_aa_not_a_claim() -> None:
+    """The CPU run of 2026-12-05: tuned, documented and fixed k=3 were one table, and the
+    uncorrected comparison called tuned 10% faster than documented."""
+    rec = record({"fixed-k1": 900.0, "fixed-k3": 1000.0, "documented": 1000.0, "tuned": 1000.0})
+    rec["meta"]["tables"] = {"fixed-k1": [[1, 32, 1]], "fixed-k3": [[1, 32, 3]],
+                             "documented": [[1, 32, 3]], "tuned": [[1, 32, 3]]}
+    got = summarize(rec)
+    aa = [c for c in got["headline"] if c["versus"] == "documented"]
+    assert aa and all(c["word"] == "same table" and c["p"] is None for c in aa)
+    assert got["family"] == 2  # only the claims against the best fixed k
+    detail = [c for c in got["shapes"][0]["comparisons"] if c["versus"] == "documented"]
+    assert all(c["word"] == "same table" for c in detail)
