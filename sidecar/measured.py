@@ -40,11 +40,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from tuner.core.admin_api import step_bucket
+from tuner.core.admin_api import Step, step_bucket
 
 __all__ = ["Comparison", "MeasuredGoodput", "Pair", "confidence_sequence", "pairs_in"]
 
-Step = Sequence[float]  # (seq, B, k verified, k drafted, seconds, tokens, emitted, cycle)
 
 MIN_RUN_STEPS = 4     # a run with fewer steady steps is too short to pair (a 3-step rotation run)
 MAX_RUN_STEPS = 256   # longer stretches of another k are the table's, not a run
@@ -106,11 +105,11 @@ class _Segment:
 
     @property
     def first(self) -> int:
-        return int(self.steps[0][0])
+        return self.steps[0].seq
 
     @property
     def last(self) -> int:
-        return int(self.steps[-1][0])
+        return self.steps[-1].seq
 
 
 def _segments(steps: Sequence[Step]) -> list[_Segment]:
@@ -120,18 +119,18 @@ def _segments(steps: Sequence[Step]) -> list[_Segment]:
     run: list[Step] = []
     prev_seq = None
     for s in steps:
-        seq, kv, kd = int(s[0]), int(s[2]), int(s[3])
+        seq, kv, kd = s.seq, s.k_verified, s.k_drafted
         broken = prev_seq is not None and seq != prev_seq + 1
         prev_seq = seq
-        if kv != kd or broken or (run and int(run[-1][3]) != kd):
+        if kv != kd or broken or (run and run[-1].k_drafted != kd):
             if run:
-                out.append(_Segment(int(run[-1][3]), tuple(run)))
+                out.append(_Segment(run[-1].k_drafted, tuple(run)))
             run = []
             if kv != kd:
                 continue
         run.append(s)
     if run:
-        out.append(_Segment(int(run[-1][3]), tuple(run)))
+        out.append(_Segment(run[-1].k_drafted, tuple(run)))
     return out
 
 
@@ -139,8 +138,7 @@ def _seconds(s: Step) -> float:
     """A step's share of the wall clock: its engine cycle where the plugin timed one (the host's
     time between steps included, as a client sees it; under async scheduling the execution
     time alone is only what was left to wait), else its execution time."""
-    cycle = float(s[7]) if len(s) > 7 else 0.0
-    return cycle if cycle > 0.0 else float(s[4])
+    return s.cycle if s.cycle else s.seconds
 
 
 def _busy(steps: Sequence[Step]) -> list[Step]:
@@ -157,8 +155,8 @@ def _rate(steps: Iterable[Step]) -> tuple[float, float]:
     τ(k)/T(B, k), which a band's mix of batch sizes moves far less than G itself."""
     seconds = emitted = 0.0
     for s in steps:
-        seconds += _seconds(s) * max(int(s[1]), 1)
-        emitted += float(s[6])
+        seconds += _seconds(s) * max(s.batch_size, 1)
+        emitted += s.emitted or 0
     return emitted, seconds
 
 
@@ -196,13 +194,13 @@ def pairs_in(steps: Sequence[Step], done: set[int],
             # the after-side still being served, or not a short run inside another k's steps
             # (the table's steps between two runs)
             continue
-        bucket = band(int(np.median([s[1] for s in run.steps])))
-        around = [s for s in (*before.steps[-m:], *after.steps[:m]) if band(int(s[1])) == bucket]
-        mine = [s for s in run.steps if band(int(s[1])) == bucket]
+        bucket = band(int(np.median([s.batch_size for s in run.steps])))
+        around = [s for s in (*before.steps[-m:], *after.steps[:m]) if band(s.batch_size) == bucket]
+        mine = [s for s in run.steps if band(s.batch_size) == bucket]
         if len(around) < m // 2 or len(mine) < MIN_RUN_STEPS:
             continue  # the load moved across buckets during the run
         if table_k is not None and not all(
-                0 < int(s[1]) < len(table_k) and table_k[int(s[1])] == before.k
+                0 < s.batch_size < len(table_k) and table_k[s.batch_size] == before.k
                 for s in (*mine, *around)):
             continue  # the table runs this k here: an edge crossed, not an exploration run
         window = _busy([*mine, *around])
@@ -236,22 +234,22 @@ class MeasuredGoodput:
         """Add the ring's steps newer than the last seen (a six-field step, from a plugin that
         predates `emitted`, is passed over); the pairs found. ``table_k``: the engine's dense
         table (see pairs_in)."""
-        fresh = [s for s in steps if int(s[0]) > self.last_seq]
+        fresh = [s for s in steps if s.seq > self.last_seq]
         if fresh:
-            self.last_seq = int(fresh[-1][0])
-        new = [s for s in fresh if len(s) >= 7]
+            self.last_seq = fresh[-1].seq
+        new = [s for s in fresh if s.emitted is not None]
         if not new:
             return []
         self.measuring = True
         for s in new:
-            bucket = band(int(s[1]))
+            bucket = band(s.batch_size)
             self.served[bucket] = self.served.get(bucket, 0) + 1
-            if int(s[2]) == int(s[3]):
-                cell = self.cells.setdefault((bucket, int(s[3])), [0.0, 0.0, 0.0, 0.0])
+            if s.k_verified == s.k_drafted:
+                cell = self.cells.setdefault((bucket, s.k_drafted), [0.0, 0.0, 0.0, 0.0])
                 cell[0] += 1
                 cell[1] += _seconds(s)
-                cell[2] += float(s[6])
-                cell[3] += float(s[1])
+                cell[2] += s.emitted or 0
+                cell[3] += s.batch_size
         # pair over everything new before cutting the tail: a first read or a re-read after a
         # restart brings up to 8192 steps at once
         window = [*self.tail, *new]
@@ -261,7 +259,7 @@ class MeasuredGoodput:
             self.pairs.setdefault((p.bucket, p.k, p.ref), deque(maxlen=KEEP_PAIRS)).append(
                 (p.log_ratio, p.steps))
             self.done.add(p.first)
-        oldest = int(self.tail[0][0])
+        oldest = self.tail[0].seq
         self.done = {seq for seq in self.done if seq >= oldest}
         return found
 

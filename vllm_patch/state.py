@@ -15,7 +15,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.core.admin_api import step_bucket
+from tuner.core.admin_api import Step, step_bucket
 from tuner.core.table import Table
 
 
@@ -45,9 +45,6 @@ class Policy:
 # Per-step samples kept for GET /v1/stats: 8192 steps are 80-400 s of 10-50 ms GPU steps, so a
 # consumer polling with ?since= every few seconds misses none (a gap in seq shows if it did).
 RECENT_STEPS = 8192
-# (seq, batch_size, k_verified, k_drafted, seconds, tokens, emitted, cycle): see
-# Counters.record_step
-StepSample = tuple[int, int, int, int, float, int, int, float]
 
 
 # a K=0 stretch this long (steps) counts as one after which drafting "resumes"
@@ -94,7 +91,7 @@ class Counters:
     transition_steps: int = 0  # steps whose verified and drafted k differ
     num_steps: int = 0         # steps recorded; the seq of the newest one
     k_drafted: int = 0         # the k drafted at the end of the newest step (nothing before the first)
-    recent_steps: deque[StepSample] = field(default_factory=lambda: deque(maxlen=RECENT_STEPS))
+    recent_steps: deque[Step] = field(default_factory=lambda: deque(maxlen=RECENT_STEPS))
     # exact totals over all steps: requests and tokens scheduled (decodes, drafts and prefill
     # chunks), so a window's tokens per step shows where steps cross a CUDA-graph size
     scheduled_requests: int = 0
@@ -167,8 +164,8 @@ class Counters:
             self.transition_steps += 1
         if seconds is None:
             return
-        self.recent_steps.append((self.num_steps, batch_size, k_verified, k, seconds, tokens,
-                                  emitted, 0.0 if cycle is None else cycle))
+        self.recent_steps.append(Step(self.num_steps, batch_size, k_verified, k, seconds, tokens,
+                                      emitted, 0.0 if cycle is None else cycle))
         if k_verified == k:
             key = (step_bucket(batch_size), k)
             self.step_seconds[key] = self.step_seconds.get(key, 0.0) + seconds
@@ -190,7 +187,7 @@ class Counters:
         self.finished_proposed += life[0]
         self.finished_accepted += life[1]
 
-    def steps_after(self, since: int | None) -> list[StepSample]:
+    def steps_after(self, since: int | None) -> list[Step]:
         """The recent steps with seq > since (all of them for None), oldest first."""
         if since is None:
             return list(self.recent_steps)

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from sidecar.measured import (MIN_PAIRS, MeasuredGoodput, confidence_sequence, pairs_in)
+from tuner.core.admin_api import Step
 
 
 def ring(rates: dict[int, float], pattern: list[tuple[int, int]], B: int = 120, seed: int = 0,
-         drift: float = 0.0, noise: float = 0.03) -> list[tuple[int, int, int, int, float, int, int]]:
+         drift: float = 0.0, noise: float = 0.03) -> list[Step]:
     """Steps of (k, count) stretches: k's step takes 10 ms, emits rates[k]·10 ms tokens,
     with per-step noise and a slow drift of the whole engine."""
     rng = np.random.default_rng(seed)
@@ -22,7 +23,7 @@ def ring(rates: dict[int, float], pattern: list[tuple[int, int]], B: int = 120, 
             level = 1.0 + drift * seq / 1000
             seconds = 0.01 * level * float(np.exp(rng.normal(0, noise)))
             emitted = int(round(rates[k] * 0.01 * float(np.exp(rng.normal(0, noise)))))
-            out.append((seq, B, prev, k, seconds, 4 * B, emitted))
+            out.append(Step(seq, B, prev, k, seconds, 4 * B, emitted))
             prev = k
     return out
 
@@ -124,13 +125,13 @@ def test_a_host_gap_per_step_counts_against_every_k_alike() -> None:
     """k=2 steps 66.6 ms, k=3 79.6 ms, both followed by 5 ms of host time: by execution time
     alone k=2 leads by the emitted ratio over 66.6/79.6; by the engine's cycle (what a client's
     clock sees) by less. The pairs use the cycle."""
-    def steps(pattern: list[tuple[int, int]]) -> list[tuple[int, int, int, int, float, int, int, float]]:
+    def steps(pattern: list[tuple[int, int]]) -> list[Step]:
         out, seq, prev = [], 0, pattern[0][0]
         for k, count in pattern:
             for _ in range(count):
                 seq += 1
                 run = {2: 0.0666, 3: 0.0796}[k]
-                out.append((seq, 120, prev, k, run, 480, {2: 500, 3: 578}[k], run + 0.005))
+                out.append(Step(seq, 120, prev, k, run, 480, {2: 500, 3: 578}[k], run + 0.005))
                 prev = k
         return out
     (pair,) = pairs_in(steps([(3, 40), (2, 16), (3, 40)]), set())
@@ -147,7 +148,8 @@ def test_rings_of_older_plugins_still_parse() -> None:
     reply = StatsReply.model_validate({"recent_steps": [[1, 4, 3, 3, 0.01, 8],
                                                         [2, 4, 3, 3, 0.01, 8, 9],
                                                         [3, 4, 3, 3, 0.01, 8, 9, 0.012]]})
-    assert [len(s) for s in reply.recent_steps] == [6, 7, 8]
+    assert [(s.emitted, s.cycle) for s in reply.recent_steps] == [(None, None), (9, None),
+                                                                  (9, 0.012)]
     m = MeasuredGoodput()
     m.ingest(reply.recent_steps)
     assert m.cells[(4, 3)][0] == 2
@@ -162,7 +164,7 @@ def test_a_stretch_the_table_itself_runs_is_not_a_duel() -> None:
         for B, k, n in ((146, 3, 40), (148, 1, 10)):
             for _ in range(n):
                 seq += 1
-                steps.append((seq, B, prev, k, 0.05, 4 * B, 300, 0.052))
+                steps.append(Step(seq, B, prev, k, 0.05, 4 * B, 300, 0.052))
                 prev = k
     assert pairs_in(steps, set(), dense) == []
     assert len(pairs_in(steps, set())) > 0      # without the table: paired (the bias)

@@ -25,15 +25,15 @@ stdlib + pydantic only: imported inside the vLLM engine process.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field_validator
 
 from tuner.core.table import Table
 
 __all__ = ["NO_STEPS", "BucketK", "EmulationBody", "EmulationReply", "ErrorReply", "PolicyBody",
-           "PolicyReply", "StatsReply", "TableBody", "TableReply", "check_exploration", "check_rates",
-           "step_bucket"]
+           "PolicyReply", "StatsReply", "Step", "TableBody", "TableReply", "check_exploration",
+           "check_rates", "step_bucket"]
 
 
 # GET /v1/stats?since=NO_STEPS: past any step's seq (the plugin takes up to 18 digits), so the
@@ -172,6 +172,23 @@ class EmulationReply(_Reply):
     rates: list[float] | None = None
 
 
+class Step(NamedTuple):
+    """One engine step of the plugin's ring (GET /v1/stats' ``recent_steps``), a JSON list on the
+    wire. A step's time is verify(the previous step's k) + draft(this step's k): a steady step has
+    both k's equal. ``emitted``: the tokens the step's requests kept (1 + accepted drafts each);
+    ``cycle``: seconds since the previous step's update (0.0: unknown), the host's time between
+    steps included. An older plugin sends six fields (no emitted, no cycle: None) or seven."""
+
+    seq: int            # numbers the engine's steps from 1 (restarts with the engine)
+    batch_size: int
+    k_verified: int
+    k_drafted: int
+    seconds: float      # the step's execution time
+    tokens: int         # tokens scheduled
+    emitted: int | None = None
+    cycle: float | None = None
+
+
 class StatsReply(_Reply):
     """The plugin's exact counters (GET /v1/stats); positions are 0-based, like vLLM's.
 
@@ -199,15 +216,8 @@ class StatsReply(_Reply):
     scheduled_requests: int | None = None  # None: a plugin that predates the exact totals
     scheduled_tokens: int | None = None
     step_times: list[tuple[int, int, float, int]] = []
-    # the last engine steps, oldest first (GET /v1/stats?since=SEQ: only seq > SEQ):
-    # (seq, batch_size, k_verified, k_drafted, seconds, tokens, emitted, cycle). A step's time is
-    # verify(the previous step's k) + draft(this step's k); a steady step has both equal;
-    # emitted: the tokens the step's requests kept (1 + accepted drafts each); cycle: seconds
-    # since the previous step's update (0.0: unknown), the host's time between steps included.
-    # An older plugin sends six fields (no emitted, no cycle) or seven (no cycle)
-    recent_steps: list[tuple[int, int, int, int, float, int, int, float]
-                       | tuple[int, int, int, int, float, int, int]
-                       | tuple[int, int, int, int, float, int]] = []
+    # the last engine steps, oldest first (GET /v1/stats?since=SEQ: only seq > SEQ)
+    recent_steps: list[Step] = []
     transition_steps: int = 0  # steps whose verified and drafted k differ (not in step_times)
     # request-steps verified right after a K=0 stretch (of >= 4 steps), per position: a drafter
     # whose state went stale while nothing was drafted shows here below the steady acceptance
