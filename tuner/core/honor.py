@@ -34,7 +34,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from tuner.core.admin_api import StatsReply
+from tuner.core.admin_api import StatsReply, Step
 from tuner.core.honor_finding import finding
 from tuner.core.intervals import bootstrap_medians
 from tuner.core.table import Table
@@ -46,7 +46,7 @@ __all__ = ["Burst", "Counts", "DraftingCheck", "EdgePlan", "HonorCell", "HonorCh
 Verdict = Literal["honored", "ignored", "partial", "unmeasured"]
 Overall = Literal["honored", "ignored", "partial", "unknown"]
 Drafted = Literal["startup_k", "table_k", "unclear", "unmeasured"]
-Row = Sequence[float]  # a ring row: (seq, B, k_verified, k_drafted, seconds, tokens, ...)
+Row = Step  # a ring row of the plugin (tuner/core/admin_api.Step)
 
 TOLERANCE = 0.25  # drafts per request: steps that carried a prompt's prefill, budget trims
 MARGIN = 0.01  # a drafting cost under 1% of a step is not told apart from two engines' noise
@@ -82,12 +82,13 @@ def decode_steps(rows: Iterable[Row], B: int, K: int) -> list[Row]:
     after a swap), and carried at most B(K+1) tokens (a step holding a prompt's prefill carries
     more, for prompts longer than K+1 tokens). Whatever k the scheduler used: a step at another
     k than the table's is the table not followed, and counts against it."""
-    return [r for r in rows if r[1] == B and r[2] == r[3] and r[5] <= B * (K + 1)]
+    return [r for r in rows
+            if r.batch_size == B and r.k_verified == r.k_drafted and r.tokens <= B * (K + 1)]
 
 
 def verified_drafts(rows: Iterable[Row], B: int, K: int) -> list[float]:
     """d = tokens / B - 1 per steady decode-only step at B."""
-    return [r[5] / B - 1 for r in decode_steps(rows, B, K)]
+    return [r.tokens / B - 1 for r in decode_steps(rows, B, K)]
 
 
 def judge(d: float | None, k: int, K: int, tolerance: float = TOLERANCE) -> Verdict:
@@ -143,13 +144,13 @@ def measured_cell(bursts: Sequence[Burst], table: Table, B: int, K: int,
     k = table.k_at(B, K)
     steps = [decode_steps(b.rows, B, K) for b in bursts]
     flat = [r for s in steps for r in s]
-    drafts = [r[5] / B - 1 for r in flat]
+    drafts = [r.tokens / B - 1 for r in flat]
     d = round(statistics.median(drafts), 4) if drafts else None
     return HonorCell(engine_K=K, table=table.to_list(), B=B, k=k, steps=len(flat), drafts=d,
-                     step_ms=round(statistics.median(r[4] for r in flat) * 1e3, 4) if flat else None,
-                     off_table=sum(1 for r in flat if r[3] != k), verdict=judge(d, k, K, tolerance),
+                     step_ms=round(statistics.median(r.seconds for r in flat) * 1e3, 4) if flat else None,
+                     off_table=sum(1 for r in flat if r.k_drafted != k), verdict=judge(d, k, K, tolerance),
                      counts=_sum_counts([b.counts for b in bursts if b.counts is not None]),
-                     steps_ms=[[round(r[4] * 1e3, 4) for r in s] for s in steps if s])
+                     steps_ms=[[round(r.seconds * 1e3, 4) for r in s] for s in steps if s])
 
 
 def sweep_cell(B: int, k: int, K: int, max_num_seqs: int, drafts: Sequence[float], steps: int,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tuner.core.admin_api import StatsReply
+from tuner.core.admin_api import StatsReply, Step
 from tuner.core.honor import (
     Burst,
     HonorCheck,
@@ -24,12 +24,12 @@ K = 3
 
 
 def rows(B: int, k: int, n: int, drafts: float | None = None, ms: float = 20.0,
-         seq0: int = 1, k_prev: int | None = None, prompt: int = 32) -> list[tuple[float, ...]]:
+         seq0: int = 1, k_prev: int | None = None, prompt: int = 32) -> list[Step]:
     """A burst as the plugin's ring holds it: one prefill step of B prompts (verifying the previous
     k), then n decode steps of B requests each verifying ``drafts`` drafts (default: k)."""
     d = k if drafts is None else drafts
-    first = (seq0, B, k if k_prev is None else k_prev, k, ms / 1e3, B * prompt, B, 0.0)
-    decode = [(seq0 + 1 + i, B, k, k, ms / 1e3, round(B * (1 + d)), B, 0.0) for i in range(n)]
+    first = Step(seq0, B, k if k_prev is None else k_prev, k, ms / 1e3, B * prompt, B, 0.0)
+    decode = [Step(seq0 + 1 + i, B, k, k, ms / 1e3, round(B * (1 + d)), B, 0.0) for i in range(n)]
     return [first, *decode]
 
 
@@ -39,8 +39,8 @@ def one_range(k: int) -> Table:
 
 def test_decode_steps_leave_out_prefill_transitions_and_other_batch_sizes() -> None:
     ring = rows(4, 1, 5, k_prev=3)
-    ring.append((99, 2, 1, 1, 0.02, 4, 2, 0.0))           # the batch draining: another B
-    ring.append((100, 4, 1, 2, 0.02, 8, 4, 0.0))          # a swap: verified 1, drafts 2
+    ring.append(Step(99, 2, 1, 1, 0.02, 4, 2, 0.0))           # the batch draining: another B
+    ring.append(Step(100, 4, 1, 2, 0.02, 8, 4, 0.0))          # a swap: verified 1, drafts 2
     kept = decode_steps(ring, 4, K)
     assert [r[0] for r in kept] == [2, 3, 4, 5, 6]
     assert verified_drafts(ring, 4, K) == [1.0] * 5
@@ -60,7 +60,7 @@ def test_judge_reads_fewer_as_honored_and_the_startup_k_as_ignored() -> None:
 def test_a_cell_takes_medians_over_its_bursts_and_counts_off_table_steps() -> None:
     a = rows(8, 2, 30, ms=20.0)
     b = rows(8, 2, 30, ms=22.0, seq0=100)
-    b[5] = (b[5][0], 8, 3, 3, 0.025, 32, 8, 0.0)  # one step the scheduler ran at k=3
+    b[5] = Step(b[5].seq, 8, 3, 3, 0.025, 32, 8, 0.0)  # one step the scheduler ran at k=3
     cell = measured_cell([Burst(a), Burst(b)], one_range(2), 8, K)
     assert cell.k == 2 and cell.drafts == 2.0 and cell.verdict == "honored"
     assert cell.steps == 60 and cell.off_table == 1
