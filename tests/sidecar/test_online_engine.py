@@ -160,7 +160,9 @@ async def test_a_push_that_loses_live_goodput_is_rolled_back(engine: Engine, tmp
         return any(d["outcome"] == "rolled_back" for d in decisions)
 
     state, decisions = await run_until(
-        engine, tmp_path, cheap_k0, 4, rolled_back, rebuild_every_steps=400, prior_weight=100.0,
+        # 1200 steps before the push: a baseline of many samples, since the trial's t bar at
+        # 4 baseline samples is beyond reach (CI, 2026-12-05: t = -7.4 on a halved goodput)
+        engine, tmp_path, cheap_k0, 4, rolled_back, rebuild_every_steps=1200, prior_weight=100.0,
         explore_every=0, allowed_k="all", step_prior_weight=1e9, change_step_ratio=1000.0,
         # a loaded CPU box runs ~30 steps a second: one 0.5-s scrape a sample, or the 400
         # steps before the push would hold too few samples for a baseline
