@@ -11,11 +11,12 @@ would end past `--budget-s`.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gzip
 import json
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 from benchmarks.engines import max_model_len
 from benchmarks.traffic import KINDS, Shape, Sizes, check_sizes, shapes
 from tuner import flags
-from tuner.core.errors import InvalidInput
+from tuner.core.errors import InvalidInput, TableTuneError
 from tuner.core.files import write_atomic
 
 WARMUP_SEED = 10_000  # warmup traffic: its own requests, never a measured block's
@@ -37,6 +38,30 @@ class Blocks:
     budget_s: float
     warmup_rounds: int
     seed: int
+
+
+def bench_parser(doc: str | None, out: str) -> argparse.ArgumentParser:
+    """A bench's parser with the flags every bench beside an engine has."""
+    ap = argparse.ArgumentParser(description=doc,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", required=True, help="from `tabletune tune`")
+    ap.add_argument("--model", help="model path (default: the profile's)")
+    ap.add_argument("--out", default=out)
+    return ap
+
+
+def run_main(argv: list[str], ap: argparse.ArgumentParser,
+             start: Callable[[argparse.Namespace, list[str]], Coroutine[Any, Any, Any]],
+             ) -> tuple[int, Any]:
+    """Parse ``argv`` and run the bench: (0, its result), or (2, None) on bad input and (1, None)
+    when the engine or the sidecar went away (one line on stderr; the files hold the blocks
+    before it)."""
+    args = ap.parse_args(argv)
+    try:
+        return 0, asyncio.run(start(args, argv))
+    except (InvalidInput, TableTuneError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return (2 if isinstance(exc, InvalidInput) else 1), None
 
 
 def add_traffic_flags(ap: argparse.ArgumentParser, *, concurrency: str = "8",
@@ -159,6 +184,21 @@ async def run_blocks(one_round: Round, b: Blocks, record: dict[str, Any], info: 
         info["blocks"] = block - first + 1
         summary = save_all()
         say(f"block {block} done in {time.monotonic() - t:.0f} s; {describe(summary)}")
+
+
+async def recorded(blocks: Awaitable[None], info: dict[str, Any], t0: float,
+                   close: Callable[[], Awaitable[None]], keep: Callable[[], None]) -> None:
+    """Run the blocks; whatever ends them, say why in ``info``, close the arms, then keep the
+    wall time, the sidecar's log and the record (``keep``): nothing measured is lost."""
+    try:
+        await blocks
+    except BaseException as exc:
+        info["stop_reason"] = f"error: {type(exc).__name__}: {exc}"
+        raise
+    finally:
+        await close()
+        info["wall_s"] = round(time.monotonic() - t0, 1)
+        keep()
 
 
 def next_part(record: dict[str, Any]) -> tuple[dict[str, Any], int]:

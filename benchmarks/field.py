@@ -24,7 +24,6 @@ run; runs/ the client's whole result of each (its `--save-result` format).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import json
 import random
@@ -37,8 +36,9 @@ from typing import Any
 
 from benchmarks import client_bench
 from benchmarks.client_arms import Arms
-from benchmarks.client_bench import (Blocks, add_traffic_flags, blocks_of, keep_log, next_part,
-                                     printer, run_blocks, shape_meta, traffic)
+from benchmarks.client_bench import (Blocks, add_traffic_flags, bench_parser, blocks_of,
+                                     keep_log, next_part, printer, recorded, run_blocks, run_main,
+                                     shape_meta, traffic)
 from benchmarks.design import rotated
 from benchmarks.engines import admin_client, spec_server
 from benchmarks.field_summary import summarize
@@ -49,7 +49,7 @@ from benchmarks.stateful import USER_DEFAULTS, PausedSidecar
 from benchmarks.traffic import Shape, Sizes
 from tuner import flags
 from tuner.core.engine_client import EngineClient
-from tuner.core.errors import InvalidInput, TableTuneError
+from tuner.core.errors import InvalidInput
 from tuner.core.profile import Profile, load
 from tuner.core.table import Table
 from tuner.engine_defaults import resolve_model
@@ -206,27 +206,19 @@ async def run(cfg: Config) -> dict[str, Any]:
         async def round_(block: int, seed: int) -> list[dict[str, Any]]:
             return await one_round(arms, cfg, block, seed)
 
-        try:
-            await run_blocks(round_, cfg.blocks, record, info, first, t0,
-                             lambda: save(cfg, record), say, _progress)
-        except BaseException as exc:
-            info["stop_reason"] = f"error: {type(exc).__name__}: {exc}"
-            raise
-        finally:
-            await arms.close()
-            info["wall_s"] = round(time.monotonic() - t0, 1)
+        def keep() -> None:
             if sidecar is not None:
                 keep_log(sidecar.log, cfg.out / info["sidecar_log"])
             save(cfg, record)
+
+        await recorded(run_blocks(round_, cfg.blocks, record, info, first, t0,
+                                  lambda: save(cfg, record), say, _progress),
+                       info, t0, arms.close, keep)
     return record
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", required=True, help="from `tabletune tune`")
-    ap.add_argument("--model", help="model path (default: the profile's)")
-    ap.add_argument("--out", default="runs/field")
+    ap = bench_parser(__doc__, "runs/field")
     ap.add_argument("--policies", default="fixed-k*,documented,tuned",
                     help="tables (fixed-k*, documented, tuned, quarter, turbospec-style, "
                          "tuned@tie=X, tuned-of:PATH) and at most one sidecar-from-TABLE")
@@ -237,17 +229,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    args = parser().parse_args(argv)
-    try:
-        cfg = config(args, argv)
-        record = asyncio.run(run(cfg))
-    except InvalidInput as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except TableTuneError as exc:  # the engine gone: the files hold the blocks before it
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    rc, record = run_main(sys.argv[1:] if argv is None else argv, parser(),
+                          lambda args, argv_: run(config(args, argv_)))
+    if rc:
+        return rc
     summary = summarize(record)
     print(json.dumps({"blocks": summary["blocks"], "shapes": [
         {"shape": s["shape"], "versus_best_fixed": s["versus_best_fixed"]}

@@ -25,7 +25,6 @@ fit, and `--resume` adds blocks to an existing --out (a new engine and sidecar, 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import json
 import shlex
@@ -36,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import client_bench
-from benchmarks.client_bench import (Blocks, add_traffic_flags, blocks_of, keep_log, next_part,
-                                     printer, run_blocks, shape_meta, traffic)
+from benchmarks.client_bench import (Blocks, add_traffic_flags, bench_parser, blocks_of,
+                                     keep_log, next_part, printer, recorded, run_blocks, run_main,
+                                     shape_meta, traffic)
 from benchmarks.design import rotated
 from benchmarks.engines import admin_client, spec_server
 from benchmarks.client_arms import Arms
@@ -47,7 +47,7 @@ from benchmarks.stateful import USER_DEFAULTS, PausedSidecar
 from benchmarks.traffic import Shape, Sizes
 from tuner import flags
 from tuner.core.engine_client import EngineClient
-from tuner.core.errors import InvalidInput, InvalidTable, TableTuneError
+from tuner.core.errors import InvalidInput, InvalidTable
 from tuner.core.profile import Profile, load
 from tuner.core.table import Table, check_for_engine
 from tuner.engine_defaults import resolve_model
@@ -161,27 +161,20 @@ async def run(cfg: Config) -> dict[str, Any]:
         async def round_(block: int, seed: int) -> list[dict[str, Any]]:
             return await one_round(arms, cfg, block, seed)
 
-        try:
-            await run_blocks(round_, cfg.blocks, record, info, first, t0,
-                             lambda: save(cfg, record), say, lambda summary: "; ".join(
-                                 f"{s['shape']} {s['ratio']} {s['ci']}" for s in summary["shapes"]))
-        except BaseException as exc:
-            info["stop_reason"] = f"error: {type(exc).__name__}: {exc}"
-            raise
-        finally:
-            await arms.close()
-            info["wall_s"] = round(time.monotonic() - t0, 1)
+        def keep() -> None:
             keep_log(sidecar.log, cfg.out / info["sidecar_log"])
             save(cfg, record)
+
+        await recorded(run_blocks(round_, cfg.blocks, record, info, first, t0,
+                                  lambda: save(cfg, record), say, lambda summary: "; ".join(
+                                      f"{s['shape']} {s['ratio']} {s['ci']}"
+                                      for s in summary["shapes"])),
+                       info, t0, arms.close, keep)
     return record
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", required=True, help="from `tabletune tune`")
-    ap.add_argument("--model", help="model path (default: the profile's)")
-    ap.add_argument("--out", default="runs/noharm")
+    ap = bench_parser(__doc__, "runs/noharm")
     add_traffic_flags(ap)
     ap.add_argument("--start-table", help="JSON table (default: the profile's, by this tuner's rule)")
     ap.add_argument("--sidecar-arg", action="append",
@@ -191,17 +184,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    args = parser().parse_args(argv)
-    try:
-        cfg = config(args, argv)
-        record = asyncio.run(run(cfg))
-    except InvalidInput as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except TableTuneError as exc:  # engine or sidecar gone: the files hold the blocks before it
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    rc, record = run_main(sys.argv[1:] if argv is None else argv, parser(),
+                          lambda args, argv_: run(config(args, argv_)))
+    if rc:
+        return rc
     summary = summarize(record)
     print(json.dumps({"verdict": summary["verdict"], "shapes": [
         {k: s[k] for k in ("shape", "blocks", "ratio", "ci", "pushes", "minutes", "false_changes")}

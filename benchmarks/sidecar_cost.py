@@ -31,12 +31,13 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from benchmarks.client_bench import bench_parser, run_main
 from benchmarks.engines import admin_client, max_model_len, spec_server
 from benchmarks.inference import bounds, estimate
 from benchmarks.policies import engine_args as bench_engine_args
@@ -45,7 +46,7 @@ from benchmarks.window import measure
 from benchmarks.workload import requests as request_pool
 from tuner import flags
 from tuner.core.engine_client import EngineClient
-from tuner.core.errors import InvalidInput, TableTuneError
+from tuner.core.errors import InvalidInput
 from tuner.core.profile import load
 from tuner.core.table import Table
 from tuner.engine_defaults import resolve_model, vocab_size
@@ -207,11 +208,7 @@ def say(text: str) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", required=True, help="from `tabletune tune`")
-    ap.add_argument("--model", help="model path (default: the profile's)")
-    ap.add_argument("--out", default="runs/sidecar-cost")
+    ap = bench_parser(__doc__, "runs/sidecar-cost")
     ap.add_argument("--loads", default="4,16", help="closed-loop clients, one load after another")
     ap.add_argument("--cycles", type=int, default=12, help="measured cycles per load")
     ap.add_argument("--window-s", type=float, default=15.0)
@@ -228,21 +225,16 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    args = parser().parse_args(argv)
-    for flag, value in (("--cycles", args.cycles), ("--window-s", args.window_s)):
-        if value <= 0:
-            print(f"error: {flag}={value}: must be > 0", file=sys.stderr)
-            return 2
-    try:
+    def start(args: argparse.Namespace, argv_: list[str]) -> Coroutine[Any, Any, dict[str, Any]]:
+        for flag, value in (("--cycles", args.cycles), ("--window-s", args.window_s)):
+            if value <= 0:
+                raise InvalidInput(f"{flag}={value}: must be > 0")
         flags.ints(args.loads, "--loads", "4,16")
-        record = asyncio.run(run(args, argv))
-    except InvalidInput as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except TableTuneError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return run(args, argv_)
+
+    rc, record = run_main(sys.argv[1:] if argv is None else argv, parser(), start)
+    if rc:
+        return rc
     print(json.dumps(summarize(record["windows"]), indent=1))
     return 0
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -16,6 +17,7 @@ import pytest
 import pytest_asyncio
 from hypothesis import settings
 
+from benchmarks.synthetic import paper_profile
 from tuner.engine_defaults import default_model, plugin_env, vocab_size
 from tuner.launcher import ServerConfig, SpeculativeSpec, VllmServer, free_port, launch
 from tuner.core.table import Table
@@ -69,6 +71,16 @@ async def engine() -> AsyncIterator[Engine]:
     async with launch(cfg) as server:
         vocab = vocab_size(paths.target)
         yield Engine(server, f"http://127.0.0.1:{admin_port}", TOKEN, vocab)
+
+
+@pytest.fixture
+def profile(tmp_path: Path) -> Path:
+    """The paper's synthetic profile (K=3, max_num_seqs=16) with its table, saved: what a
+    command's input checks need, no engine."""
+    p = paper_profile()
+    p.table = p.build().table.to_list()
+    p.save(tmp_path / "profile.json")
+    return tmp_path / "profile.json"
 
 
 @pytest.fixture

@@ -1,11 +1,14 @@
-"""Traffic helpers for engine tests."""
+"""Helpers for tests: traffic for engine tests, and a bench's answer to bad input."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from tuner.serve import complete
 
@@ -24,3 +27,14 @@ def delta(after: dict[str, Any], before: dict[str, Any], key: str) -> Any:
     if isinstance(a, list):
         return [x - y for x, y in zip(a, b)]
     return a - b
+
+
+def refused(main: Callable[[list[str]], int], profile: Path, tmp_path: Path, extra: list[str],
+            capsys: pytest.CaptureFixture[str]) -> str:
+    """A bench run on ``profile`` with the flags ``extra``: it must exit 2 with one line on
+    stderr, returned."""
+    rc = main(["--profile", str(profile), "--model", str(tmp_path), "--out", str(tmp_path / "o"),
+               *extra])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1, err
+    return err

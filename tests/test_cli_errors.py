@@ -10,16 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.synthetic import paper_profile
 from tabletune.cli import main
-
-
-@pytest.fixture
-def profile(tmp_path: Path) -> Path:
-    p = paper_profile()
-    p.table = p.build().table.to_list()
-    p.save(tmp_path / "profile.json")
-    return tmp_path / "profile.json"
 
 
 def broken(tmp_path: Path, name: str, text: str) -> str:

@@ -14,7 +14,7 @@ import pytest
 from benchmarks.field import config, main, order, parser
 from benchmarks.field_client import ClientResult, client_argv, parse
 from benchmarks.field_summary import SAME, summarize, versus_best_fixed, by_block, word
-from benchmarks.synthetic import paper_profile
+from tests.helpers import refused
 from benchmarks.traffic import ClientRun
 
 POLICIES = ["fixed-k0", "fixed-k1", "fixed-k2", "fixed-k3", "documented", "tuned"]
@@ -133,14 +133,6 @@ def test_the_clients_parser_takes_the_goodput_slos() -> None:
     ).request_goodput == 0.5
 
 
-@pytest.fixture
-def profile(tmp_path: Path) -> Path:
-    p = paper_profile()
-    p.table = p.build().table.to_list()
-    p.save(tmp_path / "profile.json")
-    return tmp_path / "profile.json"
-
-
 def test_the_policies_expand_and_carry_their_tables(profile: Path, tmp_path: Path) -> None:
     argv = ["--profile", str(profile), "--model", str(tmp_path), "--policies",
             "fixed-k*,documented,tuned,sidecar-from-quarter", "--goodput", "tpot:50"]
@@ -164,10 +156,7 @@ def test_the_policies_expand_and_carry_their_tables(profile: Path, tmp_path: Pat
 def test_bad_input_is_one_line_naming_the_flag_and_exit_2(
         profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str],
         says: str) -> None:
-    rc = main(["--profile", str(profile), "--model", str(tmp_path), "--out", str(tmp_path / "o"),
-               *extra])
-    err = capsys.readouterr().err
-    assert rc == 2 and err.count("\n") == 1 and says in err, err
+    assert says in refused(main, profile, tmp_path, extra, capsys)
 
 
 def test_resume_refuses_a_record_of_other_policies(profile: Path, tmp_path: Path,

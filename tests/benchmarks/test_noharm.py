@@ -15,7 +15,7 @@ from benchmarks.field_client import client_argv, parse
 from benchmarks.noharm import config, main, parser
 from benchmarks.noharm_summary import TARGET, ratio_interval, arm_throughput, summarize, verdict
 from benchmarks.stateful import _policy_fields
-from benchmarks.synthetic import paper_profile
+from tests.helpers import refused
 from benchmarks.traffic import KINDS, ClientRun, Sizes, check_sizes, ramp_runs, shapes
 from tuner.core.admin_api import PolicyReply
 from tuner.core.errors import InvalidInput
@@ -166,14 +166,6 @@ def test_a_frozen_sidecars_duels_are_part_of_the_policy_put_back() -> None:
     assert _policy_fields(PolicyReply(explore_every=0, hysteresis=0))["duels"] == []
 
 
-@pytest.fixture
-def profile(tmp_path: Path) -> Path:
-    p = paper_profile()
-    p.table = p.build().table.to_list()
-    p.save(tmp_path / "profile.json")
-    return tmp_path / "profile.json"
-
-
 @pytest.mark.parametrize(("extra", "says"), [
     (["--shapes", "burst,tide"], "--shapes: 'tide' is not a shape"),
     (["--ramp", "8,1"], "--ramp=8,1"),
@@ -187,10 +179,7 @@ def profile(tmp_path: Path) -> Path:
 def test_bad_input_is_one_line_naming_the_flag_and_exit_2(
         profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str],
         says: str) -> None:
-    rc = main(["--profile", str(profile), "--model", str(tmp_path), "--out", str(tmp_path / "o"),
-               *extra])
-    err = capsys.readouterr().err
-    assert rc == 2 and err.count("\n") == 1 and says in err, err
+    assert says in refused(main, profile, tmp_path, extra, capsys)
 
 
 def test_resume_refuses_a_folder_of_other_shapes(profile: Path, tmp_path: Path,
