@@ -37,7 +37,7 @@ import numpy as np
 from benchmarks.inference import LogRatio, bounds, estimate, holm
 from benchmarks.noharm_summary import (ALPHA, Run, acceptance_length, arm_throughput,
                                        engine_throughput, latency, mean_of, median,
-                                       ratio_interval)
+                                       ratio_interval, short_runs)
 from benchmarks.stats import is_fixed, policy_key
 from tuner.core.student_t import t_sf
 
@@ -250,6 +250,7 @@ def summarize(record: dict[str, Any]) -> dict[str, Any]:
             "shapes": shapes, "policies": policies, "tables": meta.get("tables", {}),
             "ci_level": 1 - ALPHA, "blocks": min((s["blocks"] for s in shapes), default=0),
             "parts": len(meta.get("parts", [])), "goodput_slo": meta.get("goodput"),
+            "short_runs": short_runs(record["runs"]),
             "statistic": "geometric mean of per-block ratios policy / reference (output "
                          "throughput; p50 TPOT), Student's t-interval on their logs; against "
                          "the best fixed k an intersection-union test; `headline`: the README's "

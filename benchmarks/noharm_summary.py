@@ -35,6 +35,7 @@ TARGET = 0.995            # table + sidecar >= table alone - 0.5%
 PUSHES_PER_10_MIN = 1.0   # when nothing changed
 ALPHA = 0.05
 ARMS = ("table", "sidecar")
+MIN_STEPS = 50            # an arm's run shorter than this many engine steps is flagged
 LATENCY = ("p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms", "p50_itl_ms", "p99_itl_ms")
 
 Run = dict[str, Any]
@@ -61,6 +62,16 @@ def mean_of(field: str) -> Callable[[Run], float]:
         n = sum(c for _, c in done)
         return sum(v * c for v, c in done) / n if n else math.nan
     return get
+
+
+def short_runs(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """Runs of fewer than MIN_STEPS engine steps (kept in the figures, named here)."""
+    out = []
+    for r in runs:
+        steps = sum(p["engine"].get("steps") or 0 for p in r["phases"])
+        if steps < MIN_STEPS:
+            out.append({"block": r["block"], "shape": r["shape"], "arm": r["arm"], "steps": steps})
+    return out
 
 
 def paired(runs: Sequence[Run], shape: str) -> list[tuple[Run, Run]]:
@@ -166,6 +177,7 @@ def summarize(record: dict[str, Any]) -> dict[str, Any]:
             "measured": measured,
             "warmup": sidecar_counts([r for r in record.get("warmup", []) if r["arm"] == "sidecar"]),
             "blocks": max((s["blocks"] for s in shapes), default=0),
+            "short_runs": short_runs(runs),
             "parts": len(record["meta"].get("parts", [])),
             "statistic": "geometric mean of per-block ratios sidecar / table of the client's "
                          "output throughput; 95% Student's t-interval on their logs",

@@ -204,3 +204,12 @@ def test_a_policy_that_ran_the_documented_table_is_an_aa_not_a_claim() -> None:
     assert got["family"] == 2  # only the claims against the best fixed k
     detail = [c for c in got["shapes"][0]["comparisons"] if c["versus"] == "documented"]
     assert all(c["word"] == "same table" for c in detail)
+
+
+def test_a_run_shorter_than_50_engine_steps_is_named() -> None:
+    rec = record({"fixed-k1": 900.0, "tuned": 1000.0}, blocks=2)
+    for r in rec["runs"]:
+        r["phases"][0]["engine"]["steps"] = 120
+    rec["runs"][1]["phases"][0]["engine"]["steps"] = 30
+    (short,) = summarize(rec)["short_runs"]
+    assert short == {"block": 0, "shape": "burst-c16", "arm": "tuned", "steps": 30}
