@@ -13,17 +13,22 @@ does, so all but its first step are steady, timed steps of that k.
 Budget: a run starts only if the explored steps of the last ``duel_horizon`` steps, plus this
 run, stay within ``duel_share`` of the horizon; the rotation's steps are charged to the same
 budget (and skipped when it is spent). So over any ``duel_horizon`` consecutive steps at most
-duel_share of them explore, a duel's burst up front included, which lets a comparison finish
-in minutes instead of hours without exceeding the share. The sidecar runs the rotation below
-the share (1% by default) so a duel finds room at once. Pure, except for the small state a DuelClock keeps.
+duel_share of them explore. Runs are also spread: at least run / (SPREAD·duel_share) table
+steps lie between two runs (200 at the defaults), so a short burst of traffic holds at most
+about a run's worth (issue #34 item 4: a 200-step burst once held a third of its steps in duel
+runs) and a comparison still finishes in minutes. The sidecar runs the rotation below the share
+(1% by default) so a duel finds room at once. Pure, except for the small state a DuelClock
+keeps.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from math import ceil
 
 Duel = tuple[int, int, tuple[int, ...]]  # (start_bs, end_bs, challenger k's)
+SPREAD = 4  # any stretch of steps explores at most about SPREAD·duel_share of them in duel runs
 
 
 def duel_at(duels: tuple[Duel, ...], batch_size: int) -> int | None:
@@ -32,6 +37,12 @@ def duel_at(duels: tuple[Duel, ...], batch_size: int) -> int | None:
         if lo <= batch_size <= hi and ks:
             return i
     return None
+
+
+def min_gap(run: int, share: float) -> int:
+    """Table steps between two runs: 2·run, so no table step is the reference of two runs
+    (independent pairs), and at least run / (SPREAD·share), so runs spread out."""
+    return max(2 * run, ceil(run / (SPREAD * share))) if share > 0 else 2 * run
 
 
 def within_budget(starts: deque[tuple[int, int]], step: int, run: int, share: float,
@@ -64,10 +75,8 @@ class DuelClock:
             return self.run_k
         self.gap += 1
         index = duel_at(duels, batch_size)
-        # the table's steps on either side of a run are its reference: 2·run of them between
-        # two runs, so no table step is the reference of two runs (independent pairs)
-        if index is None or self.gap <= 2 * run or not within_budget(self.starts, step, run, share,
-                                                                  horizon):
+        if (index is None or self.gap <= min_gap(run, share)
+                or not within_budget(self.starts, step, run, share, horizon)):
             return None
         ks = [k for k in duels[index][2] if k != table_k]
         if not ks:
@@ -87,5 +96,8 @@ class DuelClock:
         return True
 
     def reset(self) -> None:
-        """A new policy: any run in progress ends (its challenger may no longer be asked for)."""
-        self.run_k, self.run_left, self.gap = None, 0, 0
+        """A new policy: any run in progress ends (its challenger may no longer be asked for);
+        the gap since an ended run goes on (the sidecar re-sends duels as buckets are served)."""
+        if self.run_left > 0:
+            self.gap = 0
+        self.run_k, self.run_left = None, 0

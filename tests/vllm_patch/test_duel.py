@@ -31,8 +31,23 @@ def test_the_budget_holds_over_every_window_of_the_horizon() -> None:
     explored = [k != 3 for k in ks]
     assert engine.counters.explore_steps == sum(explored)
     worst = max(sum(explored[i:i + 10_000]) for i in range(0, 20_001, 250))
-    assert 150 <= worst <= 200  # 2% of 10,000, spent up front, then nothing until it frees
-    assert sum(explored[:2000]) >= 150  # a burst: the comparison can finish in minutes
+    assert 150 <= worst <= 200  # 2% of 10,000, spent early, then nothing until it frees
+    assert sum(explored[:3000]) >= 150  # the comparison can finish in minutes
+    # spread: a burst of 200 steps holds one run (16 steps), never a third of its steps
+    assert max(sum(explored[i:i + 200]) for i in range(0, len(explored) - 200)) <= 16
+
+
+def test_a_resent_policy_keeps_the_gap_since_the_last_run() -> None:
+    """The sidecar re-sends its duels as buckets get served: that must not restart the wait."""
+    clock = DuelClock()
+    duels = ((1, 8, (2,)),)
+    ks = [clock.choose(duels, 4, 3, s, 4, 0.5, 1000) for s in range(9)]
+    assert ks[8] == 2  # min gap 2·4 table steps, then a run
+    ks = [clock.choose(duels, 4, 3, s, 4, 0.5, 1000) for s in range(9, 17)]
+    assert ks == [2, 2, 2] + [None] * 5  # the run's last 3 steps, then 5 of the gap
+    clock.reset()  # no run in progress: the 5 table steps since it ended still count
+    later = [clock.choose(duels, 4, 3, s, 4, 0.5, 1000) for s in range(17, 21)]
+    assert later == [None, None, None, 2]
 
 
 def test_runs_alternate_challengers_and_keep_table_steps_around_them() -> None:
