@@ -6,7 +6,10 @@ shuffled order, on the same requests), what users of vLLM's benchmark client rea
 - per policy: the medians over blocks of output throughput (the client's tokens over its
   durations), the engine's own generated tokens over the same durations (the cross-check),
   TTFT / TPOT / ITL at p50 and p99, the acceptance length vLLM's client reports, and the
-  request goodput under the SLOs given (`--goodput`);
+  request goodput under the SLOs given (`--goodput`); and `figures`: per figure users read
+  (`output_throughput`, `ttft_p50_ms` ... `itl_p99_ms`) its median over blocks with a
+  distribution-free 95% interval (order statistics of the blocks; none below 6 blocks) and,
+  for a policy that is not a fixed k, its paired ratio to the best fixed k (below);
 - comparisons, paired by block: each policy that is not a fixed k against every fixed k and
   the documented table, in output throughput (above 1 is faster) and in p50 TPOT (below 1 is
   faster): the geometric mean of the per-block ratios with its 95% Student's t-interval on
@@ -42,10 +45,15 @@ from benchmarks.stats import is_fixed, policy_key
 from tuner.core.student_t import t_sf
 
 METRICS: dict[str, tuple[Callable[[Run], float], bool]] = {
-    # name: (per-run figure, higher is better)
+    # name: (per-run figure, higher is better); the README's claims use the first two
     "output_throughput": (arm_throughput, True),
     "p50_tpot": (mean_of("p50_tpot_ms"), False),
+    **{f"{m}_{q}_ms": (mean_of(f"{q}_{m}_ms"), False)
+       for m in ("ttft", "tpot", "itl") for q in ("p50", "p99")},
 }
+HEADLINE = ("output_throughput", "p50_tpot")
+FIGURES = ("output_throughput", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
+           "itl_p50_ms", "itl_p99_ms")
 SAME = "same within noise"
 SAME_TABLE = "same table"  # the two policies ran one table: an A/A, no claim
 BEST_FIXED = "best fixed k"
@@ -90,6 +98,32 @@ def policy_figures(arms: Sequence[Run]) -> dict[str, Any]:
             "engine_tokens_per_s": median([engine_throughput(r) for r in arms]),
             "latency_ms": latency(arms), "acceptance_length": acceptance_length(arms),
             "request_goodput": median([request_goodput(r) for r in arms])}
+
+
+def median_interval(values: Sequence[float], alpha: float = ALPHA) -> list[float | None]:
+    """A distribution-free interval for the median: the order statistics x(j), x(n+1-j) with
+    the largest j whose coverage 1 - 2·P(Bin(n, 1/2) < j) is at least 1 - alpha (none below
+    6 values at 95%: even the extremes cover only 1 - 2/2^n)."""
+    xs = sorted(v for v in values if not math.isnan(v))
+    n, j = len(xs), 0
+    while j + 1 <= n // 2 and 2 * sum(math.comb(n, i) for i in range(j + 1)) / 2 ** n <= alpha:
+        j += 1
+    return [None, None] if j == 0 else [round(xs[j - 1], 3), round(xs[n - j], 3)]
+
+
+def figures(blocks: dict[tuple[int, int], dict[str, Run]], policy: str,
+            fixed: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per figure users read: the median over blocks, its interval, and (a policy that is not
+    a fixed k) the paired ratio to the best fixed k."""
+    out = {}
+    for name in FIGURES:
+        of = METRICS[name][0]
+        values = [of(b[policy]) for b in blocks.values() if policy in b]
+        best = None if is_fixed(policy) else versus_best_fixed(blocks, policy, fixed, name)
+        out[name] = {"median": median(values), "ci": median_interval(values),
+                     "versus_best_fixed": None if best is None else
+                     {k: best[k] for k in ("ratio", "ci", "closest", "word")}}
+    return out
 
 
 def compare(blocks: dict[tuple[int, int], dict[str, Run]], policy: str, versus: str,
@@ -186,7 +220,7 @@ def headline(runs: Sequence[Run], shapes: Sequence[str], policies: Sequence[str]
                     continue
                 same = any(tables.get(r) is not None and tables.get(r) == tables.get(policy)
                            for r in refs) if versus == "documented" else False
-                for metric in METRICS:
+                for metric in HEADLINE:
                     ests = _estimates(blocks, policy, refs, metric)
                     ratio = None
                     if ests is not None:
@@ -229,12 +263,13 @@ def shape_summary(runs: Sequence[Run], shape: str, policies: Sequence[str],
     references = [*fixed, *(["documented"] if "documented" in policies else [])]
     tables = tables or {}
     comparisons = [_same(compare(blocks, p, v, m), tables) for p in others for v in references
-                   if v != p for m in METRICS]
+                   if v != p for m in HEADLINE]
     return {"shape": shape, "blocks": len(complete),
-            "policies": {p: policy_figures([b[p] for b in blocks.values() if p in b])
+            "policies": {p: {**policy_figures([b[p] for b in blocks.values() if p in b]),
+                             "figures": figures(blocks, p, fixed)}
                          for p in policies},
             "comparisons": comparisons,
-            "versus_best_fixed": [v for p in others for m in METRICS
+            "versus_best_fixed": [v for p in others for m in HEADLINE
                                   if (v := versus_best_fixed(blocks, p, fixed, m)) is not None]}
 
 

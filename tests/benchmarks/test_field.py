@@ -13,7 +13,8 @@ import pytest
 
 from benchmarks.field import config, main, order, parser
 from benchmarks.field_client import ClientResult, client_argv, parse
-from benchmarks.field_summary import SAME, summarize, versus_best_fixed, by_block, word
+from benchmarks.field_summary import (FIGURES, SAME, by_block, median_interval, summarize,
+                                      versus_best_fixed, word)
 from tests.helpers import refused
 from benchmarks.traffic import ClientRun
 
@@ -79,6 +80,30 @@ def test_a_table_faster_than_every_fixed_k_is_called_faster_with_its_closest_riv
     assert figures["tokens_per_s"] == pytest.approx(1000.0, rel=0.1)
     assert figures["engine_tokens_per_s"] == pytest.approx(figures["tokens_per_s"], rel=0.01)
     assert figures["request_goodput"] is None  # no SLO given
+
+
+def test_every_figure_users_read_has_a_median_an_interval_and_a_ratio_to_the_best_fixed_k(
+) -> None:
+    speed = {"fixed-k0": 800.0, "fixed-k1": 900.0, "fixed-k2": 950.0, "fixed-k3": 930.0,
+             "documented": 880.0, "tuned": 1000.0}
+    (shape,) = summarize(record(speed, blocks=9))["shapes"]
+    tuned = shape["policies"]["tuned"]["figures"]
+    assert set(tuned) == set(FIGURES)
+    tput = tuned["output_throughput"]
+    assert tput["ci"][0] < tput["median"] < tput["ci"][1]
+    assert tput["versus_best_fixed"]["word"] == "faster"
+    # TPOT is the inverse of throughput here: lower, so faster, against k=2 the closest
+    tpot = tuned["tpot_p50_ms"]["versus_best_fixed"]
+    assert tpot["closest"] == "fixed-k2" and tpot["word"] == "faster" and tpot["ratio"] < 1
+    assert tuned["ttft_p99_ms"]["versus_best_fixed"]["word"] == SAME  # 1.0 ms in every run
+    assert shape["policies"]["fixed-k2"]["figures"]["tpot_p50_ms"]["versus_best_fixed"] is None
+
+
+def test_the_median_interval_takes_order_statistics_and_none_below_six_blocks() -> None:
+    assert median_interval([3.0, 1.0, 2.0, 5.0, 4.0]) == [None, None]  # 1 - 2/32 < 95%
+    assert median_interval([6.0, 1.0, 5.0, 2.0, 4.0, 3.0]) == [1.0, 6.0]
+    assert median_interval([float(v) for v in range(1, 10)]) == [2.0, 8.0]  # 96.1% at n=9
+    assert median_interval([float(v) for v in range(1, 9)] + [math.nan]) == [1.0, 8.0]
 
 
 def test_faster_than_one_fixed_k_but_not_another_is_no_win() -> None:
