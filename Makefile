@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tabletune-setup
 
-.PHONY: setup demo test test-fast bench lint clean prometheus
+.PHONY: setup demo test test-fast bench bench-suite lint clean prometheus
 setup: $(STAMP) prometheus
 
 # A real Prometheus and promtool for the monitoring tests (deploy/base/monitoring): Debian's
@@ -37,6 +37,9 @@ test-fast: setup
 	$(PY) -m pytest -q -m "not engine"
 
 bench: setup
+	bash benchmarks/cpu_field.sh
+
+bench-suite: setup
 	bash benchmarks/cpu_suite.sh
 
 lint: setup

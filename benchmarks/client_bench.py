@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gzip
+import importlib.util
 import json
 import sys
 import time
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.engines import max_model_len
-from benchmarks.traffic import KINDS, Shape, Sizes, check_sizes, shapes
+from benchmarks.traffic import KINDS, Prompts, Shape, Sizes, check_sizes, read_prompts, shapes
 from tuner import flags
 from tuner.core.errors import InvalidInput, TableTuneError
 from tuner.core.files import write_atomic
@@ -86,6 +87,12 @@ def add_traffic_flags(ap: argparse.ArgumentParser, *, concurrency: str = "8",
     ap.add_argument("--run-s", type=float, default=20.0, help="arrival-driven shapes' length")
     ap.add_argument("--waves", type=int, default=4, help="a burst sends WAVES x its concurrency")
     ap.add_argument("--idle-s", type=float, default=3.0, help="quiet before each arm's runs")
+    ap.add_argument("--prompts", metavar="FILE.jsonl",
+                    help='your own prompts instead of random ones (vLLM\'s custom dataset: one '
+                         '{"prompt": ..., "output_tokens": N} a line, output_tokens optional, '
+                         'else --output-len); --input-len and the mixed shape do not apply')
+    ap.add_argument("--chat-template", action="store_true",
+                    help="with --prompts: wrap each in the model's chat template (else sent as written)")
     ap.add_argument("--warmup-rounds", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
 
@@ -100,10 +107,11 @@ def traffic(args: argparse.Namespace, engine_args: tuple[str, ...]) -> tuple[tup
                   rates=tuple(flags.rates(args.rates, "--rates") or ()), burstiness=args.burstiness,
                   ramp=(ramp[0], ramp[1]), input_len=args.input_len, output_len=args.output_len,
                   range_ratio=args.range_ratio, mixed_input_len=args.mixed_input_len,
-                  mixed_range=args.mixed_range, run_s=args.run_s, waves=args.waves)
+                  mixed_range=args.mixed_range, run_s=args.run_s, waves=args.waves,
+                  prompts=prompts_of(args))
     if not sizes.rates:
         raise InvalidInput(f"--rates={args.rates!r}: give requests/s like 1,4")
-    check_sizes(sizes, max_model_len(engine_args))
+    check_sizes(sizes, max_model_len(engine_args), args.shapes.split(","))
     for flag, value, low in (("--blocks", args.blocks, 1), ("--waves", args.waves, 1),
                              ("--warmup-rounds", args.warmup_rounds, 0)):
         if value < low:
@@ -113,6 +121,25 @@ def traffic(args: argparse.Namespace, engine_args: tuple[str, ...]) -> tuple[tup
         if seconds < 0:
             raise InvalidInput(f"{flag}={seconds}: seconds must be >= 0")
     return tuple(shapes(args.shapes.split(","), sizes)), sizes
+
+
+def prompts_of(args: argparse.Namespace) -> Prompts | None:
+    """--prompts read and checked (None without it); InvalidInput names the flag."""
+    if args.chat_template and not args.prompts:
+        raise InvalidInput("--chat-template: applies to --prompts FILE.jsonl only (random "
+                           "prompts are token ids); give --prompts or drop it")
+    if not args.prompts:
+        return None
+    if importlib.util.find_spec("pandas") is None:  # found before an engine starts, not after
+        raise InvalidInput(f"--prompts={args.prompts}: vLLM's custom dataset reads the file with "
+                           "pandas, which is not installed; pip install pandas")
+    path = Path(args.prompts)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"--prompts={args.prompts}: cannot read it ({exc}); give a JSONL "
+                           "file of prompts") from None
+    return read_prompts(args.prompts, text, args.chat_template)
 
 
 def blocks_of(args: argparse.Namespace) -> Blocks:

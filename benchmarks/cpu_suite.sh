@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make bench`: the CPU benchmark suite on the embedded tiny model (2 cores: ~45 minutes; the
+# `make bench-suite`: the CPU benchmark suite on the embedded tiny model (2 cores: ~45 minutes; the
 # bench stops itself after BENCH_BUDGET_S, default 20 minutes).
 # Results land in benchmarks/results/cpu-tiny/ (commit them with the command line below).
 set -euo pipefail

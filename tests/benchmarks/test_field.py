@@ -177,6 +177,9 @@ def test_the_policies_expand_and_carry_their_tables(profile: Path, tmp_path: Pat
     (["--goodput", "speed:5"], "'speed:5' is not METRIC:MS"),
     (["--shapes", "tide"], "--shapes: 'tide' is not a shape"),
     (["--blocks", "0"], "--blocks=0: must be >= 1"),
+    (["--prompts", "no-such-prompts.jsonl"], "--prompts=no-such-prompts.jsonl: cannot read it"),
+    (["--chat-template"], "--chat-template: applies to --prompts FILE.jsonl only"),
+    (["--prompts", "tests/data/prompts.jsonl", "--shapes", "mixed"], "drop mixed"),
 ])
 def test_bad_input_is_one_line_naming_the_flag_and_exit_2(
         profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str],

@@ -16,7 +16,8 @@ from benchmarks.noharm import config, main, parser
 from benchmarks.noharm_summary import TARGET, ratio_interval, arm_throughput, summarize, verdict
 from benchmarks.stateful import _policy_fields
 from tests.helpers import refused
-from benchmarks.traffic import KINDS, ClientRun, Sizes, check_sizes, ramp_runs, shapes
+from benchmarks.traffic import (KINDS, ClientRun, Sizes, check_sizes, ramp_runs, read_prompts,
+                               shapes)
 from tuner.core.admin_api import PolicyReply
 from tuner.core.errors import InvalidInput
 
@@ -64,6 +65,41 @@ def test_vllms_own_parser_takes_every_shapes_flags() -> None:
             assert args.request_rate == (run.request_rate or math.inf)
             assert args.ramp_up_strategy == ("linear" if run.ramp else None)
             assert (args.served_model_name, args.temperature) == ("tiny", 0.0)
+
+
+def test_your_own_prompts_run_every_shape_through_the_clients_custom_dataset() -> None:
+    own = read_prompts("p.jsonl", '{"prompt": "hi", "output_tokens": 12}\n\n{"prompt": "yo", '
+                                  '"output_tokens": 7}\n', chat_template=False)
+    assert (own.lines, own.own_lengths) == (2, True)
+    sizes = Sizes(concurrency=(4,), rates=(2.0,), prompts=own)
+    for shape in shapes(("burst", "poisson", "ramp"), sizes):
+        for run in shape.runs:
+            args = parse(client_argv(run, "127.0.0.1", 8000, Path("/models/m"), "tiny", 7))
+            assert (args.dataset_name, args.dataset_path) == ("custom", "p.jsonl")
+            assert args.custom_output_len == -1 and args.skip_chat_template  # the file's lengths
+            assert args.num_prompts == run.num_prompts and args.ignore_eos
+    some = read_prompts("p.jsonl", '{"prompt": "hi", "output_tokens": 12}\n{"prompt": "yo"}',
+                        chat_template=True)
+    args = parse(client_argv(shapes(("burst",), Sizes(prompts=some))[0].runs[0], "h", 1,
+                             Path("/m"), "tiny", 1))
+    assert args.custom_output_len == 64 and not args.skip_chat_template  # --output-len for all
+    with pytest.raises(InvalidInput, match="mixed draws long random prompts"):
+        shapes(("mixed",), Sizes(prompts=some))
+
+
+@pytest.mark.parametrize(("path", "text", "says"), [
+    ("p.json", '{"prompt": "hi"}', "reads only .jsonl files"),
+    ("p.jsonl", '{"prompt": "hi"}\n{prompt: 1}', "line 2 is not JSON"),
+    ("p.jsonl", '{"text": "hi"}', 'line 1 has no "prompt" text'),
+    ("p.jsonl", '["hi"]', 'line 1 has no "prompt" text'),
+    ("p.jsonl", '{"prompt": "hi", "output_tokens": 0}', "output_tokens=0 must be a whole number"),
+    ("p.jsonl", '{"prompt": "hi", "output_tokens": "9"}', "output_tokens='9' must be a whole"),
+    ("p.jsonl", "\n\n", "no prompts in it"),
+])
+def test_a_prompts_file_the_client_would_refuse_names_the_line(path: str, text: str,
+                                                               says: str) -> None:
+    with pytest.raises(InvalidInput, match=f"--prompts={path}: .*{says}"):
+        read_prompts(path, text, chat_template=False)
 
 
 @pytest.mark.parametrize(("sizes", "says"), [

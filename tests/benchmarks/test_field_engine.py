@@ -1,0 +1,46 @@
+"""The field bench end to end on the real CPU engine, reduced (issue #35 item 6): two tables
+under a closed loop and Poisson arrivals, on a prompts file of the client's `custom` dataset,
+one block; the client's saved result of every run is read back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.field import main
+from benchmarks.field_client import ClientResult
+from benchmarks.synthetic import paper_profile
+from tuner.engine_defaults import default_model
+
+pytestmark = pytest.mark.engine
+
+PROMPTS = Path(__file__).parents[1] / "data" / "prompts.jsonl"
+
+
+def test_a_scenario_runs_on_your_prompts_and_keeps_the_clients_results(tmp_path: Path) -> None:
+    profile = paper_profile()  # K=3, max_num_seqs=16
+    profile.table = profile.build().table.to_list()
+    profile.save(tmp_path / "profile.json")
+    out = tmp_path / "out"
+    rc = main(["--profile", str(tmp_path / "profile.json"), "--model", str(default_model().target),
+               "--out", str(out), "--policies", "fixed-k0,fixed-k3", "--shapes", "burst,poisson",
+               "--concurrency", "2", "--rates", "4", "--run-s", "2", "--waves", "2",
+               "--blocks", "1", "--warmup-rounds", "0", "--idle-s", "0",
+               "--output-len", "200", "--prompts", str(PROMPTS), "--goodput", "tpot:10000"])
+    assert rc == 0
+    record = json.loads((out / "field.json").read_text())
+    assert {(r["shape"], r["arm"]) for r in record["runs"]} == {
+        (s, p) for s in ("burst-c2", "poisson-r4") for p in ("fixed-k0", "fixed-k3")}
+    saved = sorted((out / "runs").glob("*.json"))
+    assert len(saved) == 4
+    for path in saved:  # the client's own result, as --save-result writes it
+        result = ClientResult.model_validate(json.loads(path.read_text()))
+        assert result.completed >= 4 and result.total_output_tokens > 0
+        assert result.request_goodput == pytest.approx(result.request_throughput)  # a loose SLO
+        # the file's output lengths (16..64 tokens), not --output-len's 200 ± 50%
+        assert result.total_output_tokens <= 64 * result.completed
+    summary = json.loads((out / "summary.json").read_text())
+    k3 = summary["shapes"][0]["policies"]["fixed-k3"]["figures"]
+    assert k3["output_throughput"]["median"] > 0 and k3["tpot_p50_ms"]["median"] > 0
