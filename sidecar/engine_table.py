@@ -253,13 +253,17 @@ class EngineTable:
             await self._call(self.client.put_policy(**self.policy_fields()), "setting the policy")
             if (self.desired is not None and info.parsed_table() != self.desired
                     and not self.holding()):
-                info = await self._call(self.client.put_table(self.desired), "pushing the table")
+                info = await self._call(self.client.put_table(self.desired, if_version=info.version),
+                                        "pushing the table")
                 self.stats.pushed()
                 log.info("table re-pushed", extra={"table": info.table, "version": info.version})
             self.info, self.needs_sync = info, False
             self.conditions.ok("sync", "the engine runs our table and policy again")
         except AdminRejected as exc:
             self.needs_sync = False
+            if exc.status == 409 and exc.field == "if_version":  # written since we read it
+                await self.read()  # the foreign-table rule decides
+                return
             self.stats.failed("push_rejected")
             log.error("re-push rejected", extra={"error": str(exc)})
         except EngineUnavailable as exc:
@@ -281,8 +285,12 @@ class EngineTable:
                             f"recommended only until {iso(self.hold_until)} "
                             f"(foreign_hold_s={self.settings.foreign_hold_s:g})")
         try:
-            self.info = await self._call(self.client.put_table(new), "pushing the table")
+            self.info = await self._call(self.client.put_table(
+                new, if_version=None if fresh is None else fresh.version), "pushing the table")
         except AdminRejected as exc:
+            if exc.status == 409 and exc.field == "if_version":  # written between read and PUT
+                await self.read()  # the foreign-table rule takes it from here
+                return "held", f"someone else wrote the engine's table after we read it: {exc.error}"
             self.stats.failed("push_rejected")
             return "rejected", str(exc)
         except EngineUnavailable as exc:

@@ -137,9 +137,9 @@ def put_table(engine: EngineState, body: bytes) -> dict[str, Any]:
         raise HttpError(409, "this vLLM was started without num_speculative_tokens_per_batch_size; "
                              "start it with any DSD table so the scheduler has a lookup to swap")
     try:
+        sent = TableBody.model_validate_json(body)
         # stored as vLLM's lookup uses it: at most max_num_seqs ranges, whatever was sent
-        table, clipped = fit_to_engine(TableBody.model_validate_json(body).parsed(),
-                                       engine.max_num_seqs)
+        table, clipped = fit_to_engine(sent.parsed(), engine.max_num_seqs)
         check_for_engine(table, engine.num_speculative_tokens, engine.max_num_seqs,
                          set(engine.startup_k) if engine.restrict_k else None)
     except ValidationError as exc:
@@ -149,6 +149,10 @@ def put_table(engine: EngineState, body: bytes) -> dict[str, Any]:
     dense = tuple(table.dense(engine.max_num_seqs, engine.num_speculative_tokens))
     with engine.admin_lock:  # two PUTs must not both build version n+1 from version n
         old = engine.table
+        if sent.if_version is not None and sent.if_version != old.version:
+            raise HttpError(409, f"if_version={sent.if_version}: the table is at version "
+                                 f"{old.version} now (someone else wrote it); GET it and decide "
+                                 "again", "if_version")
         engine.table = TableState(table, dense, old.version + 1, time.time())  # rebind: atomic
     log.info("TableTune: table v%d -> v%d: %s%s", old.version, old.version + 1, table.to_list(),
              f" ({clipped})" if clipped else "")

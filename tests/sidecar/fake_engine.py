@@ -96,6 +96,7 @@ class FakeEngine:
     stalled: list[str] | None = None  # plugin lines served while its stats fetch fails
     ring: list[tuple[int, int, int, int, float, int, int, float]] = field(default_factory=list)
     policy: dict[str, Any] = field(default_factory=dict)  # the last PUT /v1/policy body
+    write_after_read: list[list[int]] | None = None  # an operator writes right after a GET
 
     def __post_init__(self) -> None:
         table = self.table
@@ -273,7 +274,11 @@ class FakeEngine:
     async def get_table(self, request: web.Request) -> web.Response:
         if self.admin_down:
             return web.json_response({"error": "down"}, status=503)
-        return web.json_response(self._table_reply())
+        reply = web.json_response(self._table_reply())
+        if self.write_after_read is not None:  # between this read and the reader's next PUT
+            self.operator_put(self.write_after_read)
+            self.write_after_read = None
+        return reply
 
     async def put_table(self, request: web.Request) -> web.Response:
         self.auth_headers.append(request.headers.get("Authorization", ""))
@@ -283,6 +288,10 @@ class FakeEngine:
             status = 503 if self.admin_down or self.admin_status is None else self.admin_status
             return web.json_response({"error": "table: K=3 is not allowed here",
                                       "field": "table"}, status=status)
+        if body.get("if_version") not in (None, self.version):  # the plugin's conditional PUT
+            return web.json_response({"error": f"if_version={body['if_version']}: the table is "
+                                      f"at version {self.version} now", "field": "if_version"},
+                                     status=409)
         self.table, self.version = body["table"], self.version + 1
         return web.json_response(self._table_reply())
 

@@ -67,7 +67,7 @@ async def test_rebuild_pushes_the_profile_table_with_the_token(tmp_path: Path) -
     async with controller_for(FakeEngine(), tmp_path) as (c, fake):
         decision = await rebuild_once(c, fake)
         assert decision is not None and decision.outcome == "pushed", decision
-        assert fake.table == TUNED and fake.table_puts == [{"table": TUNED}]
+        assert fake.table == TUNED and fake.table_puts == [{"table": TUNED, "if_version": 1}]
         assert fake.auth_headers == [f"Bearer {TOKEN}"]
         # the exploration budget always (the rotation is charged to it), no duels unasked
         assert fake.policy_puts == [{"explore_every": 12, "explore_run": 3, "hysteresis": 1,
@@ -450,6 +450,23 @@ async def test_a_foreign_table_is_held_off_then_replaced(
         fake.run(150)
         assert (await c.tick()).outcome == "pushed" and fake.table == TUNED
         assert len(events(caplog, "foreign_table")) == 1  # our own push is not foreign
+
+
+async def test_a_table_written_between_our_read_and_our_push_is_never_overwritten(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The push is a conditional PUT (if_version of the table read): the write that came in
+    between wins, and the foreign-table rule takes over."""
+    caplog.set_level(logging.INFO, "sidecar")
+    async with controller_for(FakeEngine(), tmp_path, foreign_hold_s=300.0) as (c, fake):
+        assert await c.tick() is None  # first scrape: a baseline
+        fake.run(150, (0.9, 0.8, 0.7))
+        fake.write_after_read = OPERATOR  # right after the rebuild's own read
+        decision = await c.rebuild()
+        assert decision.outcome == "held" and "after we read it" in decision.reason
+        assert fake.table == OPERATOR and fake.version == 2
+        assert fake.table_puts == [{"table": TUNED, "if_version": 1}]  # refused with 409
+        (event,) = events(caplog, "foreign_table")
+        assert event.foreign_table["version"] == 2 and c.engine.holding()
 
 
 async def test_foreign_hold_0_reasserts_our_table_at_once(

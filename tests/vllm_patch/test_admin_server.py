@@ -11,6 +11,7 @@ import socket
 import struct
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -219,6 +220,20 @@ def check_concurrent_puts(admin: Admin) -> None:
         t.join()
     assert sorted(versions) == list(range(2, 18))
     assert admin.engine.table is not None and admin.engine.table.version == 17
+
+
+def test_a_conditional_put_writes_only_over_the_version_it_read(admin: Admin) -> None:
+    url = f"http://127.0.0.1:{admin.port}/v1/table"
+    assert admin.engine.table is not None
+    read = admin.engine.table.version
+    assert put(url, json.dumps({"table": [[1, 16, 1]], "if_version": read}).encode())[
+        "version"] == read + 1
+    with pytest.raises(urllib.error.HTTPError) as got:  # read is stale now
+        put(url, json.dumps({"table": [[1, 16, 3]], "if_version": read}).encode())
+    assert got.value.code == 409
+    err = json.load(got.value)
+    assert err["field"] == "if_version" and f"at version {read + 1} now" in err["error"]
+    assert admin.engine.table.version == read + 1 and admin.engine.table.table.to_list() == [[1, 16, 1]]
 
 
 def test_swap_latency_is_pending_until_a_step_uses_the_table(admin: Admin) -> None:

@@ -80,9 +80,12 @@ def check_exploration(explore_every: int, explore_run: int) -> None:
 
 
 class TableBody(_Body):
-    """PUT /v1/table: vLLM's ``[[start_bs, end_bs, K], ...]``."""
+    """PUT /v1/table: vLLM's ``[[start_bs, end_bs, K], ...]``; with ``if_version``, written only
+    if the engine's table is still that version (else 409, field ``if_version``): a writer that
+    read version n never overwrites a table someone else wrote after it read."""
 
     table: tuple[tuple[StrictInt, StrictInt, StrictInt], ...]
+    if_version: StrictInt | None = Field(default=None, ge=0)
 
     def parsed(self) -> Table:
         """The validated Table (vLLM's rules); raises InvalidTable naming the range."""

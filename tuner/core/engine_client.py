@@ -184,8 +184,13 @@ class EngineClient:
     async def get_table(self) -> TableReply:
         return self._checked(await self._admin(TableReply, "GET", "/v1/table"), "GET")
 
-    async def put_table(self, table: Table) -> TableReply:
-        reply = await self._admin(TableReply, "PUT", "/v1/table", {"table": table.to_list()})
+    async def put_table(self, table: Table, if_version: int | None = None) -> TableReply:
+        """Write ``table``; with ``if_version``, only over that version (else AdminRejected
+        with status 409 and field "if_version": someone else wrote the table since)."""
+        body: dict[str, Any] = {"table": table.to_list()}
+        if if_version is not None:
+            body["if_version"] = if_version
+        reply = await self._admin(TableReply, "PUT", "/v1/table", body)
         return self._checked(reply, "PUT")
 
     async def get_policy(self) -> PolicyReply:
