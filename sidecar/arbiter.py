@@ -47,6 +47,7 @@ import numpy.typing as npt
 from sidecar.decision import Call, Figures
 from sidecar.measured import Comparison, MeasuredGoodput
 from sidecar.measured import band_rows
+from tuner.core.admin_api import Duel
 
 __all__ = ["Verdicts", "arbitrate"]
 
@@ -59,7 +60,7 @@ Status = Literal["switch", "keep", "tie", "open"]
 class Verdicts:
     ks: npt.NDArray[np.int64]                 # the dense table after the switches
     calls: list[Call]                          # every challenger at every served bucket
-    duels: tuple[tuple[int, int, tuple[int, ...]], ...]
+    duels: tuple[Duel, ...]
 
     def switches(self) -> list[Call]:
         return [c for c in self.calls if c.status == "switch"]
@@ -93,7 +94,7 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
               served: Mapping[int, int], allowed: set[int] | None, *, tie: float,
               confidence: float, model_error: float, min_served: int, max_pairs: int,
               duel_width: int, futile: Callable[[int, int, int, int], bool] | None = None,
-              previous: tuple[tuple[int, int, tuple[int, ...]], ...] = (),
+              previous: tuple[Duel, ...] = (),
               live_error: Mapping[int, float] | None = None,
               can_duel: bool = False) -> Verdicts:
     """Per served bucket, the k to run and who decided it; the duels still worth running.

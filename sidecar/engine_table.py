@@ -28,7 +28,7 @@ from sidecar.decision import Outcome
 from sidecar.logs import Conditions
 from sidecar.counters import Stats
 from sidecar.settings import SidecarSettings
-from tuner.core.admin_api import TableReply
+from tuner.core.admin_api import Duel, TableReply
 from tuner.core.engine_client import AdminRejected, EngineClient
 from tuner.core.errors import EngineUnavailable
 from tuner.core.profile import Profile
@@ -57,7 +57,7 @@ class EngineTable:
         self.last_ok_at: float | None = None  # when the admin endpoint last answered
         self.hold_until: float | None = None
         self.hold_version: int | None = None
-        self.duels: tuple[tuple[int, int, tuple[int, ...]], ...] = ()  # asked of the plugin
+        self.duels: tuple[Duel, ...] = ()  # asked of the plugin
         self.duels_sent = False  # ever: then an empty list must be sent to end them
 
     # -- every admin call after the start goes through here ------------------------------
@@ -131,7 +131,7 @@ class EngineTable:
                        "duel_run": s.duel_run}
         return fields
 
-    async def set_duels(self, duels: tuple[tuple[int, int, tuple[int, ...]], ...]) -> None:
+    async def set_duels(self, duels: tuple[Duel, ...]) -> None:
         """Ask the plugin for these duels (nothing in dry-run, or when they are already set)."""
         if duels == self.duels or self.settings.dry_run or not self.has_admin:
             return

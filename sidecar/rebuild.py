@@ -49,6 +49,7 @@ from tuner.core.goodput import Cliff
 from tuner.core.incumbent import drop_futile, is_futile
 from tuner.core.monotone import nonincreasing
 from tuner.core.table import Table
+from tuner.core.admin_api import Duel
 
 __all__ = ["Choice", "Inputs", "choose", "projected"]
 
@@ -77,7 +78,7 @@ class Arbiter:
     min_served: int
     max_pairs: int
     duel_width: int
-    duels: tuple[tuple[int, int, tuple[int, ...]], ...] = ()  # the ones the plugin runs now
+    duels: tuple[Duel, ...] = ()  # the ones the plugin runs now
     # the model's error measured live per bucket (None: model_error everywhere)
     live_error: Mapping[int, float] | None = None
     can_duel: bool = False       # the plugin duels: measurement, not the model, switches
@@ -92,7 +93,7 @@ class Choice:
     a_raw: FloatArray
     changes: list[RangeChange]
     calls: tuple[Call, ...] = ()
-    duels: tuple[tuple[int, int, tuple[int, ...]], ...] = ()
+    duels: tuple[Duel, ...] = ()
 
 
 def projected(state: EstimatorState) -> tuple[FloatArray, FloatArray]:

@@ -38,7 +38,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tuner.core.admin_api import EmulationBody, PolicyBody, TableBody, check_exploration
+from tuner.core.admin_api import Duel, EmulationBody, PolicyBody, TableBody, check_exploration
 from tuner.core.errors import InvalidTable
 from tuner.core.table import check_for_engine, fit_to_engine
 from vllm_patch import emulation
@@ -187,7 +187,7 @@ def put_policy(engine: EngineState, body: bytes) -> dict[str, Any]:
     return policy_reply(engine)
 
 
-def check_duels(engine: EngineState, duels: tuple[tuple[int, int, tuple[int, ...]], ...]) -> None:
+def check_duels(engine: EngineState, duels: tuple[Duel, ...]) -> None:
     """Each duel a range inside 1..max_num_seqs and k's this engine may run; 422 naming it."""
     allowed = set(engine.startup_k) if engine.restrict_k else set(
         range(engine.num_speculative_tokens + 1))

@@ -27,7 +27,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from math import ceil
 
-Duel = tuple[int, int, tuple[int, ...]]  # (start_bs, end_bs, challenger k's)
+from tuner.core.admin_api import Duel
+
 SPREAD = 4  # any stretch of steps explores at most about SPREAD·duel_share of them in duel runs
 
 

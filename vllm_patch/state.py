@@ -15,7 +15,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.core.admin_api import Step, step_bucket
+from tuner.core.admin_api import Duel, Step, step_bucket
 from tuner.core.table import Table
 
 
@@ -36,7 +36,7 @@ class Policy:
     # duels (vllm_patch/duel.py): while set, exploration runs only at these batch-size ranges,
     # only these challenger k's, in runs of duel_run steps, within duel_share of the steps of
     # any duel_horizon steps; the explore_every rotation is off meanwhile
-    duels: tuple[tuple[int, int, tuple[int, ...]], ...] = ()
+    duels: tuple[Duel, ...] = ()
     duel_run: int = 16
     duel_share: float = 0.02
     duel_horizon: int = 10_000

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field
 
 from tuner.core.table import Table
 
-__all__ = ["NO_STEPS", "BucketK", "EmulationBody", "EmulationReply", "ErrorReply", "PolicyBody",
+__all__ = ["NO_STEPS", "BucketK", "Duel", "EmulationBody", "EmulationReply", "ErrorReply", "PolicyBody",
            "PolicyReply", "StatsReply", "Step", "TableBody", "TableReply", "check_exploration",
            "check_rates", "step_bucket"]
 
@@ -43,6 +43,7 @@ NO_STEPS = 10**18 - 1
 
 
 BucketK = tuple[int, int]  # (step_bucket(B), k): the key of the plugin's step counters
+Duel = tuple[int, int, tuple[int, ...]]  # (start_bs, end_bs, challenger k's): PolicyBody.duels
 
 
 def step_bucket(batch_size: int) -> int:
