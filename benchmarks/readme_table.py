@@ -51,6 +51,8 @@ NOHARMS = {  # folder -> setting: the table alone against the table with the sid
     "cpu-tiny-noharm":
         "CPU (2 cores), tiny model, ngram, do no harm: the table alone vs with the sidecar, "
         "vLLM's own client",
+    "cpu-tiny-noharm/bursts-spread":
+        "CPU (2 cores), tiny model, ngram, do no harm at short bursts, duel runs spread",
 }
 FIELDS = {  # folder -> setting: every policy's table under vLLM's own client (field_summary.py)
     "cpu-tiny-field": "CPU (2 cores), tiny model, ngram",
