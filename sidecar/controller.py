@@ -47,7 +47,7 @@ from sidecar.change import StepTimeWindow
 from sidecar.decision import BIAS_NOTE, Decision, DriftCell, Outcome, Source, range_gains
 from sidecar.engine_table import EngineTable
 from sidecar.estimator import DRAW_PSEUDO, decay_prior, estimate, halve_live, observe, rebase, restart
-from sidecar.guardrail import Guardrail, Sample, Verdict
+from sidecar.guardrail import Guardrail, PairBounds, PairKey, Sample, Verdict
 from sidecar.logs import Conditions
 from sidecar.measured import MeasuredGoodput
 from sidecar.model_error import LiveError, live_errors
@@ -371,7 +371,7 @@ class Controller:
         tokens = request_steps + d.num_accepted_tokens
         if self.settings.guard_window and not self.settings.dry_run:
             scrape = Sample(self.last_batch, tokens / (now - before), engine_steps, now - before)
-            verdict = self.guard.observe(scrape, now, self._paired_bounds)
+            verdict = self.guard.observe(scrape, now, self._pair_bounds(self.guard.wanted()))
             if verdict is not None:
                 log.info("guardrail verdict", extra={"verdict": {
                     "rolled_back": verdict.rolled_back, "ratio": verdict.ratio, "t": verdict.t,
@@ -381,14 +381,16 @@ class Controller:
                 if verdict.rolled_back:
                     self.pending_rollback = verdict
 
-    def _paired_bounds(self, bucket: int, k_new: int, k_old: int,
-                       family: int) -> tuple[float, float] | None:
-        """G(k_new)/G(k_old) at one bucket from the pairs, at the rebuild's confidence split
-        over the ``family`` buckets one verdict judges (Bonferroni: any of them can roll the
-        push back)."""
-        alpha = (1.0 - self.settings.confidence) / max(family, 1)
-        c = self.goodput.compare(bucket, k_new, k_old, alpha)
-        return None if c is None else (c.low, c.high)
+    def _pair_bounds(self, wanted: tuple[PairKey, ...]) -> PairBounds:
+        """G(k_new)/G(k_old) from the pairs for each (bucket, k_new, k_old) a guardrail trial
+        judges, at the rebuild's confidence split over them (Bonferroni: any of them can roll
+        the push back)."""
+        alpha = (1.0 - self.settings.confidence) / max(len(wanted), 1)
+        out: dict[PairKey, tuple[float, float] | None] = {}
+        for key in wanted:
+            c = self.goodput.compare(*key, alpha)
+            out[key] = None if c is None else (c.low, c.high)
+        return out
 
     def _check_foreign(self) -> None:
         """Someone else wrote the engine's table: a guardrail trial would judge their table."""

@@ -44,7 +44,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
@@ -123,9 +123,10 @@ class Verdict:
         return self.new.to_list()
 
 
-# (bucket, k_new, k_old, family) -> (low, high) of G(k_new)/G(k_old) from the pairs, or None;
-# family: the buckets judged together (the caller splits its error rate over them)
-Compare = Callable[[int, int, int, int], tuple[float, float] | None]
+PairKey = tuple[int, int, int]  # (bucket, k_new, k_old) of a measured push's change
+# (bucket, k_new, k_old) -> (low, high) of G(k_new)/G(k_old) from the pairs, or None (too few),
+# each at the error rate split over the buckets one verdict judges (any can roll it back)
+PairBounds = Mapping[PairKey, tuple[float, float] | None]
 
 
 @dataclass(slots=True)
@@ -215,9 +216,15 @@ class Guardrail:
         until = self.held.get(tuple(table.ranges))
         return until if until is not None and until > now else None
 
-    def observe(self, scrape: Sample, now: float, compare: Compare | None = None) -> Verdict | None:
-        """Add one scrape interval; a Verdict when a trial is complete. ``compare`` reads the
-        pairs for a measured push's buckets (paired_overrule)."""
+    def wanted(self) -> tuple[PairKey, ...]:
+        """The pairs' comparisons the running trial is judged by (a measured push's changes);
+        the caller passes their bounds to observe."""
+        trial = self.trial
+        return () if trial is None else tuple((b, new, old) for b, old, new in trial.measured)
+
+    def observe(self, scrape: Sample, now: float, bounds: PairBounds | None = None) -> Verdict | None:
+        """Add one scrape interval; a Verdict when a trial is complete. ``bounds``: the pairs
+        at a measured push's buckets, for each key of wanted() (paired_overrule)."""
         trial = self.trial
         if trial is not None and trial.skipped < self.settle:
             trial.skipped += 1
@@ -239,7 +246,7 @@ class Guardrail:
                 and len(trial.after) < self.longest and not trial.measured):
             return None  # a drop the samples cannot call yet: more samples, not a pass
         self.trial = None
-        verdict = self._paired(trial, judged, compare)
+        verdict = self._paired(trial, judged, bounds)
         if verdict is not None and verdict.rolled_back:
             self.held[tuple(trial.new.ranges)] = now + self.hold_s
             self.baseline = deque()  # those samples were the bad table's: no bar for the next
@@ -260,13 +267,13 @@ class Guardrail:
         return self.window * (1 + self.extend)
 
     @staticmethod
-    def _paired(trial: _Trial, verdict: Verdict | None, compare: Compare | None) -> Verdict | None:
+    def _paired(trial: _Trial, verdict: Verdict | None, bounds: PairBounds | None) -> Verdict | None:
         """A measured push: the pairs at its buckets overrule the scrapes where they speak."""
-        if not trial.measured or compare is None:
+        if not trial.measured or bounds is None:
             return verdict
         checks = []
         for bucket, k_old, k_new in trial.measured:
-            got = compare(bucket, k_new, k_old, len(trial.measured))
+            got = bounds.get((bucket, k_new, k_old))
             checks.append(PairedCheck(bucket, k_old, k_new, *(got or (None, None))))
         keep = paired_overrule(checks)
         if keep is None:

@@ -142,14 +142,8 @@ def test_a_measured_push_is_judged_by_its_pairs_not_by_the_scrapes() -> None:
         for i in range(5):
             g.observe(whole(120.0, 1000.0 + i), 0.0)
         g.start(old, new, measured=((128, 3, 2),))
-        asked: list[tuple[int, int, int]] = []
-
-        def compare(bucket: int, k_new: int, k_old: int, family: int) -> tuple[float, float] | None:
-            assert family == 1                          # one bucket judged: its full error rate
-            asked.append((bucket, k_new, k_old))
-            return bounds
-        out = [g.observe(whole(120.0, after + i), 1.0, compare) for i in range(6)]
-        assert asked == [(128, 2, 3)]                  # k=2 over k=3 at the bucket it changed
+        assert g.wanted() == ((128, 2, 3),)            # k=2 over k=3 at the bucket it changed
+        out = [g.observe(whole(120.0, after + i), 1.0, {(128, 2, 3): bounds}) for i in range(6)]
         return out[-1]
     drop = trial(800.0, (1.0015, 1.067))                # scrapes -20%, pairs: k=2 wins
     assert drop is not None and not drop.rolled_back and drop.judged_by == "pairs"
@@ -160,18 +154,15 @@ def test_a_measured_push_is_judged_by_its_pairs_not_by_the_scrapes() -> None:
     assert scrapes is not None and scrapes.rolled_back and scrapes.judged_by == "scrapes"
     tie = trial(1000.0, (0.98, 1.03))                   # an interval holding 1: keep
     assert tie is not None and not tie.rolled_back
-    # two buckets judged by one verdict: each asked at half the error rate
+    # two buckets judged by one verdict: the pairs of both are asked for, and any can roll back
     g = Guardrail(window=5, settle=1)
     for i in range(5):
         g.observe(whole(120.0, 1000.0 + i), 0.0)
     g.start(old, new, measured=((120, 3, 2), (128, 3, 2)))
-    families: list[int] = []
-
-    def two(bucket: int, k_new: int, k_old: int, family: int) -> tuple[float, float] | None:
-        families.append(family)
-        return (1.01, 1.05)
-    assert [g.observe(whole(120.0, 1000.0), 1.0, two) for _ in range(6)][-1] is not None
-    assert families == [2, 2]
+    assert g.wanted() == ((120, 2, 3), (128, 2, 3))
+    both = {(120, 2, 3): (1.01, 1.05), (128, 2, 3): (0.9, 0.97)}
+    last = [g.observe(whole(120.0, 1000.0), 1.0, both) for _ in range(6)][-1]
+    assert last is not None and last.rolled_back and g.wanted() == ()
 
 
 def test_projection_makes_a_hat_non_increasing_where_the_evidence_is_thin() -> None:
