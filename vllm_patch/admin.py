@@ -38,7 +38,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tuner.core.admin_api import Duel, EmulationBody, PolicyBody, TableBody, check_exploration
+from tuner.core.admin_api import (Duel, EmulationBody, EmulationReply, PolicyBody, PolicyReply,
+                                  TableBody, TableReply, check_exploration)
 from tuner.core.errors import InvalidTable
 from tuner.core.table import check_for_engine, fit_to_engine
 from vllm_patch import emulation
@@ -69,17 +70,18 @@ def swap_latency(engine: EngineState) -> float | None:
 
 
 def table_reply(engine: EngineState) -> dict[str, Any]:
-    """GET /v1/table (TableReply)."""
+    """GET /v1/table: built as the TableReply clients parse, so no field can drift."""
     t = engine.table
-    return {"table": t.table.to_list() if t else None,
-            "num_speculative_tokens": engine.num_speculative_tokens,
-            "max_num_seqs": engine.max_num_seqs, "startup_k": sorted(engine.startup_k),
-            "version": t.version if t else 0, "swapped_at": t.swapped_at if t else None,
-            "restrict_k": engine.restrict_k, "swap_latency_s": swap_latency(engine),
-            "cudagraph_capture_sizes": (list(engine.cudagraph_capture_sizes)
-                                        if engine.cudagraph_capture_sizes is not None else None),
-            "max_num_batched_tokens": engine.max_num_batched_tokens,
-            "runner": engine.runner, "graph_k": sorted(graph_k(engine))}
+    return TableReply(
+        table=t.table.to_list() if t else None,
+        num_speculative_tokens=engine.num_speculative_tokens,
+        max_num_seqs=engine.max_num_seqs, startup_k=sorted(engine.startup_k),
+        version=t.version if t else 0, swapped_at=t.swapped_at if t else None,
+        restrict_k=engine.restrict_k, swap_latency_s=swap_latency(engine),
+        cudagraph_capture_sizes=(list(engine.cudagraph_capture_sizes)
+                                 if engine.cudagraph_capture_sizes is not None else None),
+        max_num_batched_tokens=engine.max_num_batched_tokens,
+        runner=engine.runner, graph_k=sorted(graph_k(engine))).model_dump(mode="json")
 
 
 def graph_k(engine: EngineState) -> set[int]:
@@ -91,7 +93,9 @@ def graph_k(engine: EngineState) -> set[int]:
 
 
 def stats_reply(engine: EngineState, since: int | None = None) -> dict[str, Any]:
-    """GET /v1/stats (StatsReply); `since`: only the recent steps with seq > since.
+    """GET /v1/stats (StatsReply's fields, a test keeps them equal; a dict, not the model:
+    validating a ring of ~8000 steps on every poll would cost the engine); `since`: only the
+    recent steps with seq > since.
 
     Steps are numbered from 1 by the engine (the newest seq is the sum of engine_steps_per_k),
     so a poller passes the last seq it saw; the numbering restarts with the engine (started_at).
@@ -202,12 +206,13 @@ def check_duels(engine: EngineState, duels: tuple[Duel, ...]) -> None:
 
 
 def policy_reply(engine: EngineState) -> dict[str, Any]:
-    """GET /v1/policy (PolicyReply)."""
+    """GET /v1/policy, built as the PolicyReply clients parse."""
     p = engine.policy
-    return {"explore_every": p.explore_every, "explore_run": p.explore_run,
-            "hysteresis": p.hysteresis, "baseline": p.baseline,
-            "duels": [[lo, hi, list(ks)] for lo, hi, ks in p.duels], "duel_run": p.duel_run,
-            "duel_share": p.duel_share, "duel_horizon": p.duel_horizon}
+    return PolicyReply(explore_every=p.explore_every, explore_run=p.explore_run,
+                       hysteresis=p.hysteresis, baseline=p.baseline,
+                       duels=[(lo, hi, list(ks)) for lo, hi, ks in p.duels],
+                       duel_run=p.duel_run, duel_share=p.duel_share,
+                       duel_horizon=p.duel_horizon).model_dump(mode="json")
 
 
 def put_emulation(engine: EngineState, body: bytes) -> dict[str, Any]:
@@ -226,9 +231,10 @@ def put_emulation(engine: EngineState, body: bytes) -> dict[str, Any]:
 
 
 def emulation_reply(engine: EngineState) -> dict[str, Any]:
-    """GET /v1/emulation (EmulationReply)."""
-    return {"enabled": engine.emulation_enabled,
-            "rates": list(engine.emulation) if engine.emulation is not None else None}
+    """GET /v1/emulation, built as the EmulationReply clients parse."""
+    return EmulationReply(enabled=engine.emulation_enabled,
+                          rates=list(engine.emulation) if engine.emulation is not None
+                          else None).model_dump(mode="json")
 
 
 def _since(query: Mapping[str, str]) -> int | None:
