@@ -81,7 +81,8 @@ def table_reply(engine: EngineState) -> dict[str, Any]:
         cudagraph_capture_sizes=(list(engine.cudagraph_capture_sizes)
                                  if engine.cudagraph_capture_sizes is not None else None),
         max_num_batched_tokens=engine.max_num_batched_tokens,
-        runner=engine.runner, graph_k=sorted(graph_k(engine))).model_dump(mode="json")
+        runner=engine.runner, graph_k=sorted(graph_k(engine))
+    ).model_dump(mode="json", exclude={"clipped"})  # what a PUT cut: PUT's reply only
 
 
 def graph_k(engine: EngineState) -> set[int]:
