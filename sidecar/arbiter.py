@@ -66,6 +66,23 @@ class Verdicts:
         return [c for c in self.calls if c.status == "switch"]
 
 
+@dataclass(frozen=True, slots=True)
+class Arbiter:
+    """What the arbiter weighs a rebuild's calls with: the pairs, the served buckets, the
+    model's error (assumed, or measured live per bucket) and the duel budget."""
+
+    goodput: MeasuredGoodput
+    served: dict[int, int]       # steps per bucket since the last push
+    model_error: float
+    min_served: int
+    max_pairs: int
+    duel_width: int
+    duels: tuple[Duel, ...] = ()  # the ones the plugin runs now
+    # the model's error measured live per bucket (None: model_error everywhere)
+    live_error: Mapping[int, float] | None = None
+    can_duel: bool = False       # the plugin duels: measurement, not the model, switches
+
+
 def _model(G_reps: FloatArray, rows: npt.NDArray[np.int64], k: int, c: int, z: float,
            model_error: float) -> Figures:
     """The model's G(c)/G(k) over the bucket's rows: median of the draws, its spread widened

@@ -51,7 +51,8 @@ from sidecar.guardrail import Guardrail, PairBounds, PairKey, Sample, Verdict
 from sidecar.logs import Conditions
 from sidecar.measured import MeasuredGoodput
 from sidecar.model_error import LiveError, live_errors
-from sidecar.rebuild import Arbiter, Choice, Inputs, choose, projected
+from sidecar.arbiter import Arbiter
+from sidecar.rebuild import Choice, Inputs, choose, projected
 from sidecar.resume import ResumeTracker
 from sidecar.settings import SidecarSettings
 from sidecar.state import (ConditionDetail, Estimator, ForeignHold, GuardrailState, HeldOut, LiveCell,

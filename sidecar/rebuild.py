@@ -33,16 +33,14 @@ taken back 20 s later).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from sidecar.arbiter import Verdicts, arbitrate
+from sidecar.arbiter import Arbiter, Verdicts, arbitrate
 from sidecar.decision import Call, RangeChange, StepEvidence
 from sidecar.estimator import DRAW_PSEUDO, EstimatorState, estimate
-from sidecar.measured import MeasuredGoodput
 from sidecar.step_times import Blend
 from tuner.core.confidence import Change, choose_confident, confident_changes, merge_remnants
 from tuner.core.goodput import Cliff
@@ -68,20 +66,6 @@ class Inputs:
     measured: tuple[tuple[int, int], ...] = ()   # (first, last) B of each measured bucket
     # decisions by measured goodput (sidecar/arbiter.py); None: the model alone everywhere
     arbiter: Arbiter | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Arbiter:
-    goodput: MeasuredGoodput
-    served: dict[int, int]       # steps per bucket since the last push
-    model_error: float
-    min_served: int
-    max_pairs: int
-    duel_width: int
-    duels: tuple[Duel, ...] = ()  # the ones the plugin runs now
-    # the model's error measured live per bucket (None: model_error everywhere)
-    live_error: Mapping[int, float] | None = None
-    can_duel: bool = False       # the plugin duels: measurement, not the model, switches
 
 
 @dataclass(frozen=True, slots=True)
