@@ -105,8 +105,9 @@ class Controller:
         self.sigma_dense = interpolate_step_times(profile.grid, profile.step_time_sigma(), n)
         self.cliffs = cliffs(profile.grid, profile.step_time_matrix(monotone=False))
         self.profile_sha256 = checkpoint.profile_id(profile)  # what the checkpoint belongs to
-        self.state = checkpoint.restore(settings.checkpoint, self.prior, settings.prior_weight,
-                                        self.profile_sha256)
+        # the estimator's state of acceptance (sidecar/estimator.py; not the published state)
+        self.acceptance = checkpoint.restore(settings.checkpoint, self.prior,
+                                             settings.prior_weight, self.profile_sha256)
         # the table we wanted before a restart: not to be mistaken for the engine's own
         self.saved_table = checkpoint.saved_table(settings.checkpoint, self.profile_sha256)
         self.w_T = settings.step_prior_weight
@@ -302,7 +303,7 @@ class Controller:
                    else np.full(self.K, d.num_drafts))  # stock fallback: biased low
         # a position cannot be kept more often than drafted; stock counters may disagree
         accepted = np.minimum(np.asarray(d.accepted_per_pos), drafted)
-        observe(self.state, accepted, drafted)
+        observe(self.acceptance, accepted, drafted)
         engine_steps = sum(d.engine_steps.values())
         self.steps_since_rebuild += engine_steps if snap.engine_steps else d.num_drafts
         self.stats.stepped(d.explore_steps, d.transition_steps)
@@ -449,7 +450,7 @@ class Controller:
             # no verdict across the change, and what was held out was judged on the old traffic
             self.guard.forget()
             acc, dra = self.accept_windows.since_change()
-            restart(self.state, acc, dra, s.change_prior_weight)
+            restart(self.acceptance, acc, dra, s.change_prior_weight)
             # and the prior becomes what the new traffic shows: the profile's a_i described the
             # old traffic, and with live counts halved at every rebuild a table that drafts
             # little (k=0 after a switch to low acceptance: exploration's few drafts) would
@@ -490,10 +491,10 @@ class Controller:
         B = min(max(int(round(self.last_batch)), 1), self.profile.engine.max_num_seqs)
         current = table.k_at(B, self.K)
         blend = self.blend()
-        a_used = projected(self.state)[0]
+        a_used = projected(self.acceptance)[0]
         s = self.settings
         found = better_at(B, blend.T[B - 1], blend.sigma[B - 1], a_used,
-                          self.state.w + self.state.drafted, current, self.allowed_k, s.tie,
+                          self.acceptance.w + self.acceptance.drafted, current, self.allowed_k, s.tie,
                           s.confidence, pseudo=DRAW_PSEUDO)
         if found is None:
             return None
@@ -517,7 +518,7 @@ class Controller:
         if measuring:
             self.live_error = {} if old is None else live_errors(
                 self.goodput, old.dense(self.profile.engine.max_num_seqs, self.K)[1:], blend.T,
-                projected(self.state)[0])
+                projected(self.acceptance)[0])
             # the model switches nothing on the seconds after a change of acceptance: its counts
             # may still hold the change's own transient (one window of new counts first)
             settling = (self.changed_at is not None and self.clock() - self.changed_at
@@ -531,7 +532,7 @@ class Controller:
                         cliffs=self.cliffs, prior_steps=self.w_T,
                         measured=self.live_T.measured(self.T_dense.shape[0], self.w_T),
                         arbiter=arbiter)
-        return choose(blend, self.T_dense, self.state, old, self.K, inputs)
+        return choose(blend, self.T_dense, self.acceptance, old, self.K, inputs)
 
     async def rebuild(self, trigger: str = "scheduled") -> Decision:
         """Choose the table for â and T̂ (eq. G), push it if it differs, log and checkpoint."""
@@ -588,8 +589,8 @@ class Controller:
         decision = Decision(
             time=self.clock(), outcome=outcome, reason=reason, source=self.source or "stock",
             bias_note=BIAS_NOTE if self.source == "stock" else None,
-            steps=self.steps_since_rebuild, accepted=self.state.accepted.tolist(),
-            drafted=self.state.drafted.tolist(), prior_weight=self.state.w,
+            steps=self.steps_since_rebuild, accepted=self.acceptance.accepted.tolist(),
+            drafted=self.acceptance.drafted.tolist(), prior_weight=self.acceptance.w,
             a_hat=[round(float(a), 6) for a in choice.a_used],
             a_raw=[round(float(a), 6) for a in choice.a_raw],
             old_table=old.to_list() if old else None, new_table=choice.table.to_list(),
@@ -604,8 +605,8 @@ class Controller:
     def _rebase_prior(self) -> None:
         """The current estimate (projected non-increasing) becomes the prior; positions with
         no live evidence behind it (unmeasured) get the largest value the one before allows."""
-        prior = np.clip(projected(self.state)[0], 0.0, 1.0)
-        unmeasured = self.state.drafted < MIN_CHANGE_DRAFTS
+        prior = np.clip(projected(self.acceptance)[0], 0.0, 1.0)
+        unmeasured = self.acceptance.drafted < MIN_CHANGE_DRAFTS
         # a position with no live evidence gets the one before it: the largest value a_i <=
         # a_{i-1} allows, so the model ranks the k that drafts it as high as it can be and the
         # duels measure it first (optimism where nothing is known); the old profile's value for
@@ -616,7 +617,7 @@ class Controller:
                 prior[i] = prior[i - 1]
             elif unmeasured[i]:
                 prior[i] = min(prior[i], prior[i - 1])
-        rebase(self.state, prior)
+        rebase(self.acceptance, prior)
 
     def _finish(self, decision: Decision, table: Table) -> None:
         """Log the decision; with its ``bookkeeping`` (not for a rebuild that only looked at new
@@ -631,14 +632,15 @@ class Controller:
         if not decision.bookkeeping:
             return
         self.steps_since_rebuild = 0.0
-        if self.rebase_left and self.state.drafted.size and self.state.drafted[0] >= MIN_CHANGE_DRAFTS:
+        drafted = self.acceptance.drafted
+        if self.rebase_left and drafted.size and drafted[0] >= MIN_CHANGE_DRAFTS:
             self._rebase_prior()
             self.rebase_left -= 1
-        halve_live(self.state)
+        halve_live(self.acceptance)
         self.resume.halve()
         self.live_T.cap(self.settings.step_memory)
         if self.settings.prior_decay < 1:
-            decay_prior(self.state, self.settings.prior_decay)
+            decay_prior(self.acceptance, self.settings.prior_decay)
         self.w_T *= self.settings.step_prior_decay
         self.save_checkpoint()
 
@@ -655,7 +657,7 @@ class Controller:
         if self.settings.checkpoint is None:
             return
         try:
-            checkpoint.save(self.settings.checkpoint, self.state, self.clock(), self.profile_sha256,
+            checkpoint.save(self.settings.checkpoint, self.acceptance, self.clock(), self.profile_sha256,
                             self._wanted())
         except OSError as exc:
             self.stats.failed("checkpoint")
@@ -698,8 +700,8 @@ class Controller:
             condition_details={name: ConditionDetail(**d)
                                for name, d in self.conditions.details.items()},
             bias_note=BIAS_NOTE if self.source == "stock" else None,
-            estimator=Estimator(**self.state.to_dict()),
-            a_hat=estimate(self.state).tolist(), a_used=projected(self.state)[0].tolist(),
+            estimator=Estimator(**self.acceptance.to_dict()),
+            a_hat=estimate(self.acceptance).tolist(), a_used=projected(self.acceptance)[0].tolist(),
             steps_since_rebuild=self.steps_since_rebuild,
             explore_steps_seen=self.stats.explore_steps,
             transition_steps_seen=self.stats.transition_steps,
@@ -735,6 +737,6 @@ class Controller:
             return []
         B = min(max(int(round(self.last_batch)), 1), self.profile.engine.max_num_seqs)
         # eq. G in its one place (tuner/core/goodput.py); T in ms, so tokens per ms
-        G = model_goodput(self.blend().T[:B], projected(self.state)[0])[B - 1]
+        G = model_goodput(self.blend().T[:B], projected(self.acceptance)[0])[B - 1]
         ks = range(G.size) if self.allowed_k is None else sorted(self.allowed_k)
         return [PredictedGoodput(k=k, batch_size=B, tokens_per_s=float(G[k] * 1000.0)) for k in ks]

@@ -45,7 +45,7 @@ async def test_a_change_of_acceptance_rebuilds_at_once_from_the_recent_counts(tm
         assert 3 <= ticks <= 4  # both windows, the older one may straddle the switch
         assert c.stats.changes == 1 and decision.prior_weight <= 50
         assert decision.a_hat[0] < 0.35  # the estimate follows the new traffic at once
-        assert c.state.prior[0] < 0.35    # ... and so does the prior: the old one is stale
+        assert c.acceptance.prior[0] < 0.35    # ... and so does the prior: the old one is stale
         # then only a few drafts a rebuild (the table drafts little, exploration a few): live
         # counts halve at every rebuild, yet the estimate must not drift back to 0.9
         c.settings = c.settings.model_copy(update={"rebuild_every_steps": 100})
@@ -54,7 +54,7 @@ async def test_a_change_of_acceptance_rebuilds_at_once_from_the_recent_counts(tm
             fake.run(1, a=(0.2, 0.1, 0.05))
             clock.now += 1
             await c.tick()
-        assert c.state.w <= 50 and float(c.state.drafted[0]) < 200
+        assert c.acceptance.w <= 50 and float(c.acceptance.drafted[0]) < 200
         assert c.last_decision is not None and c.last_decision.a_hat[0] < 0.35
 
 
@@ -198,7 +198,7 @@ async def test_a_change_seen_mid_switch_settles_the_prior_on_the_new_traffic(tmp
             fake.run(100, a=(0.1, 0.05, 0.02))
             clock.now += 1
             await c.tick()
-        assert c.stats.changes == 1 and c.state.prior[0] < 0.2
+        assert c.stats.changes == 1 and c.acceptance.prior[0] < 0.2
         for _ in range(10):                   # then few drafts a rebuild
             fake.run(100, a=(0.1, 0.05, 0.02), k=0)
             fake.run(1, a=(0.1, 0.05, 0.02))
@@ -225,7 +225,7 @@ async def test_a_rebase_gives_an_undrafted_position_the_one_before_it(tmp_path: 
             clock.now += 1
             decision = decision or await c.tick()
         assert decision is not None and decision.trigger == "change"
-        assert c.state.prior[2] == c.state.prior[1] > 0.85
+        assert c.acceptance.prior[2] == c.acceptance.prior[1] > 0.85
         changes = c.stats.changes
         for _ in range(6):  # now k=3 drafts position 3 at 0.9: a first measurement
             fake.run(100, a=(0.95, 0.93, 0.9), k=3)
