@@ -45,6 +45,7 @@
 #   32b-eagle3-v2    32B-shaped dense Llama, a one-layer dummy EAGLE-3 head at its width
 #                    (.gpu/model32/eagle3 from prepare_settings.sh), V2 runner, synthetic acceptance
 # env: OUT (results), TUNE_S / BENCH_S (time budgets), LOADS, POLICIES, GRID, REPEATS, MAX_REPEATS, EMULATE,
+#      MAX_SEQS (tune: max_num_seqs, 256; the field bench takes the profile's),
 #      WINDOW_S, PRIME_S, BLOCKS, NOISE_CV, MIX (steady|chat: the bench's --workload-mix), SEED,
 #      ONE_SERVER (1: one vLLM, tables swapped; default 1 except 32b-ngram), GPU_UTIL,
 #      GPU (which GPU; settings on different GPUs run side by side: see parallel.sh),
@@ -105,7 +106,7 @@ case $stage in
   for m in moe30b; do [ -d .gpu/$m ] && { rm -rf /tmp/$m; cp -r .gpu/$m /tmp/$m; }; done; true ;;
  tune)
   /usr/bin/time -f "tune wall %e s" timeout "${TUNE_S:-520}" python3 -m tabletune.cli tune --model "$MODEL" \
-     "${SPEC[@]}" -K 3 --max-num-seqs 256 "${ONE_FLAG[@]}" \
+     "${SPEC[@]}" -K 3 --max-num-seqs "${MAX_SEQS:-256}" "${ONE_FLAG[@]}" \
      --grid "${GRID:-1,4,8,16,32,64,96,128,192,256}" --repeats "${REPEATS:-2}" --decode-tokens 33 \
      ${MAX_REPEATS:+--max-repeats $MAX_REPEATS} \
      --num-prompts 64 --emulate "$EMULATE" --emulate-with $BY --out $R/profile.json \
