@@ -47,6 +47,8 @@ def bench_parser(doc: str | None, out: str) -> argparse.ArgumentParser:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", required=True, help="from `tabletune tune`")
     ap.add_argument("--model", help="model path (default: the profile's)")
+    ap.add_argument("--drafter", help="the drafter's folder, for a profile of a draft model or "
+                    "EAGLE head (default: the profile's, found as the model is)")
     ap.add_argument("--out", default=out)
     return ap
 

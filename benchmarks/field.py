@@ -78,6 +78,7 @@ class Config:
     resume: bool
     replay: Replay | None
     engine_args: tuple[str, ...]
+    drafter: Path | None            # --drafter (None: the profile's, resolved like the model)
     command: str
 
 
@@ -119,6 +120,7 @@ def config(args: argparse.Namespace, argv: list[str]) -> Config:
                   {p: t for p, t in tables.items() if p in policies},
                   sidecars[0] if sidecars else None, goodput, blocks_of(args), args.idle_s,
                   args.resume, flags.replay(args, profile.K), extra,
+                  Path(args.drafter) if args.drafter else None,
                   "python -m benchmarks.field " + shlex.join(argv))
 
 
@@ -187,7 +189,8 @@ async def run(cfg: Config) -> dict[str, Any]:
     record = record_for(cfg)
     info, first = next_part(record)
     admin_port = free_port()
-    server_cfg = spec_server(cfg.profile, cfg.model, admin_port, cfg.replay, cfg.engine_args)
+    server_cfg = spec_server(cfg.profile, cfg.model, admin_port, cfg.replay, cfg.engine_args,
+                             cfg.drafter)
     async with (launch(server_cfg, log_dir=cfg.out / "logs") as server,
                 admin_client(admin_port) as admin, EngineClient(engine_url=server.url) as engine):
         first_table = next(iter(cfg.tables.values()))

@@ -72,6 +72,7 @@ class Config:
     replay: Replay | None
     engine_args: tuple[str, ...]
     sidecar_args: tuple[str, ...]
+    drafter: Path | None            # --drafter (None: the profile's, resolved like the model)
     command: str
 
 
@@ -92,6 +93,7 @@ def config(args: argparse.Namespace, argv: list[str]) -> Config:
     return Config(profile_path, profile, resolve_model(profile.engine.model, args.model),
                   Path(args.out), shapes_, sizes, start, blocks_of(args), args.idle_s,
                   args.resume, flags.replay(args, profile.K), extra, tuple(args.sidecar_arg or ()),
+                  Path(args.drafter) if args.drafter else None,
                   "python -m benchmarks.noharm " + shlex.join(argv))
 
 
@@ -145,7 +147,8 @@ async def run(cfg: Config) -> dict[str, Any]:
     info, first = next_part(record)
     part = info["part"]
     admin_port = free_port()
-    server_cfg = spec_server(cfg.profile, cfg.model, admin_port, cfg.replay, cfg.engine_args)
+    server_cfg = spec_server(cfg.profile, cfg.model, admin_port, cfg.replay, cfg.engine_args,
+                             cfg.drafter)
     async with (launch(server_cfg, log_dir=cfg.out / "logs") as server,
                 admin_client(admin_port) as admin, EngineClient(engine_url=server.url) as engine):
         await admin.put_table(cfg.start)

@@ -173,7 +173,8 @@ case $stage in
      --shapes burst,poisson --concurrency "${NOHARM_C:-8,192}" --rates "${NOHARM_RATE:-8}" \
      --input-len 512 --output-len 192 --range-ratio 0.5 --run-s "${RUN_S:-20}" --waves "${WAVES:-3}" \
      --idle-s 5 --warmup-rounds "${WARMUP:-1}" --blocks "${BLOCKS:-6}" --budget-s "${NOHARM_S:-540}" \
-     --resume --emulate "$EMULATE" --emulate-with $BY --out $R/noharm "${ENGINE[@]}" 2>&1 \
+     --resume --emulate "$EMULATE" --emulate-with $BY --out $R/noharm ${DRAFTER:+--drafter $DRAFTER} \
+     "${ENGINE[@]}" 2>&1 \
      | grep -v "^(APIServer\|^(EngineCore" | tail -40
   tar czf "$O/noharm-files.tgz" -C $R/noharm --exclude=logs . 2>/dev/null
   keep $R/noharm/noharm.json $R/noharm/summary.json; need $R/noharm/summary.json ;;
@@ -191,6 +192,7 @@ case $stage in
      --output-len 192 --range-ratio 0.5 --waves "${WAVES:-2}" --run-s "${RUN_S:-15}" --idle-s 2 \
      --warmup-rounds "${WARMUP:-0}" --blocks "${BLOCKS:-6}" --budget-s "${FIELD_S:-540}" \
      --goodput "${SLO:-tpot:50}" --resume --emulate "$EMULATE" --emulate-with $BY --out $R/field \
+     ${DRAFTER:+--drafter $DRAFTER} \
      "${ENGINE[@]}" 2>&1 | grep -v "^(APIServer\|^(EngineCore\|more tokens than expected" | tail -40
   tar czf "$O/field-files.tgz" -C $R/field --exclude=logs . 2>/dev/null
   keep $R/field/field.json $R/field/summary.json; need $R/field/summary.json ;;
