@@ -26,8 +26,18 @@ its error rate the way re-testing a fixed-n interval does:
 
     |mean_n - μ| <= s/n · sqrt((n + ρ)·(log((n + ρ)/ρ) + 2·log(2/α)))      (eq. CS)
 
-with s the pairs' standard deviation (floored: a few pairs can agree by chance) and ρ the pair
-count where the boundary is tightest. Its coverage is checked by simulation in the tests.
+with ρ the pair count where the boundary is tightest and s² the pairs' long-run variance
+n·Var(mean_n), not their plain variance S²: neighbouring pairs share requests in flight and a
+slow wander of the ratio, so n pairs in a row carry less than n independent ones (a third at
+AR(1) ρ = 0.5). It is estimated from the means of every b consecutive pairs (in the order the
+runs ran) and taken at its upper 90% bound, since a few batches estimate it loosely:
+
+    s² = max(S², ν·σ̂²_b / χ²_ν(0.1)),   b = max(8, ⌊√n⌋),   ν = 1.5·(n/b − 1)       (eq. LRV)
+
+    σ̂²_b = n·b/((n−b+1)(n−b)) · Σ_j (mean of pairs j..j+b−1 − mean_n)²
+
+(overlapping batch means; s floored: a few pairs can agree by chance). Its error rates with
+dependent pairs: benchmarks/pair_dependence.py, and the tests.
 """
 
 from __future__ import annotations
@@ -36,18 +46,22 @@ import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 import numpy as np
 import numpy.typing as npt
 
 from tuner.core.admin_api import Step, step_bucket
 
-__all__ = ["Comparison", "MeasuredGoodput", "Pair", "confidence_sequence", "pairs_in"]
+__all__ = ["Comparison", "MeasuredGoodput", "Pair", "confidence_sequence", "long_run_variance",
+           "paired_interval", "pairs_in"]
 
 
 MIN_RUN_STEPS = 4     # a run with fewer steady steps is too short to pair (a 3-step rotation run)
 MAX_RUN_STEPS = 256   # longer stretches of another k are the table's, not a run
-MIN_PAIRS = 5         # fewer pairs give no comparison (with 3, eq. CS erred in 5.2% of null runs)
+BATCH_PAIRS = 8       # eq. LRV's shortest batch: a slow wander of the ratio outlasts ~5 pairs
+LRV_LEVEL = 0.9       # eq. LRV at its upper 90% bound: a few batches estimate it loosely
+MIN_PAIRS = 3 * BATCH_PAIRS  # fewer pairs give no comparison: eq. LRV needs 3 batches (ν = 3)
 MIN_PAIR_SD = 0.004   # floor of the pairs' log-ratio spread: 3 pairs may agree by chance
 RHO = 10.0            # eq. CS is tightest near this many pairs
 KEEP_PAIRS = 400      # per (bucket, k, k'): older pairs fall out
@@ -72,11 +86,53 @@ def band_rows(top: int, max_b: int) -> npt.NDArray[np.int64]:
     return np.arange(min(max(low, 1), max_b), min(top, max_b) + 1)
 
 
+FloatArray = npt.NDArray[np.float64]
+
+
+def _half_width(n: int, alpha: float) -> float:
+    """eq. CS's half-width per unit of s."""
+    return math.sqrt((n + RHO) * (math.log((n + RHO) / RHO) + 2.0 * math.log(2.0 / alpha))) / n
+
+
 def confidence_sequence(mean: float, sd: float, n: int, alpha: float) -> tuple[float, float]:
-    """eq. CS: (low, high) for the mean of n i.i.d. values, valid at every n (two-sided)."""
-    s = max(sd, MIN_PAIR_SD)
-    half = s / n * math.sqrt((n + RHO) * (math.log((n + RHO) / RHO) + 2.0 * math.log(2.0 / alpha)))
+    """eq. CS: (low, high) for the mean of n values whose long-run sd is ``sd``, valid at every n
+    (two-sided)."""
+    half = max(sd, MIN_PAIR_SD) * _half_width(n, alpha)
     return mean - half, mean + half
+
+
+def _chi2_quantile(df: float, q: float) -> float:
+    """The q-quantile of χ² with ``df`` degrees of freedom (Wilson-Hilferty; within 1% from 3 df)."""
+    h = 2.0 / (9.0 * df)
+    return df * max(1.0 - h + NormalDist().inv_cdf(q) * math.sqrt(h), 0.0) ** 3
+
+
+def long_run_variance(x: FloatArray) -> FloatArray:
+    """eq. LRV over the last axis of ``x`` (log ratios in the order their runs ran): n·Var(mean)
+    by overlapping batch means, at its upper LRV_LEVEL bound, never below the plain variance;
+    infinite where the pairs are too few to bound it."""
+    n = x.shape[-1]
+    b = max(BATCH_PAIRS, math.isqrt(n))
+    df = 1.5 * (n / b - 1.0)
+    low = _chi2_quantile(df, 1.0 - LRV_LEVEL) if n > b else 0.0
+    if low <= 0.0:
+        return np.full(x.shape[:-1], math.inf)
+    c = np.concatenate((np.zeros((*x.shape[:-1], 1)), np.cumsum(x, axis=-1)), axis=-1)
+    means = (c[..., b:] - c[..., :-b]) / b   # every b consecutive pairs
+    spread = np.sum((means - c[..., -1:] / n) ** 2, axis=-1)
+    batches = n * b / ((n - b + 1) * (n - b)) * spread
+    upper: FloatArray = np.maximum(batches * df / low, np.var(x, axis=-1, ddof=1))
+    return upper
+
+
+def paired_interval(x: FloatArray, alpha: float,
+                    factor: float = 1.0) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(mean, low, high) of the log ratios over the last axis of ``x`` (in the order their runs
+    ran): eq. CS with s² from eq. LRV, times ``factor``."""
+    mean = np.mean(x, axis=-1)
+    half = np.maximum(np.sqrt(long_run_variance(x) * factor), MIN_PAIR_SD) * _half_width(
+        x.shape[-1], alpha)
+    return mean, mean - half, mean + half
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,13 +278,16 @@ class MeasuredGoodput:
     paired log ratios; per bucket: the steps served since the last ``mark``."""
 
     cells: dict[tuple[int, int], list[float]] = field(default_factory=dict)
-    pairs: dict[tuple[int, int, int], deque[tuple[float, int]]] = field(default_factory=dict)
+    # per (bucket, k, k'): (log ratio, steps, order); order numbers every pair stored, so the two
+    # directions of one comparison interleave as their runs ran (eq. LRV needs the sequence)
+    pairs: dict[tuple[int, int, int], deque[tuple[float, int, int]]] = field(default_factory=dict)
+    num_pairs: int = 0
     served: dict[int, int] = field(default_factory=dict)
     last_seq: int = 0
     tail: list[Step] = field(default_factory=list)
     done: set[int] = field(default_factory=set)
     measuring: bool = False   # a step with `emitted` was read: the plugin measures goodput
-    variance_factor: float = 1.0  # long-run over plain variance of the pairs (1: independent)
+    variance_factor: float = 1.0  # widens eq. LRV further (1: as estimated)
 
     def ingest(self, steps: Sequence[Step], table_k: Sequence[int] | None = None) -> list[Pair]:
         """Add the ring's steps newer than the last seen (a six-field step, from a plugin that
@@ -257,7 +316,8 @@ class MeasuredGoodput:
         self.tail = window[-TAIL_STEPS:]
         for p in found:
             self.pairs.setdefault((p.bucket, p.k, p.ref), deque(maxlen=KEEP_PAIRS)).append(
-                (p.log_ratio, p.steps))
+                (p.log_ratio, p.steps, self.num_pairs))
+            self.num_pairs += 1
             self.done.add(p.first)
         oldest = self.tail[0].seq
         self.done = {seq for seq in self.done if seq >= oldest}
@@ -290,15 +350,13 @@ class MeasuredGoodput:
         return cell[2] / cell[1], cell[0], cell[3] / cell[0]
 
     def compare(self, bucket: int, k: int, ref: int, alpha: float) -> Comparison | None:
-        """Goodput of k over ref at ``bucket`` from every pair of the two (either way round)."""
-        values = [v for v, _ in self.pairs.get((bucket, k, ref), ())]
-        values += [-v for v, _ in self.pairs.get((bucket, ref, k), ())]
-        if len(values) < MIN_PAIRS:
+        """Goodput of k over ref at ``bucket`` from every pair of the two (either way round), in
+        the order their runs ran."""
+        ordered = sorted([(o, v, n) for v, n, o in self.pairs.get((bucket, k, ref), ())]
+                         + [(o, -v, n) for v, n, o in self.pairs.get((bucket, ref, k), ())])
+        if len(ordered) < MIN_PAIRS:
             return None
-        steps = sum(n for _, n in self.pairs.get((bucket, k, ref), ()))
-        steps += sum(n for _, n in self.pairs.get((bucket, ref, k), ()))
-        x = np.asarray(values)
-        mean, sd = float(np.mean(x)), float(np.std(x, ddof=1))
-        low, high = confidence_sequence(mean, sd * math.sqrt(self.variance_factor), len(x), alpha)
+        x = np.asarray([v for _, v, _ in ordered])
+        mean, low, high = (float(a) for a in paired_interval(x, alpha, self.variance_factor))
         return Comparison(bucket, k, ref, math.exp(mean), math.exp(low), math.exp(high),
-                          len(x), steps)
+                          len(x), sum(n for *_, n in ordered))

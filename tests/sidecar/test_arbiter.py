@@ -17,12 +17,12 @@ def draws(ratio: dict[int, float], max_b: int = 16, reps: int = 200, sd: float =
     return base[None, None, :] * np.exp(rng.normal(0, sd, (reps, max_b, len(ratio))))
 
 
-def measured_with(bucket: int, k: int, ref: int, log_ratio: float, n: int = 12,
+def measured_with(bucket: int, k: int, ref: int, log_ratio: float, n: int = 30,
                   sd: float = 0.01) -> MeasuredGoodput:
     m = MeasuredGoodput()
     rng = np.random.default_rng(1)
     m.pairs[(bucket, k, ref)] = __import__("collections").deque(
-        (float(v), 15) for v in rng.normal(log_ratio, sd, n))
+        (float(v), 15, i) for i, v in enumerate(rng.normal(log_ratio, sd, n)))
     return m
 
 
@@ -145,7 +145,7 @@ def test_the_challenger_already_dueled_keeps_its_turn() -> None:
 def test_a_conclusive_measurement_decides_even_when_wider_than_the_model() -> None:
     old = [2] * 16
     G = draws({0: 0.5, 1: 0.8, 2: 1.0, 3: 1.0}, sd=0.001)  # the model: a tie, and sure of it
-    v = decide(G, measured_with(16, 3, 2, math.log(1.22), n=10, sd=0.15), {16: 100}, old)
+    v = decide(G, measured_with(16, 3, 2, math.log(1.22), n=30, sd=0.15), {16: 100}, old)
     (s,) = v.switches()
     assert s.k == 3 and s.decided_by == "measured" and s.measured is not None
     assert s.measured.low > 1.005 and (s.measured.high - s.measured.low) > (s.model.high - s.model.low)

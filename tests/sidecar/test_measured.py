@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from sidecar.measured import (MIN_PAIRS, MeasuredGoodput, confidence_sequence, pairs_in)
+from sidecar.measured import (MIN_PAIRS, MeasuredGoodput, confidence_sequence, paired_interval,
+                               pairs_in)
 from tuner.core.admin_api import Step
 
 
@@ -39,11 +40,11 @@ def duels(challengers: list[int], incumbent: int, runs: int, run: int = 16,
 def test_paired_runs_find_a_4_percent_win_under_drift() -> None:
     m = MeasuredGoodput()
     # k=2 emits 4% more per second than k=3; the engine slows 30% over the run
-    steps = ring({3: 12000, 2: 12480}, duels([2], 3, runs=12), drift=0.1)
+    steps = ring({3: 12000, 2: 12480}, duels([2], 3, runs=30), drift=0.1)
     for i in range(0, len(steps), 37):  # polled in pieces, as the sidecar does
         m.ingest(steps[i:i + 37])
     c = m.compare(120, 2, 3, alpha=0.05)
-    assert c is not None and c.pairs == 12 and c.steps == 12 * 15
+    assert c is not None and c.pairs == 30 and c.steps == 30 * 15
     assert 1.02 < c.ratio < 1.06 and c.low > 1.005
     back = m.compare(120, 3, 2, alpha=0.05)  # the same pairs, the other way round
     assert back is not None and math.isclose(back.ratio, 1 / c.ratio)
@@ -95,30 +96,22 @@ def test_the_confidence_sequence_errs_in_at_most_5_percent_of_null_runs_at_any_l
         assert naive.mean() > 0.15                            # what it protects against
 
 
-def test_the_interval_separates_a_real_difference_in_few_pairs() -> None:
-    """Power at the H200's figures: a 3.5% difference, pairs spread 1.5%: 8 pairs resolve it."""
-    rng = np.random.default_rng(3)
-    wins = 0
-    for _ in range(400):
-        x = rng.normal(math.log(1.035), 0.015, 8)
-        lo, _ = confidence_sequence(float(x.mean()), float(x.std(ddof=1)), 8, 0.05)
-        wins += lo > math.log(1.005)
-    assert wins / 400 >= 0.8
+def test_the_interval_separates_a_real_difference_in_30_pairs() -> None:
+    """Power at the H200's figures: a 3.5% difference, pairs spread 1.5%: 30 pairs resolve it."""
+    x = np.random.default_rng(3).normal(math.log(1.035), 0.015, (400, 30))
+    _, low, _ = paired_interval(x, 0.05)
+    assert np.mean(low > math.log(1.005)) >= 0.9  # seen: 0.96
 
 
-def test_one_challenger_at_a_time_settles_the_h200s_difference_within_one_burst() -> None:
+def test_one_challenger_at_a_time_settles_the_h200s_difference_within_three_bursts() -> None:
     """The H200 run (32B, N=128): pairs of k=2 against k=3 spread 1.8% around +3.4%, and the
-    duel budget's burst held 12 runs of 16 steps. Split between two challengers (6 pairs each)
-    the interval clears the tie in about a third of runs; all 12 on the most promising one in
-    nearly nine of ten."""
-    rng = np.random.default_rng(11)
+    duel budget's burst held 12 runs of 16 steps. Split between two challengers, 30 runs give
+    each fewer than MIN_PAIRS; all 30 on the most promising one clear the tie in four of five."""
     alpha = 0.1 / 3  # the sidecar's level split over three challengers
-    settled = {}
-    for n in (6, 12):
-        x = rng.normal(math.log(1.034), 0.018, (2000, n))
-        lows = [confidence_sequence(float(r.mean()), float(r.std(ddof=1)), n, alpha)[0] for r in x]
-        settled[n] = float(np.mean(np.asarray(lows) > math.log(1.005)))
-    assert settled[6] < 0.45 and settled[12] > 0.8, settled  # seen: 0.37 and 0.88
+    assert 30 // 2 < MIN_PAIRS
+    x = np.random.default_rng(11).normal(math.log(1.034), 0.018, (2000, 30))
+    _, low, _ = paired_interval(x, alpha)
+    assert np.mean(low > math.log(1.005)) > 0.75  # seen: 0.82
 
 
 def test_a_host_gap_per_step_counts_against_every_k_alike() -> None:
@@ -183,12 +176,66 @@ def test_a_large_first_read_is_paired_whole() -> None:
 
 
 def test_a_variance_factor_widens_the_sequence_by_its_root() -> None:
-    """--pair-variance-factor: pairs that are alike neighbour to neighbour carry less
-    information than their count, and the interval says so (log scale, √f wider)."""
-    steps = ring({3: 1000, 1: 1000}, duels([1], 3, runs=12))
+    """--pair-variance-factor widens eq. LRV further (log scale, √f wider)."""
+    steps = ring({3: 1000, 1: 1000}, duels([1], 3, runs=30))
     plain, wide = MeasuredGoodput(), MeasuredGoodput(variance_factor=3.0)
     plain.ingest(steps)
     wide.ingest(steps)
     a, b = plain.compare(120, 1, 3, 0.05), wide.compare(120, 1, 3, 0.05)
     assert a is not None and b is not None and a.ratio == b.ratio
     assert b.half_width == pytest.approx(math.sqrt(3.0) * a.half_width, rel=1e-6)
+
+
+def test_both_directions_of_a_comparison_enter_in_the_order_their_runs_ran() -> None:
+    """k=1 runs inside k=3's steps and k=3 runs inside k=1's take turns: the comparison sees
+    one sequence of log ratios (k=1 over k=3), in run order, as eq. LRV needs."""
+    pattern = [(3, 40)]
+    for _ in range(14):
+        pattern += [(1, 16), (3, 40), (1, 40), (3, 16), (1, 40), (3, 40)]
+    m = MeasuredGoodput()
+    found = m.ingest(ring({3: 1000, 1: 1030}, pattern))
+    assert {(p.k, p.ref) for p in found} == {(1, 3), (3, 1)} and len(found) >= MIN_PAIRS
+    x = np.asarray([p.log_ratio if p.k == 1 else -p.log_ratio for p in found])
+    mean, low, high = paired_interval(x, 0.05)
+    c = m.compare(120, 1, 3, 0.05)
+    assert c is not None and c.pairs == len(found)
+    assert (c.ratio, c.low, c.high) == pytest.approx((math.exp(mean), math.exp(low), math.exp(high)))
+
+
+def ar1(trials: int, n: int, rho: float, rng: np.random.Generator) -> np.ndarray:
+    """Stationary AR(1) rows with unit variance."""
+    e = rng.standard_normal((trials, n))
+    x = np.empty_like(e)
+    x[:, 0] = e[:, 0]
+    for i in range(1, n):
+        x[:, i] = rho * x[:, i - 1] + math.sqrt(1 - rho * rho) * e[:, i]
+    return x
+
+
+def false_decisions(x: np.ndarray, alpha: float, plain: bool = False) -> float:
+    """Share of null rows (true log ratio 0) whose interval excludes 0 at any look from
+    MIN_PAIRS on (``plain``: eq. CS on the plain sd from pair 5, the interval before eq. LRV)."""
+    ever = np.zeros(x.shape[0], dtype=bool)
+    for n in range(5 if plain else MIN_PAIRS, x.shape[1] + 1):
+        if plain:
+            mean = x[:, :n].mean(axis=1)
+            half = np.asarray([confidence_sequence(0.0, float(s), n, alpha)[1]
+                               for s in x[:, :n].std(axis=1, ddof=1)])
+            low, high = mean - half, mean + half
+        else:
+            _, low, high = paired_interval(x[:, :n], alpha)
+        ever |= (low > 0) | (high < 0)
+    return float(ever.mean())
+
+
+def test_pairs_alike_neighbour_to_neighbour_do_not_inflate_the_error_rate() -> None:
+    """Looked at after every pair up to 200 at the sidecar's level over three challengers:
+    AR(1) ρ = 0.5 between neighbouring pairs, and a ratio that wanders slowly (sd 2%, time
+    constant 200 steps, a pair every 45 steps) under 3% noise a pair. The plain variance erred
+    in 34-38% of such null comparisons, eq. LRV in 1.2-1.5% (the bound is 5%)."""
+    rng, alpha = np.random.default_rng(36), 0.1 / 3
+    alike = 0.03 * ar1(400, 200, 0.5, rng)
+    wander = 0.02 * ar1(400, 200, math.exp(-45 / 200), rng) + rng.normal(0, 0.03, (400, 200))
+    for x in (alike, wander):
+        assert false_decisions(x, alpha) <= 0.05
+        assert false_decisions(x, alpha, plain=True) > 0.2
