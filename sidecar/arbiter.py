@@ -145,9 +145,7 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
             best_case = model if error == model_error else _model(G_reps, rows, k, c, z, model_error)
             meas = _measured(measured.compare(bucket, c, k, alpha))
             # a conclusive measurement decides (its interval holds at this level whatever the
-            # model says); an inconclusive one only once it is the tighter of the two (on the
-            # CPU engine pairs spread ~15%: k=3 over k=2 measured 1.22 [1.03, ..] after 10
-            # pairs, wider than the model's interval, and was left unused)
+            # model says); an inconclusive one only once it is the tighter of the two
             decisive = meas is not None and (meas.low > 1.0 + tie or meas.high < 1.0 + tie)
             decided_by: Decider = ("measured" if meas is not None and (
                 decisive or _half(meas) <= _half(model)) else "model")
@@ -179,8 +177,7 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
                     for c in here]
         else:
             # a challenger already dueled here keeps its turn while open: re-sorting near-equal
-            # upper bounds every rebuild would reset the plugin's runs (the H200 run flipped
-            # [2, 1] / [1, 2] four times in 40 s)
+            # upper bounds every rebuild would reset the plugin's runs
             before = next((ks_ for lo, hi, ks_ in previous if (lo, hi) == (rows[0], rows[-1])), ())
             open_ = sorted((c for c in here if c.status == "open"),
                            key=lambda c: (c.k not in before, before.index(c.k) if c.k in before

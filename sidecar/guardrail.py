@@ -55,8 +55,8 @@ from tuner.core.table import Table
 
 __all__ = ["MIN_STEPS", "Guardrail", "PairedCheck", "Sample", "Verdict", "paired_overrule", "pooled"]
 
-# engine steps one sample pools at least (consecutive scrapes): 8 of the H200's 1-s scrapes; 50
-# left 1.2-1.3% false rollbacks where neighbouring scrapes correlate at ρ = 0.8 (guardrail.json)
+# engine steps one sample pools at least (consecutive scrapes): neighbouring scrapes correlate
+# (benchmarks/results/calibration/guardrail.json)
 MIN_STEPS = 100.0
 
 

@@ -71,10 +71,8 @@ CYCLE_IDLE = 3.0      # a cycle this many times its neighbours' median had the e
 
 def band(batch_size: int) -> int:
     """The batch-size band a comparison speaks for (named by its largest B): the plugin's step
-    buckets above 16 (8 wide), and below them 1, 2, 3-4, 5-8, 9-16. Exact buckets at small B
-    split a load of N=4 over four of them (requests finish and are replaced every few steps),
-    and a duel run rarely kept its bucket with its reference: the CPU engine gave no pair at
-    B=4 in 80 s."""
+    buckets above 16 (8 wide), and below them 1, 2, 3-4, 5-8, 9-16: at small B requests come
+    and go every few steps, and exact buckets would rarely keep a run with its reference."""
     if batch_size > 16:
         return step_bucket(batch_size)
     return 1 if batch_size <= 1 else 1 << (batch_size - 1).bit_length()
@@ -233,9 +231,8 @@ def pairs_in(steps: Sequence[Step], done: set[int],
 
     ``table_k[B]``: the engine's table. A stretch of another k is an exploration run only where
     the table says the reference k at every B of the run and its reference: a stretch the table
-    itself runs (B crossing an edge inside a bucket) has its reference at other batch sizes, and
-    pairing it measured k=1 over k=3 at 1.0105 [1.0086, 1.0124] in a simulation where the two
-    were equal."""
+    itself runs (B crossing an edge inside a bucket) has its reference at other batch sizes,
+    and pairing it would measure the batch sizes, not the k's."""
     segs = _segments(steps)
     out = []
     for before, run, after in zip(segs, segs[1:], segs[2:]):
