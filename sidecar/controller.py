@@ -2,10 +2,9 @@
 
 :meth:`Controller.tick` is the whole control law of the paper's controller:
 
-1. scrape vLLM's /metrics and take counter deltas since the last complete scrape (a counter
-   going down, or a new engine start time, is an engine restart: the live table and policy
-   are re-pushed to the new engine; missing series or stale plugin values are an incomplete
-   scrape, skipped: sidecar/scrape_delta.py);
+1. scrape vLLM's /metrics and take counter deltas since the last complete scrape
+   (sidecar/observer.py; a restart re-pushes the live table and policy to the new engine, an
+   incomplete scrape is skipped);
 2. add the per-position deltas to the estimator, â_i = (w·a_i + accepted_i)/(w + drafted_i)
    (eq. â, sidecar/estimator.py); without the plugin, drafted_i ≈ num_drafts (biased low);
 3. add the per-(B bucket, k) step-time deltas to the live step times, T̂ = the profile's T
@@ -51,6 +50,7 @@ from sidecar.guardrail import Guardrail, PairBounds, PairKey, Sample, Verdict
 from sidecar.logs import Conditions
 from sidecar.measured import MeasuredGoodput
 from sidecar.model_error import LiveError, live_errors
+from sidecar.observer import Observer
 from sidecar.arbiter import Arbiter
 from sidecar.rebuild import Choice, Inputs, choose, projected
 from sidecar.resume import ResumeTracker
@@ -62,7 +62,7 @@ from sidecar.counters import Stats
 from sidecar.step_times import Blend, LiveStepTimes, drift_words, drifting
 from tuner.core import scrape
 from tuner.core.engine_client import EngineClient
-from tuner.core.errors import EngineUnavailable, InvalidInput, ProfileMismatch, ScrapeError
+from tuner.core.errors import EngineUnavailable, InvalidInput, ProfileMismatch
 from tuner.core.confidence import better_at
 from tuner.core.goodput import cliffs, interpolate_step_times
 from tuner.core.goodput import goodput as model_goodput
@@ -74,8 +74,6 @@ __all__ = ["Controller", "Stats"]
 # rebuilds after a detected change of acceptance whose estimate becomes the prior
 REBASE_REBUILDS = 3
 log = logging.getLogger("sidecar")
-# plugin values older than this many intervals are stale: not this interval's counts
-STALE_INTERVALS = 2.0
 RECENT_DECISIONS = 10  # kept for /v1/state and `tabletune status`
 
 
@@ -134,21 +132,35 @@ class Controller:
         self.stats = Stats()
         self.engine = EngineTable(settings, profile, client, self.conditions, self.stats, clock)
         self.allowed_k: set[int] | None = None
-        self.prev: scrape.Snapshot | None = None  # the last complete scrape
-        self.source: Source | None = None      # known after the first scrape
         self.steps_since_rebuild = 0.0
         self.recommended: Table | None = None
         self.last_decision: Decision | None = None
         self.decisions: deque[Decision] = deque(maxlen=RECENT_DECISIONS)  # newest last
-        self.last_scrape_ok_at: float | None = None  # the last complete scrape
-        self.prev_scrape_ok_at: float | None = None  # the complete scrape before it
-        self.consecutive_failures = 0
+        # reading the engine: the last complete scrape, its time, the failures since
+        self.observer = Observer(client, profile, settings.model_name, settings.interval_s,
+                                 self.conditions, self.stats, clock)
         self.started_at = clock()
         self.tick_started: float | None = None
         self.tick_ended: float | None = None
         self.loop_delay_s = settings.interval_s  # the loop's current pause (back-off), for /healthz
 
     # -- the control loop's bookkeeping (sidecar/app.py) -----------------------------------
+    @property
+    def prev(self) -> scrape.Snapshot | None:
+        return self.observer.prev
+
+    @property
+    def source(self) -> Source | None:
+        return self.observer.source
+
+    @property
+    def last_scrape_ok_at(self) -> float | None:
+        return self.observer.last_ok_at
+
+    @property
+    def consecutive_failures(self) -> int:
+        return self.observer.consecutive_failures
+
     @property
     def connected(self) -> bool:
         """The engine's admin endpoint (or, in dry-run, its absence) is known."""
@@ -158,7 +170,7 @@ class Controller:
         """A tick raised: count it, back off, and say so once. Call it in the except block:
         the condition logs the traceback being handled."""
         self.stats.failed("tick_error")
-        self.consecutive_failures += 1
+        self.observer.consecutive_failures += 1
         self.conditions.set("tick", f"error: {type(exc).__name__}", "tick failed; carrying on",
                             exc_info=True)
 
@@ -202,10 +214,15 @@ class Controller:
             self.engine.check_hold()
             if not self.engine.is_connected and not await self._connect():
                 return None
-            snap = await self._scrape()
+            snap = await self.observer.scrape()
             if snap is None:
                 return None
-            kind = self._advance(snap)
+            seen = self.observer.advance(snap)
+            if seen.restart is not None:
+                self._restarted(seen.restart)
+            if seen.delta is not None:
+                self._feed(seen.delta, snap)
+            kind = seen.kind
             if kind in ("ok", "rebaseline"):  # the same engine run: a version we did not write?
                 await self.engine.watch(snap.table_version)
             self._check_foreign()
@@ -223,71 +240,6 @@ class Controller:
             return await self.rebuild(trigger) if trigger else None
         finally:
             self.tick_ended = self.clock()
-
-    async def _scrape(self) -> scrape.Snapshot | None:
-        """vLLM's /metrics, parsed; None (and the condition logged) if it cannot be read."""
-        started = time.perf_counter()
-        try:
-            snap = scrape.parse(await self.client.get_metrics(), self.settings.model_name)
-        except (EngineUnavailable, ScrapeError) as exc:
-            kind = "unavailable" if isinstance(exc, EngineUnavailable) else "unreadable"
-            self._scrape_failed(kind, f"vLLM /metrics {kind}; backing off, the engine keeps "
-                                "its table", str(exc))
-            return None
-        if self.last_scrape_ok_at is None:  # the first scrape: the engine's K, once more
-            profile_fit.check(self.profile, None, len(snap.accepted_per_pos))
-        elif len(snap.accepted_per_pos) != self.K:
-            self.conditions.set("scrape", "mismatch", "the engine now has another K than "
-                                "the profile; ignoring its counters",
-                                positions=len(snap.accepted_per_pos))
-            return None
-        elapsed = time.perf_counter() - started
-        self.stats.scraped(elapsed)
-        return snap
-
-    def _scrape_failed(self, kind: str, message: str, error: str) -> None:
-        self.stats.failed(f"scrape_{kind}")
-        self.consecutive_failures += 1
-        self.conditions.set("scrape", kind, message, error=error)
-
-    def _scrape_complete(self, snap: scrape.Snapshot) -> None:
-        self.prev = snap
-        self.source = "plugin" if snap.has_plugin else "stock"
-        self.consecutive_failures = 0
-        self.prev_scrape_ok_at, self.last_scrape_ok_at = self.last_scrape_ok_at, self.clock()
-        self.conditions.ok("scrape", "vLLM /metrics readable and complete again")
-
-    def _advance(self, snap: scrape.Snapshot) -> str:
-        """Feed the deltas since the last complete scrape; "ok" if it did, else why not.
-
-        Only a counter going down or a new engine start time is a restart; series missing
-        from this scrape, or plugin values older than STALE_INTERVALS, make it incomplete: it
-        is skipped and the last complete scrape kept, so the next one covers the gap.
-        """
-        max_age_s = STALE_INTERVALS * self.settings.interval_s
-        prev = self.prev
-        if prev is None:
-            stale = scrape_delta.stale(snap, max_age_s)
-            comparison = scrape_delta.Comparison(*(("incomplete", stale) if stale is not None
-                                             else ("rebaseline", "the first scrape")))
-        else:
-            comparison = scrape_delta.compare(prev, snap, max_age_s)
-        if comparison.kind == "restart":
-            self._restarted(comparison.reason)
-            stale = scrape_delta.stale(snap, max_age_s)
-            if stale is not None:  # the plugin's values are the old run's: no baseline
-                self.prev, comparison = None, scrape_delta.Comparison("incomplete", stale)
-        if comparison.kind == "incomplete":
-            self._scrape_failed("incomplete", "vLLM /metrics incomplete; skipping this "
-                                "interval until a complete scrape covers it", comparison.reason)
-            return comparison.kind
-        self._scrape_complete(snap)
-        if comparison.kind == "rebaseline" and prev is not None:
-            log.info("new series on vLLM /metrics; counting from this scrape",
-                     extra={"reason": comparison.reason})
-        if comparison.kind == "ok" and prev is not None:
-            self._feed(scrape_delta.delta(prev, snap), snap)
-        return comparison.kind
 
     def _restarted(self, reason: str) -> None:
         self.stats.engine_restarted()
@@ -364,7 +316,7 @@ class Controller:
     def _guard_sample(self, d: scrape_delta.SnapshotDelta, engine_steps: float) -> None:
         """One interval of realized goodput for the guardrail: tokens per second this interval,
         with its engine steps and seconds (the guardrail pools intervals into samples)."""
-        now, before = self.last_scrape_ok_at, self.prev_scrape_ok_at
+        now, before = self.observer.last_ok_at, self.observer.prev_ok_at
         request_steps = sum(d.request_steps.values())
         if now is None or before is None or now <= before or engine_steps <= 0 or request_steps <= 0:
             self.last_batch = None
