@@ -62,7 +62,7 @@ from sidecar.counters import Stats
 from sidecar.step_times import Blend, LiveStepTimes, drift_words, drifting
 from tuner.core import scrape
 from tuner.core.engine_client import EngineClient
-from tuner.core.errors import EngineUnavailable, InvalidInput, ProfileMismatch
+from tuner.core.errors import InvalidInput, ProfileMismatch
 from tuner.core.confidence import better_at
 from tuner.core.goodput import cliffs, interpolate_step_times
 from tuner.core.goodput import goodput as model_goodput
@@ -113,7 +113,6 @@ class Controller:
         # realized goodput from the plugin's step ring (sidecar/measured.py): what decides at
         # the buckets the engine serves, once tighter than the model (sidecar/arbiter.py)
         self.goodput = MeasuredGoodput(variance_factor=settings.pair_variance_factor)
-        self.ring_started_at: float | None = None  # the engine run the ring's seqs belong to
         self.pairs_seen = 0  # paired runs at the last rebuild: new ones may settle a duel
         self.recent = StepTimeWindow(settings.interval_s)
         self.accept_windows = AcceptanceWindows(settings.change_window, settings.interval_s,
@@ -279,27 +278,16 @@ class Controller:
         the paired duel runs (nothing without the plugin, or with decide_by=model)."""
         if self.settings.decide_by != "measured" or self.settings.dry_run or not self.engine.has_admin:
             return
-        try:
-            if self.ring_started_at is None:  # from the newest step on: what ran before the
-                # sidecar started ran tables it did not choose (and the whole ring is ~0.5 MB)
-                first = await self.client.get_stats()
-                self.goodput.restart(since=first.engine_steps)
-                self.ring_started_at = first.started_at
-            stats = await self.client.get_stats(since=self.goodput.last_seq)
-        except EngineUnavailable as exc:
+        read = await self.observer.ring(self.goodput.last_seq)
+        if read is None:
             self.goodput.pause()  # the model decides everywhere until it can be read
-            self.conditions.set("ring", "unreadable", "the plugin's step ring cannot be read; "
-                                "deciding by the model until it can", error=str(exc))
             return
-        self.conditions.ok("ring", "the plugin's step ring is readable again")
-        if stats.started_at != self.ring_started_at:  # a new engine run numbers from 1 again
-            self.goodput.restart()
-            self.ring_started_at = stats.started_at
-            stats = await self.client.get_stats(since=0)  # read past the old run's last seq
+        if read.restart_since is not None:
+            self.goodput.restart(since=read.restart_since)
         info = self.engine.info
         table = info.parsed_table() if info is not None else None
         dense = table.dense(self.profile.engine.max_num_seqs, self.K) if table is not None else None
-        for p in self.goodput.ingest(stats.recent_steps, dense):
+        for p in self.goodput.ingest(read.steps, dense):
             # every pair, so the dependence between neighbours can be estimated from real runs
             log.info("pair", extra={"pair": {"seq": p.first, "bucket": p.bucket, "k": p.k,
                                              "ref": p.ref, "log_ratio": round(p.log_ratio, 6),

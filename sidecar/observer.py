@@ -21,12 +21,13 @@ from sidecar import profile_fit, scrape_delta
 from sidecar.counters import Stats
 from sidecar.decision import Source
 from sidecar.logs import Conditions
+from tuner.core.admin_api import Step
 from tuner.core.engine_client import EngineClient
 from tuner.core.errors import EngineUnavailable, ScrapeError
 from tuner.core.profile import Profile
 from tuner.core.scrape import Snapshot, parse
 
-__all__ = ["STALE_INTERVALS", "Observation", "Observer"]
+__all__ = ["STALE_INTERVALS", "Observation", "Observer", "RingRead"]
 
 log = logging.getLogger("sidecar")
 # plugin values older than this many intervals are stale: not this interval's counts
@@ -44,6 +45,15 @@ class Observation:
     restart: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class RingRead:
+    """The plugin's engine steps after the seq asked for; ``restart_since``: count from this
+    seq instead (the first read starts at the newest step; a new engine run from 0)."""
+
+    steps: list[Step]
+    restart_since: int | None = None
+
+
 class Observer:
     """The last complete scrape, when it and the one before it were taken, and the failures
     since: the state of reading the engine."""
@@ -59,6 +69,7 @@ class Observer:
         self.last_ok_at: float | None = None   # the last complete scrape
         self.prev_ok_at: float | None = None   # the complete scrape before it
         self.consecutive_failures = 0
+        self.ring_started_at: float | None = None  # the engine run the ring's seqs belong to
 
     async def scrape(self) -> Snapshot | None:
         """vLLM's /metrics, parsed; None (and the condition logged) if it cannot be read."""
@@ -119,3 +130,25 @@ class Observer:
         self.consecutive_failures = 0
         self.prev_ok_at, self.last_ok_at = self.last_ok_at, self.clock()
         self.conditions.ok("scrape", "vLLM /metrics readable and complete again")
+
+    async def ring(self, last_seq: int) -> RingRead | None:
+        """The plugin's per-step ring after ``last_seq``; None (the condition says why) when it
+        cannot be read."""
+        try:
+            started_at, since, restart = self.ring_started_at, last_seq, None
+            if started_at is None:  # from the newest step on: what ran before the sidecar
+                # started ran tables it did not choose (and the whole ring is ~0.5 MB)
+                first = await self.client.get_stats()
+                started_at, since = first.started_at, first.engine_steps
+                restart = since
+            stats = await self.client.get_stats(since=since)
+            if stats.started_at != started_at:  # a new engine run numbers from 1 again
+                started_at, restart = stats.started_at, 0
+                stats = await self.client.get_stats(since=0)  # past the old run's last seq
+        except EngineUnavailable as exc:
+            self.conditions.set("ring", "unreadable", "the plugin's step ring cannot be read; "
+                                "deciding by the model until it can", error=str(exc))
+            return None
+        self.ring_started_at = started_at
+        self.conditions.ok("ring", "the plugin's step ring is readable again")
+        return RingRead(stats.recent_steps, restart)
