@@ -392,10 +392,7 @@ class Controller:
             acc, dra = self.accept_windows.since_change()
             restart(self.acceptance, acc, dra, s.change_prior_weight)
             # and the prior becomes what the new traffic shows: the profile's a_i described the
-            # old traffic, and with live counts halved at every rebuild a table that drafts
-            # little (k=0 after a switch to low acceptance: exploration's few drafts) would
-            # let a prior of 1.0 win back the estimate within seconds (the CPU switch bench:
-            # k=3 pushed at B <= 19 under acceptance ~0, 10-15 s after every switch)
+            # old traffic, and a table that drafts little would let the old prior win back
             self._rebase_prior()
             self.goodput.forget()  # what each k delivered under the old traffic
             # the windows that found the change may hold its first seconds: the next rebuilds
