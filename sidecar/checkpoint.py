@@ -5,7 +5,7 @@ then ``os.replace``, so a crash mid-write leaves the previous checkpoint intact.
 
 The checkpoint names the profile it was written for by a hash of the profile's measured
 content (:func:`profile_id`), apart from the prior it holds: after a detected change of traffic
-the estimate becomes the prior (controller._rebase_prior), so the saved prior is no longer the
+the estimate becomes the prior (sidecar/belief.py), so the saved prior is no longer the
 profile's and cannot tell "the same profile, rebased" from "another profile". Schema 1 had no
 such field and compared priors (a rebased prior restored as "another profile": prior and w back
 to the profile's, â from ~0.03 back to ~0.98, issue #27.1); it is still read, that way.

@@ -24,8 +24,9 @@ Every expected fault (vLLM down, slow, 5xx, garbage, missing series, a 4xx) is h
 and logged once per state change; the control loop in sidecar/app.py only sleeps and repeats.
 The clock is injected so tests can drive ticks directly.
 
-The controller writes only its own fields: each helper (estimator, live step times, guardrail,
-engine table, measured goodput, counters) is changed through its own operations. What it
+It reads through sidecar/observer.py, believes through sidecar/belief.py (acceptance, step
+times, measured goodput, the change tests) and decides and publishes here; each helper
+(guardrail, engine table, counters) is changed through its own operations. What it
 publishes is one SidecarState (sidecar/state.py) built by :meth:`Controller.snapshot`, which
 /v1/state, /metrics, the probes and `tabletune status` read instead of its fields.
 """
@@ -41,38 +42,32 @@ from collections.abc import Callable
 import numpy as np
 
 from sidecar import checkpoint, probes, profile_fit, scrape_delta
-from sidecar.acceptance_change import MIN_CHANGE_DRAFTS, AcceptanceWindows
-from sidecar.change import StepTimeWindow
-from sidecar.decision import BIAS_NOTE, Decision, DriftCell, Outcome, Source, range_gains
+from sidecar.decision import BIAS_NOTE, Decision, Outcome, Source, range_gains
 from sidecar.engine_table import EngineTable
-from sidecar.estimator import DRAW_PSEUDO, decay_prior, estimate, halve_live, observe, rebase, restart
+from sidecar.estimator import DRAW_PSEUDO, estimate
 from sidecar.guardrail import Guardrail, PairBounds, PairKey, Sample, Verdict
 from sidecar.logs import Conditions
-from sidecar.measured import MeasuredGoodput
+from sidecar.belief import Belief
 from sidecar.model_error import LiveError, live_errors
 from sidecar.observer import Observer
 from sidecar.arbiter import Arbiter
 from sidecar.rebuild import Choice, Inputs, choose, projected
-from sidecar.resume import ResumeTracker
 from sidecar.settings import SidecarSettings
 from sidecar.state import (ConditionDetail, Estimator, ForeignHold, GuardrailState, HeldOut, LiveCell,
                            ModelError, PredictedGoodput, Process, RecentDecision, SidecarState,
                            StepTimes)
 from sidecar.counters import Stats
-from sidecar.step_times import Blend, LiveStepTimes, drift_words, drifting
+from sidecar.step_times import Blend
 from tuner.core import scrape
 from tuner.core.engine_client import EngineClient
 from tuner.core.errors import InvalidInput, ProfileMismatch
 from tuner.core.confidence import better_at
-from tuner.core.goodput import cliffs, interpolate_step_times
 from tuner.core.goodput import goodput as model_goodput
 from tuner.core.profile import Profile
 from tuner.core.table import Table
 
 __all__ = ["Controller", "Stats"]
 
-# rebuilds after a detected change of acceptance whose estimate becomes the prior
-REBASE_REBUILDS = 3
 log = logging.getLogger("sidecar")
 RECENT_DECISIONS = 10  # kept for /v1/state and `tabletune status`
 
@@ -97,37 +92,21 @@ class Controller:
             raise InvalidInput(f"--min-k={settings.min_k} exceeds the profile's "
                                f"num_speculative_tokens={profile.K}; use 0..{profile.K}")
         self.prior = prior_of(profile)
-        # the profile's step times, interpolated once (ms, row b-1 is B=b), and their spread
-        n = profile.engine.max_num_seqs
-        self.T_dense = interpolate_step_times(profile.grid, profile.step_time_matrix(), n)
-        self.sigma_dense = interpolate_step_times(profile.grid, profile.step_time_sigma(), n)
-        self.cliffs = cliffs(profile.grid, profile.step_time_matrix(monotone=False))
         self.profile_sha256 = checkpoint.profile_id(profile)  # what the checkpoint belongs to
-        # the estimator's state of acceptance (sidecar/estimator.py; not the published state)
-        self.acceptance = checkpoint.restore(settings.checkpoint, self.prior,
-                                             settings.prior_weight, self.profile_sha256)
+        self.conditions = Conditions(log, clock)
+        # what it believes of the traffic: acceptance, step times, measured goodput, changes
+        self.belief = Belief(settings, profile, self.prior, checkpoint.restore(
+            settings.checkpoint, self.prior, settings.prior_weight, self.profile_sha256),
+            self.conditions, clock)
         # the table we wanted before a restart: not to be mistaken for the engine's own
         self.saved_table = checkpoint.saved_table(settings.checkpoint, self.profile_sha256)
-        self.w_T = settings.step_prior_weight
-        self.live_T = LiveStepTimes()
-        # realized goodput from the plugin's step ring (sidecar/measured.py): what decides at
-        # the buckets the engine serves, once tighter than the model (sidecar/arbiter.py)
-        self.goodput = MeasuredGoodput(variance_factor=settings.pair_variance_factor)
         self.pairs_seen = 0  # paired runs at the last rebuild: new ones may settle a duel
-        self.recent = StepTimeWindow(settings.interval_s)
-        self.accept_windows = AcceptanceWindows(settings.change_window, settings.interval_s,
-                                                settings.change_window_s)
-        self.changed_at: float | None = None  # the last detected change of acceptance
         self.live_error: dict[int, LiveError] = {}  # the model's error per served bucket
         self.guard = Guardrail(window=settings.guard_window, drop=settings.guard_drop,
                                hold_s=settings.guard_hold_s, min_steps=settings.guard_min_steps)
         self.pending_rollback: Verdict | None = None
-        self.rebase_left = 0  # rebuilds after a change that still take the estimate as prior
-        self.resume = ResumeTracker()
         self.foreign_seen = 0  # foreign table writes the guardrail has already heard of
         self.last_batch: float | None = None  # mean requests per step of the last interval
-        self.drift_cells: list[DriftCell] = []
-        self.conditions = Conditions(log, clock)
         self.stats = Stats()
         self.engine = EngineTable(settings, profile, client, self.conditions, self.stats, clock)
         self.allowed_k: set[int] | None = None
@@ -244,50 +223,33 @@ class Controller:
         self.stats.engine_restarted()
         self.engine.restarted()
         self.guard.cancel()  # a verdict across two engine runs would compare nothing
-        self.accept_windows.clear()
+        self.belief.accept_windows.clear()
         log.warning("engine restart", extra={
             "reason": reason, "action": "skipping this interval" +
             ("; re-pushing the table and policy" if self.engine.needs_sync else "")})
 
     def _feed(self, d: scrape_delta.SnapshotDelta, snap: scrape.Snapshot) -> None:
-        drafted = (np.asarray(d.drafted_per_pos) if d.drafted_per_pos is not None
-                   else np.full(self.K, d.num_drafts))  # stock fallback: biased low
-        # a position cannot be kept more often than drafted; stock counters may disagree
-        accepted = np.minimum(np.asarray(d.accepted_per_pos), drafted)
-        observe(self.acceptance, accepted, drafted)
+        self.belief.observe(d)
         engine_steps = sum(d.engine_steps.values())
         self.steps_since_rebuild += engine_steps if snap.engine_steps else d.num_drafts
         self.stats.stepped(d.explore_steps, d.transition_steps)
-        self.live_T.observe(d.step_time)
-        self.recent.push(d.step_time)
-        # the change test reads whole request lives (sidecar/acceptance_change.py), else what
-        # the drafter proposed per step, else (stock vLLM) what K offered
-        if d.finished is not None:
-            self.accept_windows.push(np.array([d.finished[1]]), np.array([d.finished[0]]),
-                                     accepted, drafted)
-        else:
-            proposed = d.proposed_per_pos if d.proposed_per_pos is not None else drafted
-            self.accept_windows.push(accepted, np.maximum(np.asarray(proposed), accepted),
-                                     accepted, drafted)
-        self._check_resume(d, float(accepted[0]), float(drafted[0]))
         self._guard_sample(d, engine_steps)
-        self._check_drift()
 
     async def _read_ring(self) -> None:
         """The plugin's per-step ring since the last step read: realized goodput per cell and
         the paired duel runs (nothing without the plugin, or with decide_by=model)."""
         if self.settings.decide_by != "measured" or self.settings.dry_run or not self.engine.has_admin:
             return
-        read = await self.observer.ring(self.goodput.last_seq)
+        read = await self.observer.ring(self.belief.goodput.last_seq)
         if read is None:
-            self.goodput.pause()  # the model decides everywhere until it can be read
+            self.belief.goodput.pause()  # the model decides everywhere until it can be read
             return
         if read.restart_since is not None:
-            self.goodput.restart(since=read.restart_since)
+            self.belief.goodput.restart(since=read.restart_since)
         info = self.engine.info
         table = info.parsed_table() if info is not None else None
         dense = table.dense(self.profile.engine.max_num_seqs, self.K) if table is not None else None
-        for p in self.goodput.ingest(read.steps, dense):
+        for p in self.belief.goodput.ingest(read.steps, dense):
             # every pair, so the dependence between neighbours can be estimated from real runs
             log.info("pair", extra={"pair": {"seq": p.first, "bucket": p.bucket, "k": p.k,
                                              "ref": p.ref, "log_ratio": round(p.log_ratio, 6),
@@ -295,7 +257,7 @@ class Controller:
 
     def _measured_settles(self) -> str | None:
         """New paired runs since the last rebuild: a duel may be settled (the rebuild says)."""
-        pairs = sum(len(p) for p in self.goodput.pairs.values())
+        pairs = sum(len(p) for p in self.belief.goodput.pairs.values())
         if self.settings.decide_by != "measured" or pairs == self.pairs_seen:
             return None
         self.pairs_seen = pairs
@@ -330,7 +292,7 @@ class Controller:
         alpha = (1.0 - self.settings.confidence) / max(len(wanted), 1)
         out: dict[PairKey, tuple[float, float] | None] = {}
         for key in wanted:
-            c = self.goodput.compare(*key, alpha)
+            c = self.belief.goodput.compare(*key, alpha)
             out[key] = None if c is None else (c.low, c.high)
         return out
 
@@ -340,77 +302,28 @@ class Controller:
             self.foreign_seen = self.stats.foreign_tables
             self.guard.cancel()
 
-    def _check_resume(self, d: scrape_delta.SnapshotDelta, accepted: float, drafted: float) -> None:
-        if d.resume_accepted_per_pos is None or d.resume_drafted_per_pos is None:
-            return
-        self.resume.observe(d.resume_accepted_per_pos[0], d.resume_drafted_per_pos[0],
-                            accepted, drafted)
-        found = self.resume.drop()
-        if found is not None:
-            self.conditions.set("resume", "low", "acceptance right after a K=0 stretch is below "
-                                "steady state: the drafter loses its state while nothing is "
-                                "drafted; keep drafting alive with --min-k 1",
-                                resume_rate=found.resume_rate, steady_rate=found.steady_rate,
-                                resume_drafts=found.resume_drafts, z=found.z)
-        elif self.resume.resume[1] >= 50:
-            self.conditions.ok("resume", "acceptance after K=0 stretches is back at steady state")
-
-    def _check_drift(self) -> None:
-        self.drift_cells = self.live_T.cells(self.T_dense)
-        slow = drifting(self.drift_cells, self.settings.drift_warn)
-        if slow:
-            self.conditions.set("drift", "slow", "live step times are slower than the "
-                                "profile, so the table rests on wrong step times: "
-                                + drift_words(slow),
-                                drift_warn=self.settings.drift_warn,
-                                cells=[c.model_dump() for c in slow])
-        else:
-            self.conditions.ok("drift", "live step times are back within drift_warn")
-
     # -- immediate rebuilds ---------------------------------------------------------------
     def _detect_change(self) -> str | None:
-        """A change of traffic: drop what is stale; the trigger, if any. Acceptance: two
-        windows that both left the recent past (sidecar/acceptance_change.py); step times:
-        two windows that both left a cell's level (sidecar/change.py)."""
-        s = self.settings
-        found = self.accept_windows.test(z=s.change_z, min_delta=s.change_min_delta)
-        slow = self.recent.step_time_changes(ratio=s.change_step_ratio)
-        if back := [c for c in slow if c.reverted]:  # a transient the test had called a change
-            # went back: the cell's level is the older one again, and that is no new change
-            newer = self.recent.newer_step_time()
-            self.live_T.replace({(c.batch_size, c.k): newer[(c.batch_size, c.k)] for c in back})
+        """A change of traffic (sidecar/belief.py drops what is stale): the trigger, if any."""
+        change = self.belief.detect_change()
+        if change.reverted:
             log.info("step-time change taken back", extra={"step_times": [
                 {"batch_size": c.batch_size, "k": c.k, "recent_ms": c.recent_ms,
-                 "estimate_ms": c.estimate_ms, "steps": c.steps} for c in back]})
-            slow = [c for c in slow if not c.reverted]
-        if found is None and not slow:
+                 "estimate_ms": c.estimate_ms, "steps": c.steps} for c in change.reverted]})
+        if not change.changed:
             return None
-        if found is not None:  # keep only the new traffic's counts; the prior's weight at most this
+        found = change.acceptance
+        if found is not None:
             # goodput before and after a push under other traffic says nothing of the table:
             # no verdict across the change, and what was held out was judged on the old traffic
             self.guard.forget()
-            acc, dra = self.accept_windows.since_change()
-            restart(self.acceptance, acc, dra, s.change_prior_weight)
-            # and the prior becomes what the new traffic shows: the profile's a_i described the
-            # old traffic, and a table that drafts little would let the old prior win back
-            self._rebase_prior()
-            self.goodput.forget()  # what each k delivered under the old traffic
-            # the windows that found the change may hold its first seconds: the next rebuilds
-            # settle the prior on the new traffic alone (_finish), and the model pushes nothing
-            # until the counts after the change span a window (choose)
-            self.rebase_left = REBASE_REBUILDS
-            self.accept_windows.restart()
-            self.changed_at = self.clock()
-        if slow:
-            newer = self.recent.newer_step_time()  # the level the change test found
-            self.live_T.replace({(c.batch_size, c.k): newer[(c.batch_size, c.k)] for c in slow})
         self.stats.traffic_changed()
         log.info("traffic change", extra={
             "acceptance": None if found is None else {
                 "position": found.position, "recent": found.recent, "older": found.older,
                 "reference": found.reference, "drafted": found.drafted, "z": found.z},
             "step_times": [{"batch_size": c.batch_size, "k": c.k, "recent_ms": c.recent_ms,
-                            "estimate_ms": c.estimate_ms, "steps": c.steps} for c in slow],
+                            "estimate_ms": c.estimate_ms, "steps": c.steps} for c in change.slow],
             "action": "stale live counts dropped; rebuilding now"})
         return "change"
 
@@ -428,10 +341,11 @@ class Controller:
         B = min(max(int(round(self.last_batch)), 1), self.profile.engine.max_num_seqs)
         current = table.k_at(B, self.K)
         blend = self.blend()
-        a_used = projected(self.acceptance)[0]
+        a_used = projected(self.belief.acceptance)[0]
         s = self.settings
+        acceptance = self.belief.acceptance
         found = better_at(B, blend.T[B - 1], blend.sigma[B - 1], a_used,
-                          self.acceptance.w + self.acceptance.drafted, current, self.allowed_k, s.tie,
+                          acceptance.w + acceptance.drafted, current, self.allowed_k, s.tie,
                           s.confidence, pseudo=DRAW_PSEUDO)
         if found is None:
             return None
@@ -442,7 +356,7 @@ class Controller:
 
     # -- rebuild ---------------------------------------------------------------------------
     def blend(self) -> Blend:
-        return self.live_T.blend(self.T_dense, self.sigma_dense, self.w_T, self.settings.step_cv)
+        return self.belief.blend()
 
     def choose(self, old: Table | None, trigger: str = "scheduled") -> Choice:
         """The table a rebuild would push against ``old`` (sidecar/rebuild.py)."""
@@ -450,26 +364,25 @@ class Controller:
         blend = self.blend()
         # measured decisions need the plugin's ring (a stock vLLM, an older plugin or a ring
         # that cannot be read leave the model to decide everywhere) and duels (not in dry-run)
-        measuring = s.decide_by == "measured" and self.goodput.measuring and not s.dry_run
+        measuring = s.decide_by == "measured" and self.belief.goodput.measuring and not s.dry_run
         arbiter = None
         if measuring:
             self.live_error = {} if old is None else live_errors(
-                self.goodput, old.dense(self.profile.engine.max_num_seqs, self.K)[1:], blend.T,
-                projected(self.acceptance)[0])
+                self.belief.goodput, old.dense(self.profile.engine.max_num_seqs, self.K)[1:], blend.T,
+                projected(self.belief.acceptance)[0])
             # the model switches nothing on the seconds after a change of acceptance: its counts
             # may still hold the change's own transient (one window of new counts first)
-            settling = (self.changed_at is not None and self.clock() - self.changed_at
-                        < self.accept_windows.size * s.interval_s)
-            arbiter = Arbiter(self.goodput, dict(self.goodput.served), s.model_error,
+            settling = self.belief.settling()
+            arbiter = Arbiter(self.belief.goodput, dict(self.belief.goodput.served), s.model_error,
                               s.min_served, s.max_pairs, s.duel_width, duels=self.engine.duels,
                               live_error={} if settling else {
                                   b: e.error for b, e in self.live_error.items()},
                               can_duel=s.explore_share > 0)
         inputs = Inputs(tie=s.tie, confidence=s.confidence, allowed_k=self.allowed_k,
-                        cliffs=self.cliffs, prior_steps=self.w_T,
-                        measured=self.live_T.measured(self.T_dense.shape[0], self.w_T),
+                        cliffs=self.belief.cliffs, prior_steps=self.belief.w_T,
+                        measured=self.belief.live_T.measured(self.belief.T_dense.shape[0], self.belief.w_T),
                         arbiter=arbiter)
-        return choose(blend, self.T_dense, self.acceptance, old, self.K, inputs)
+        return choose(blend, self.belief.T_dense, self.belief.acceptance, old, self.K, inputs)
 
     async def rebuild(self, trigger: str = "scheduled") -> Decision:
         """Choose the table for â and T̂ (eq. G), push it if it differs, log and checkpoint."""
@@ -491,7 +404,7 @@ class Controller:
                              if c.status == "switch" and c.decided_by == "measured")
             self.guard.start(old, choice.table, measured)
         if outcome == "pushed":
-            self.goodput.mark()  # served since this push: the buckets a next push may change
+            self.belief.goodput.mark()  # served since this push: the buckets a next push may change
             choice = dataclasses.replace(choice, duels=())  # the new k's have no verdicts yet
         await self.engine.set_duels(choice.duels)
         return self._decide(choice, old, outcome, reason, trigger)
@@ -503,8 +416,8 @@ class Controller:
         outcome, reason = await self.engine.push(back, await self.engine.read())
         self.stats.rolled_back()
         # the pairs that said "switch" lost to the engine's goodput: measure again from here
-        self.goodput.forget()
-        self.goodput.mark()
+        self.belief.goodput.forget()
+        self.belief.goodput.mark()
         choice = self.choose(back)
         if verdict.judged_by == "pairs":
             lost = "; ".join(f"B band {c.bucket}: k={c.k_new} over k={c.k_old} "
@@ -526,35 +439,18 @@ class Controller:
         decision = Decision(
             time=self.clock(), outcome=outcome, reason=reason, source=self.source or "stock",
             bias_note=BIAS_NOTE if self.source == "stock" else None,
-            steps=self.steps_since_rebuild, accepted=self.acceptance.accepted.tolist(),
-            drafted=self.acceptance.drafted.tolist(), prior_weight=self.acceptance.w,
+            steps=self.steps_since_rebuild, accepted=self.belief.acceptance.accepted.tolist(),
+            drafted=self.belief.acceptance.drafted.tolist(), prior_weight=self.belief.acceptance.w,
             a_hat=[round(float(a), 6) for a in choice.a_used],
             a_raw=[round(float(a), 6) for a in choice.a_raw],
             old_table=old.to_list() if old else None, new_table=choice.table.to_list(),
             engine_version=info.version if info is not None else None,
-            gains=range_gains(choice.G, old, choice.table, self.K), drift=self.drift_cells,
+            gains=range_gains(choice.G, old, choice.table, self.K), drift=self.belief.drift_cells,
             trigger=trigger, changes=[c for c in choice.changes if c.kept] or choice.changes,
             calls=list(choice.calls), duels=[[lo, hi, list(ks)] for lo, hi, ks in choice.duels],
             bookkeeping=trigger != "measured" or outcome == "pushed")
         self._finish(decision, choice.table)
         return decision
-
-    def _rebase_prior(self) -> None:
-        """The current estimate (projected non-increasing) becomes the prior; positions with
-        no live evidence behind it (unmeasured) get the largest value the one before allows."""
-        prior = np.clip(projected(self.acceptance)[0], 0.0, 1.0)
-        unmeasured = self.acceptance.drafted < MIN_CHANGE_DRAFTS
-        # a position with no live evidence gets the one before it: the largest value a_i <=
-        # a_{i-1} allows, so the model ranks the k that drafts it as high as it can be and the
-        # duels measure it first (optimism where nothing is known); the old profile's value for
-        # it described other traffic (the CPU goodput run: 0.19 against ~0.9 live, and the
-        # duels went to k=1 first)
-        for i in range(1, prior.size):
-            if unmeasured[i] and not unmeasured[i - 1]:
-                prior[i] = prior[i - 1]
-            elif unmeasured[i]:
-                prior[i] = min(prior[i], prior[i - 1])
-        rebase(self.acceptance, prior)
 
     def _finish(self, decision: Decision, table: Table) -> None:
         """Log the decision; with its ``bookkeeping`` (not for a rebuild that only looked at new
@@ -569,16 +465,7 @@ class Controller:
         if not decision.bookkeeping:
             return
         self.steps_since_rebuild = 0.0
-        drafted = self.acceptance.drafted
-        if self.rebase_left and drafted.size and drafted[0] >= MIN_CHANGE_DRAFTS:
-            self._rebase_prior()
-            self.rebase_left -= 1
-        halve_live(self.acceptance)
-        self.resume.halve()
-        self.live_T.cap(self.settings.step_memory)
-        if self.settings.prior_decay < 1:
-            decay_prior(self.acceptance, self.settings.prior_decay)
-        self.w_T *= self.settings.step_prior_decay
+        self.belief.finish_rebuild()
         self.save_checkpoint()
 
     def _wanted(self) -> checkpoint.SavedTable | None:
@@ -594,8 +481,8 @@ class Controller:
         if self.settings.checkpoint is None:
             return
         try:
-            checkpoint.save(self.settings.checkpoint, self.acceptance, self.clock(), self.profile_sha256,
-                            self._wanted())
+            checkpoint.save(self.settings.checkpoint, self.belief.acceptance, self.clock(),
+                            self.profile_sha256, self._wanted())
         except OSError as exc:
             self.stats.failed("checkpoint")
             self.conditions.set("checkpoint", "failing", "cannot write the checkpoint",
@@ -637,8 +524,9 @@ class Controller:
             condition_details={name: ConditionDetail(**d)
                                for name, d in self.conditions.details.items()},
             bias_note=BIAS_NOTE if self.source == "stock" else None,
-            estimator=Estimator(**self.acceptance.to_dict()),
-            a_hat=estimate(self.acceptance).tolist(), a_used=projected(self.acceptance)[0].tolist(),
+            estimator=Estimator(**self.belief.acceptance.to_dict()),
+            a_hat=estimate(self.belief.acceptance).tolist(),
+            a_used=projected(self.belief.acceptance)[0].tolist(),
             steps_since_rebuild=self.steps_since_rebuild,
             explore_steps_seen=self.stats.explore_steps,
             transition_steps_seen=self.stats.transition_steps,
@@ -647,10 +535,10 @@ class Controller:
             engine_table=info.table if info is not None else None,
             engine_table_version=info.version if info is not None else None,
             recommended_table=self.recommended.to_list() if self.recommended is not None else None,
-            last_decision=self.last_decision, drift=list(self.drift_cells),
-            step_times=StepTimes(prior_steps=self.w_T, live=[
-                LiveCell(batch_size=b, k=k, steps=n, live_ms=self.live_T.live_ms((b, k)))
-                for (b, k), n in sorted(self.live_T.steps.items())]),
+            last_decision=self.last_decision, drift=list(self.belief.drift_cells),
+            step_times=StepTimes(prior_steps=self.belief.w_T, live=[
+                LiveCell(batch_size=b, k=k, steps=n, live_ms=self.belief.live_T.live_ms((b, k)))
+                for (b, k), n in sorted(self.belief.live_T.steps.items())]),
             model_error=[ModelError(batch_size=e.bucket, k=e.k, predicted_tokens_per_s=e.predicted,
                                     realized_tokens_per_s=e.realized, error=e.error, steps=e.steps)
                          for e in self.live_error.values()],
@@ -674,6 +562,6 @@ class Controller:
             return []
         B = min(max(int(round(self.last_batch)), 1), self.profile.engine.max_num_seqs)
         # eq. G in its one place (tuner/core/goodput.py); T in ms, so tokens per ms
-        G = model_goodput(self.blend().T[:B], projected(self.acceptance)[0])[B - 1]
+        G = model_goodput(self.blend().T[:B], projected(self.belief.acceptance)[0])[B - 1]
         ks = range(G.size) if self.allowed_k is None else sorted(self.allowed_k)
         return [PredictedGoodput(k=k, batch_size=B, tokens_per_s=float(G[k] * 1000.0)) for k in ks]

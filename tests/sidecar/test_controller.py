@@ -105,9 +105,9 @@ async def test_halving_and_prior_decay_in_the_flow(tmp_path: Path) -> None:
         # â_1 = (1000·0.5 + 540) / (1000 + 600), eq. â with the counts before halving
         assert decision.a_hat[0] == pytest.approx((500 + 540) / 1600, abs=1e-6)
         assert decision.prior_weight == 1000.0
-        np.testing.assert_allclose(c.acceptance.drafted, [300.0] * 3)
-        np.testing.assert_allclose(c.acceptance.accepted, [270.0, 240.0, 210.0])
-        assert c.acceptance.w == 500.0
+        np.testing.assert_allclose(c.belief.acceptance.drafted, [300.0] * 3)
+        np.testing.assert_allclose(c.belief.acceptance.accepted, [270.0, 240.0, 210.0])
+        assert c.belief.acceptance.w == 500.0
         second = await rebuild_once(c, fake, a=(0.9, 0.8, 0.7))
         assert second.prior_weight == 500.0 and second.drafted == [900.0] * 3
 
@@ -256,7 +256,7 @@ async def test_drift_is_reported_per_cell_and_warned_once(tmp_path: Path,
         assert "B=4 k=3: 1.5x the profile's 18.0 ms over 150 steps" in slow.getMessage()
         fake.run(2000, B=4, step_ms=18.0)
         await c.tick()
-        assert c.drift_cells[0].ratio < 1.15
+        assert c.belief.drift_cells[0].ratio < 1.15
         assert [r.state for r in records(caplog, "drift")] == ["slow", "ok"]
 
 
@@ -266,19 +266,19 @@ async def test_checkpoint_after_every_rebuild_restores(tmp_path: Path) -> None:
         await rebuild_once(c, fake)
         assert path.exists() and not list(path.parent.glob(".*.tmp"))
         saved = checkpoint.load(path)
-        assert saved is not None and saved.w == c.acceptance.w == 1000.0
-        np.testing.assert_allclose(saved.drafted, c.acceptance.drafted)
+        assert saved is not None and saved.w == c.belief.acceptance.w == 1000.0
+        np.testing.assert_allclose(saved.drafted, c.belief.acceptance.drafted)
         async with EngineClient(fake.url, fake.url, None, 1.0) as client:
             again = Controller(c.settings, c.profile, client)
-        assert again.acceptance.w == 1000.0
-        np.testing.assert_allclose(again.acceptance.accepted, c.acceptance.accepted)
+        assert again.belief.acceptance.w == 1000.0
+        np.testing.assert_allclose(again.belief.acceptance.accepted, c.belief.acceptance.accepted)
 
 
 async def test_a_corrupt_checkpoint_starts_from_the_prior(tmp_path: Path) -> None:
     path = tmp_path / "estimator.json"
     path.write_text("{not json")
     async with controller_for(FakeEngine(), tmp_path, checkpoint=path) as (c, _):
-        assert c.acceptance.w == 2000.0 and c.acceptance.drafted.tolist() == [0.0] * 3
+        assert c.belief.acceptance.w == 2000.0 and c.belief.acceptance.drafted.tolist() == [0.0] * 3
 
 
 async def test_the_token_is_never_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -305,20 +305,20 @@ async def test_missing_plugin_series_are_skipped_not_a_restart(
     caplog.set_level(logging.INFO, "sidecar")
     async with controller_for(FakeEngine(), tmp_path, rebuild_every_steps=10_000) as (c, fake):
         await rebuild_once(c, fake, steps=10)
-        drafted = c.acceptance.drafted.copy()
+        drafted = c.belief.acceptance.drafted.copy()
         fake.plugin = False
         for _ in range(3):
             fake.run(10)
             assert await c.tick() is None
         assert restarts(caplog) == [] and c.stats.resets == 0 and not c.engine.needs_sync
         assert len(fake.policy_puts) == 1 and fake.table_puts == []
-        np.testing.assert_allclose(c.acceptance.drafted, drafted)  # nothing fed from them
+        np.testing.assert_allclose(c.belief.acceptance.drafted, drafted)  # nothing fed from them
         logged = records(caplog, "scrape")
         assert [r.state for r in logged] == ["incomplete"]
         assert "drafted[0]" in logged[0].error and c.stats.failures["scrape_incomplete"] == 3
         fake.plugin = True
         await c.tick()  # the next complete scrape covers the whole gap
-        np.testing.assert_allclose(c.acceptance.drafted, drafted + 3 * 10 * 4)
+        np.testing.assert_allclose(c.belief.acceptance.drafted, drafted + 3 * 10 * 4)
         assert [r.state for r in records(caplog, "scrape")] == ["incomplete", "ok"]
         assert c.source == "plugin" and c.consecutive_failures == 0
 
@@ -328,16 +328,16 @@ async def test_stale_plugin_values_are_not_fed_as_fresh(
     caplog.set_level(logging.INFO, "sidecar")
     async with controller_for(FakeEngine(), tmp_path, rebuild_every_steps=10_000) as (c, fake):
         await rebuild_once(c, fake, steps=10)
-        drafted = c.acceptance.drafted.copy()
+        drafted = c.belief.acceptance.drafted.copy()
         fake.stall(age_s=5.0)  # > 2 intervals of 0.05 s
         fake.run(10)
         assert await c.tick() is None
-        np.testing.assert_allclose(c.acceptance.drafted, drafted)
+        np.testing.assert_allclose(c.belief.acceptance.drafted, drafted)
         (logged,) = records(caplog, "scrape")
         assert logged.state == "incomplete" and "5.0 s old (> 0.1 s)" in logged.error
         fake.unstall()
         await c.tick()
-        np.testing.assert_allclose(c.acceptance.drafted, drafted + 10 * 4)
+        np.testing.assert_allclose(c.belief.acceptance.drafted, drafted + 10 * 4)
         assert restarts(caplog) == [] and fake.table_puts == []
 
 
@@ -610,7 +610,7 @@ async def test_a_guardrail_trial_gets_the_pairs_of_its_buckets_at_a_split_level(
 
         def compare(self: object, bucket: int, k: int, ref: int, alpha: float) -> None:
             asked.append((bucket, k, ref, alpha))
-        monkeypatch.setattr(type(c.goodput), "compare", compare)  # slots: patch the class
+        monkeypatch.setattr(type(c.belief.goodput), "compare", compare)  # slots: patch the class
         got = c._pair_bounds(((120, 2, 3), (128, 2, 3)))
         assert got == {(120, 2, 3): None, (128, 2, 3): None}
         level = (1.0 - c.settings.confidence) / 2

@@ -45,7 +45,7 @@ async def test_a_change_of_acceptance_rebuilds_at_once_from_the_recent_counts(tm
         assert 3 <= ticks <= 4  # both windows, the older one may straddle the switch
         assert c.stats.changes == 1 and decision.prior_weight <= 50
         assert decision.a_hat[0] < 0.35  # the estimate follows the new traffic at once
-        assert c.acceptance.prior[0] < 0.35    # ... and so does the prior: the old one is stale
+        assert c.belief.acceptance.prior[0] < 0.35    # ... and so does the prior: the old one is stale
         # then only a few drafts a rebuild (the table drafts little, exploration a few): live
         # counts halve at every rebuild, yet the estimate must not drift back to 0.9
         c.settings = c.settings.model_copy(update={"rebuild_every_steps": 100})
@@ -54,7 +54,7 @@ async def test_a_change_of_acceptance_rebuilds_at_once_from_the_recent_counts(tm
             fake.run(1, a=(0.2, 0.1, 0.05))
             clock.now += 1
             await c.tick()
-        assert c.acceptance.w <= 50 and float(c.acceptance.drafted[0]) < 200
+        assert c.belief.acceptance.w <= 50 and float(c.belief.acceptance.drafted[0]) < 200
         assert c.last_decision is not None and c.last_decision.a_hat[0] < 0.35
 
 
@@ -198,7 +198,7 @@ async def test_a_change_seen_mid_switch_settles_the_prior_on_the_new_traffic(tmp
             fake.run(100, a=(0.1, 0.05, 0.02))
             clock.now += 1
             await c.tick()
-        assert c.stats.changes == 1 and c.acceptance.prior[0] < 0.2
+        assert c.stats.changes == 1 and c.belief.acceptance.prior[0] < 0.2
         for _ in range(10):                   # then few drafts a rebuild
             fake.run(100, a=(0.1, 0.05, 0.02), k=0)
             fake.run(1, a=(0.1, 0.05, 0.02))
@@ -225,7 +225,7 @@ async def test_a_rebase_gives_an_undrafted_position_the_one_before_it(tmp_path: 
             clock.now += 1
             decision = decision or await c.tick()
         assert decision is not None and decision.trigger == "change"
-        assert c.acceptance.prior[2] == c.acceptance.prior[1] > 0.85
+        assert c.belief.acceptance.prior[2] == c.belief.acceptance.prior[1] > 0.85
         changes = c.stats.changes
         for _ in range(6):  # now k=3 drafts position 3 at 0.9: a first measurement
             fake.run(100, a=(0.95, 0.93, 0.9), k=3)
@@ -249,7 +249,7 @@ async def test_a_step_time_transient_is_one_change_and_its_cell_gets_its_level_b
             fake.run(50 if slow else 100, step_ms=40.0 if slow else 20.0)
             clock.now += 2
             await c.tick()
-            seen.append(c.live_T.live_ms((4, 3)))
+            seen.append(c.belief.live_T.live_ms((4, 3)))
         assert c.stats.changes == 1, c.stats.changes
         assert max(x or 0.0 for x in seen[40:80]) > 35.0   # the change: the slow level kept
         assert seen[-1] is not None and abs(seen[-1] - 20.0) < 0.5  # taken back, not mixed

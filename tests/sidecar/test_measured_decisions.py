@@ -108,7 +108,7 @@ async def test_after_a_change_of_acceptance_an_unserved_range_keeps_its_k(tmp_pa
         await serve(c, fake, clock, 60)
         engine = Table.from_list(fake.table)
         assert c.choose(engine).table.k_at(2, 3) == 1         # B <= 4 unserved: kept
-        c.rebase_left, c.changed_at = 2, clock.now            # a change of acceptance just now
+        c.belief.rebase_left, c.belief.changed_at = 2, clock.now            # a change of acceptance just now
         assert c.choose(engine).table.k_at(2, 3) == 1         # still kept
         # and while the counts after the change are younger than a window, the model switches
         # no served bucket either: only a conclusive measurement could
