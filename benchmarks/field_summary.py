@@ -134,6 +134,11 @@ def compare(blocks: dict[tuple[int, int], dict[str, Run]], policy: str, versus: 
             "ci": got["ci"], "blocks": got["n"], "word": word(got["ci"], higher)}
 
 
+def _inverse(v: float) -> float:
+    """1/v, where an interval's end rounded to 0 (two blocks: a t quantile of 12.7) is inf."""
+    return math.inf if v == 0 else 0.0 if math.isinf(v) else 1.0 / v
+
+
 def versus_best_fixed(blocks: dict[tuple[int, int], dict[str, Run]], policy: str,
                       fixed: Sequence[str], metric: str = "output_throughput") -> dict[str, Any] | None:
     """`policy` against the best fixed k in `metric` (see the module). For a metric where lower
@@ -147,7 +152,7 @@ def versus_best_fixed(blocks: dict[tuple[int, int], dict[str, Run]], policy: str
         return None
 
     def rate(v: float) -> float:  # the figure as "higher is better"
-        return v if higher else 1.0 / v
+        return v if higher else _inverse(v)
 
     worst = min(each, key=lambda c: rate(c["ratio"]))
     lows = [None if c["ci"][0] is None else rate(c["ci"][0 if higher else 1]) for c in each]
@@ -158,7 +163,8 @@ def versus_best_fixed(blocks: dict[tuple[int, int], dict[str, Run]], policy: str
     else:
         lo, hi = min(v for v in lows if v is not None), min(v for v in highs if v is not None)
         said = "faster" if lo > 1.0 else "slower" if hi < 1.0 else SAME
-        ci = [round(lo, 4), round(hi, 4)] if higher else [round(1.0 / hi, 4), round(1.0 / lo, 4)]
+        ci = [round(lo, 4), round(hi, 4)] if higher else [round(_inverse(hi), 4),
+                                                              round(_inverse(lo), 4)]
     return {"policy": policy, "metric": metric, "ratio": worst["ratio"], "ci": ci,
             "closest": worst["versus"], "word": said}
 
@@ -225,7 +231,7 @@ def headline(runs: Sequence[Run], shapes: Sequence[str], policies: Sequence[str]
                     ratio = None
                     if ests is not None:
                         rate = min(math.exp(float(e.mean)) for e in ests)
-                        ratio = round(rate if METRICS[metric][1] else 1.0 / rate, 4)
+                        ratio = round(rate if METRICS[metric][1] else _inverse(rate), 4)
                     found.append(({"shape": shape, "policy": policy, "versus": versus,
                                    "metric": metric, "ratio": ratio, "same_table": same}, ests))
     family = [i for i, (c, e) in enumerate(found) if e is not None and not c["same_table"]]
@@ -242,7 +248,7 @@ def headline(runs: Sequence[Run], shapes: Sequence[str], policies: Sequence[str]
         level = float(levels[i]) if i in family else alpha
         ci = claim_interval(ests, level, higher)
         said = SAME_TABLE if claim["same_table"] else word(ci, True) if higher else \
-            word([1.0 / ci[1], 1.0 / ci[0]], True)
+            word([_inverse(ci[1]), _inverse(ci[0])], True)
         out.append({**claim, "ci": ci, "level": round(level, 6),
                     "p": None if i not in family else round(float(p[i]), 6), "word": said})
     return out

@@ -244,3 +244,13 @@ def test_a_run_shorter_than_50_engine_steps_is_named() -> None:
     rec["runs"][1]["phases"][0]["engine"]["steps"] = 30
     (short,) = summarize(rec)["short_runs"]
     assert short == {"block": 0, "shape": "burst-c16", "arm": "tuned", "steps": 30}
+
+
+def test_two_wild_blocks_give_intervals_that_reach_zero_without_failing_the_summary() -> None:
+    """Two blocks: a t quantile of 12.7, so an interval's end rounds to 0 (the CPU run of the
+    ramp and mixed shapes stopped on it when a TPOT figure was turned into a rate)."""
+    speed = {"fixed-k0": 800.0, "fixed-k1": 900.0, "documented": 880.0, "tuned": 1000.0}
+    got = summarize(record(speed, blocks=2, noise=3.0))
+    json.dumps(got, allow_nan=False)  # strict JSON: no inf or nan anywhere
+    tpot = got["shapes"][0]["policies"]["tuned"]["figures"]["tpot_p50_ms"]["versus_best_fixed"]
+    assert tpot is not None and tpot["word"] in (SAME, "faster", "slower", None)
