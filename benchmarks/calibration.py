@@ -30,6 +30,9 @@ of runs with a false claim, and `bound` = rate + 2 SE (one-sided). Power: `tuned
 the share of tuned's claims that should be "better" (against the reference and head to head,
 at every load) that were made, at the blocks benchmarks/design.py plans.
 
+`null_threshold_0`: mid and edge again with no band (`--threshold 0`), which the default 1%
+band otherwise hides.
+
 `sidecar` and `guardrail`: the null runs of the duels' interval (benchmarks/pair_dependence.py)
 and of the guardrail (benchmarks/guardrail_calibration.py), read from their committed JSON
 beside `--out`, not recomputed.
@@ -64,7 +67,7 @@ class RunShape:
     improved: str = "tuned"      # the policy given the true effect in a power run
 
     @property
-    def windows_per_round(self) -> int:
+    def windows_per_round(self) -> int:   # a round's windows: the run's length, in windows, per block
         return len(self.loads) * (len(self.tables) + 2 * len(self.paired))
 
     @property
@@ -78,7 +81,7 @@ RUN = RunShape()
 @dataclass(frozen=True, slots=True)
 class Outcome:
     codes: np.ndarray     # [trials, m]: +1 better, -1 worse, 0 none
-    truth: np.ndarray     # [m]: the claim that would be right (+1 / 0)
+    truth: np.ndarray     # [m]: the claim that would be right (+1 / -1 / 0)
     keys: list[Key] = field(default_factory=list)
 
     @property
@@ -253,6 +256,19 @@ def _powers(rng: np.random.Generator, trials: int) -> list[dict[str, Any]]:
     return rows
 
 
+def _at_threshold_zero(rng: np.random.Generator, trials: int) -> list[dict[str, Any]]:
+    """mid and edge with no band (`--threshold 0`): what the 1% band hides."""
+    rows = []
+    for case in (MID, CASES["edge"]):
+        for cv in CVS[:2]:
+            for blocks in (6, 20, design_blocks(cv, EFFECT)):
+                rate = simulate(rng, trials, blocks, cv, threshold=0.0, case=case).family_false_rate
+                rows.append({"case": case.name, "cv": cv, "blocks": blocks, "threshold": 0.0,
+                             "family_false_rate": round(rate, 4), "bound": bound(rate, trials),
+                             "trials": trials})
+    return rows
+
+
 def calibrate(trials: int, seed: int = 0) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     out: dict[str, Any] = {"run_shape": {"loads": RUN.loads, "tables": RUN.tables, "paired": RUN.paired,
@@ -266,6 +282,7 @@ def calibrate(trials: int, seed: int = 0) -> dict[str, Any]:
             out["coverage"].append({"cv": 0.10, "blocks": blocks, "noise": "t3" if case.heavy else "normal",
                                     "confidence": 0.95, "trials": trials,
                                     "coverage": round(coverage(rng, trials, blocks, 0.10, case), 4)})
+    out["null_threshold_0"] = _at_threshold_zero(rng, trials)
     return out
 
 

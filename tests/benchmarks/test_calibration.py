@@ -137,6 +137,7 @@ def test_the_committed_calibration_has_the_promised_shape() -> None:
     planned = {(cv, design_blocks(cv, 0.05)) for cv in (0.05, 0.10, 0.15)}
     for case in CASES:   # every case at the blocks the design plans for each CV
         assert {(r["cv"], r["blocks"]) for r in c["null"] if r["case"] == case} >= planned
+    assert {(r["case"], r["threshold"]) for r in c["null_threshold_0"]} == {("mid", 0.0), ("edge", 0.0)}
     assert {"case", "cv", "effect", "blocks", "power", "trials"} <= set(c["power"][0])
     assert {r["case"] for r in c["power"]} == set(CASES)
     assert all(r["power"] >= 0.75 for r in c["power"])    # drift's walk adds noise the CV leaves out
