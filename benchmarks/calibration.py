@@ -34,8 +34,8 @@ at every load) that were made, at the blocks benchmarks/design.py plans.
 band otherwise hides.
 
 `sidecar` and `guardrail`: the null runs of the duels' interval (benchmarks/pair_dependence.py)
-and of the guardrail (benchmarks/guardrail_calibration.py), read from their committed JSON
-beside `--out`, not recomputed.
+and of the guardrail (benchmarks/guardrail_calibration.py), read from their committed JSON in
+benchmarks/results/calibration, not recomputed.
 """
 
 from __future__ import annotations
@@ -299,18 +299,20 @@ def imported(pair_dependence: dict[str, Any], guardrail: dict[str, Any]) -> dict
     return {"sidecar": sidecar, "guardrail": guard}
 
 
+SOURCES = Path(__file__).parent / "results" / "calibration"   # where the two commit their JSON
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=4000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="benchmarks/results/calibration/calibration.json")
     args = ap.parse_args(argv)
-    here = Path(args.out).parent
     result = {**calibrate(args.trials, args.seed),
-              **imported(json.loads((here / "pair_dependence.json").read_text()),
-                         json.loads((here / "guardrail.json").read_text())),
+              **imported(json.loads((SOURCES / "pair_dependence.json").read_text()),
+                         json.loads((SOURCES / "guardrail.json").read_text())),
               "command": f"python -m benchmarks.calibration --trials {args.trials} --seed {args.seed}"}
-    here.mkdir(parents=True, exist_ok=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
     return 0
