@@ -262,7 +262,7 @@ class EngineTable:
         except AdminRejected as exc:
             self.needs_sync = False
             if exc.status == 409 and exc.field == "if_version":  # written since we read it
-                await self.read()  # the foreign-table rule decides
+                await self.read()  # ours (a retry whose first try landed), else the foreign rule
                 return
             self.stats.failed("push_rejected")
             log.error("re-push rejected", extra={"error": str(exc)})
@@ -289,7 +289,11 @@ class EngineTable:
                 new, if_version=None if fresh is None else fresh.version), "pushing the table")
         except AdminRejected as exc:
             if exc.status == 409 and exc.field == "if_version":  # written between read and PUT
-                await self.read()  # the foreign-table rule takes it from here
+                self.desired = new  # a retry whose first try landed finds our own table
+                fresh_now = await self.read()  # else the foreign-table rule takes it from here
+                if fresh_now is not None and fresh_now.parsed_table() == new:
+                    self.stats.pushed()
+                    return "pushed", f"engine table -> v{fresh_now.version} (its reply was lost)"
                 return "held", f"someone else wrote the engine's table after we read it: {exc.error}"
             self.stats.failed("push_rejected")
             return "rejected", str(exc)

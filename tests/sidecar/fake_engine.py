@@ -97,6 +97,7 @@ class FakeEngine:
     ring: list[tuple[int, int, int, int, float, int, int, float]] = field(default_factory=list)
     policy: dict[str, Any] = field(default_factory=dict)  # the last PUT /v1/policy body
     write_after_read: list[list[int]] | None = None  # an operator writes right after a GET
+    lose_reply: bool = False  # the next PUT /v1/table is applied but answered 503
 
     def __post_init__(self) -> None:
         table = self.table
@@ -293,6 +294,9 @@ class FakeEngine:
                                       f"at version {self.version} now", "field": "if_version"},
                                      status=409)
         self.table, self.version = body["table"], self.version + 1
+        if self.lose_reply:  # applied, but the reply is lost: the client retries the same PUT
+            self.lose_reply = False
+            return web.json_response({"error": "reply lost"}, status=503)
         return web.json_response(self._table_reply())
 
     async def get_stats(self, request: web.Request) -> web.Response:

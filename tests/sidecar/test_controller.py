@@ -469,6 +469,19 @@ async def test_a_table_written_between_our_read_and_our_push_is_never_overwritte
         assert event.foreign_table["version"] == 2 and c.engine.holding()
 
 
+async def test_a_push_whose_reply_was_lost_is_ours_when_its_retry_meets_409(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The retry of a conditional PUT that had landed finds the table moved: by us, not by
+    someone else, so no foreign-table hold."""
+    caplog.set_level(logging.INFO, "sidecar")
+    async with controller_for(FakeEngine(), tmp_path, foreign_hold_s=300.0) as (c, fake):
+        fake.lose_reply = True
+        decision = await rebuild_once(c, fake)
+        assert decision.outcome == "pushed" and "reply was lost" in decision.reason
+        assert fake.table == TUNED and len(fake.table_puts) == 2  # the PUT and its retry
+        assert events(caplog, "foreign_table") == [] and not c.engine.holding()
+
+
 async def test_foreign_hold_0_reasserts_our_table_at_once(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, "sidecar")
