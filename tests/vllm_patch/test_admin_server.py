@@ -230,8 +230,9 @@ def test_a_conditional_put_writes_only_over_the_version_it_read(admin: Admin) ->
         "version"] == read + 1
     with pytest.raises(urllib.error.HTTPError) as got:  # read is stale now
         put(url, json.dumps({"table": [[1, 16, 3]], "if_version": read}).encode())
-    assert got.value.code == 409
-    err = json.load(got.value)
+    with got.value as refused:  # its body is the open response: closed here, not by the GC
+        assert refused.code == 409
+        err = json.load(refused)
     assert err["field"] == "if_version" and f"at version {read + 1} now" in err["error"]
     assert admin.engine.table.version == read + 1 and admin.engine.table.table.to_list() == [[1, 16, 1]]
 
