@@ -148,7 +148,7 @@ class Controller:
         """A tick raised: count it, back off, and say so once. Call it in the except block:
         the condition logs the traceback being handled."""
         self.stats.failed("tick_error")
-        self.observer.consecutive_failures += 1
+        self.observer.tick_failed()
         self.conditions.set("tick", f"error: {type(exc).__name__}", "tick failed; carrying on",
                             exc_info=True)
 

@@ -91,6 +91,10 @@ class Observer:
         self.stats.scraped(time.perf_counter() - started)
         return snap
 
+    def tick_failed(self) -> None:
+        """A whole tick raised: it counts toward the loop's back-off like a failed scrape."""
+        self.consecutive_failures += 1
+
     def failed(self, kind: str, message: str, error: str) -> None:
         self.stats.failed(f"scrape_{kind}")
         self.consecutive_failures += 1
