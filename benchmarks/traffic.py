@@ -216,7 +216,7 @@ def check_sizes(s: Sizes, max_model_len: int, kinds: Sequence[str] = KINDS) -> N
         raise InvalidInput(f"--rates={','.join(map(str, s.rates))}: every rate must be > 0")
     for flag, run, used in (("--input-len/--output-len/--range-ratio", ClientRun(
             1, s.input_len, s.output_len, s.range_ratio, s.range_ratio),
-            s.prompts is None and set(kinds) - {"mixed"}),
+            s.prompts is None and any(k != "mixed" for k in kinds)),
             ("--mixed-input-len/--mixed-range", ClientRun(
                 1, s.mixed_input_len, s.output_len, s.mixed_range, s.mixed_range),
              "mixed" in kinds)):
