@@ -23,18 +23,23 @@ import numpy as np
 from sidecar.acceptance_change import MIN_CHANGE_DRAFTS, AcceptanceChange, AcceptanceWindows
 from sidecar.change import StepTimeChange, StepTimeWindow
 from sidecar.decision import DriftCell
-from sidecar.estimator import EstimatorState, decay_prior, halve_live, observe, rebase, restart
+from sidecar.estimator import (DRAW_PSEUDO, EstimatorState, decay_prior, halve_live, observe,
+                               rebase, restart)
 from sidecar.logs import Conditions
-from sidecar.measured import MeasuredGoodput
+from sidecar.measured import MeasuredGoodput, Pair
+from sidecar.model_error import LiveError, live_errors
+from sidecar.observer import RingRead
 from sidecar.rebuild import projected
 from sidecar.resume import ResumeTracker
 from sidecar.settings import SidecarSettings
 from sidecar.step_times import Blend, LiveStepTimes, drift_words, drifting
 from sidecar.scrape_delta import SnapshotDelta
+from tuner.core.confidence import better_at
 from tuner.core.goodput import cliffs, interpolate_step_times
 from tuner.core.profile import Profile
+from tuner.core.table import Table
 
-__all__ = ["REBASE_REBUILDS", "Belief", "TrafficChange"]
+__all__ = ["REBASE_REBUILDS", "Belief", "TrafficChange", "cell_fields"]
 
 # rebuilds after a detected change of acceptance whose estimate becomes the prior
 REBASE_REBUILDS = 3
@@ -52,6 +57,19 @@ class TrafficChange:
     @property
     def changed(self) -> bool:
         return self.acceptance is not None or bool(self.slow)
+
+    def log_fields(self) -> dict[str, object]:
+        """The "traffic change" log line's figures."""
+        found = self.acceptance
+        return {"acceptance": None if found is None else {
+                    "position": found.position, "recent": found.recent, "older": found.older,
+                    "reference": found.reference, "drafted": found.drafted, "z": found.z},
+                "step_times": cell_fields(self.slow)}
+
+
+def cell_fields(cells: list[StepTimeChange]) -> list[dict[str, object]]:
+    return [{"batch_size": c.batch_size, "k": c.k, "recent_ms": c.recent_ms,
+             "estimate_ms": c.estimate_ms, "steps": c.steps} for c in cells]
 
 
 class Belief:
@@ -81,6 +99,8 @@ class Belief:
         self.rebase_left = 0  # rebuilds after a change that still take the estimate as prior
         self.resume = ResumeTracker()
         self.drift_cells: list[DriftCell] = []
+        self.batch: float | None = None  # mean requests per engine step of the last interval
+        self.max_seqs = n
 
     def blend(self) -> Blend:
         return self.live_T.blend(self.T_dense, self.sigma_dense, self.w_T, self.settings.step_cv)
@@ -92,6 +112,8 @@ class Belief:
         # a position cannot be kept more often than drafted; stock counters may disagree
         accepted = np.minimum(np.asarray(d.accepted_per_pos), drafted)
         observe(self.acceptance, accepted, drafted)
+        engine_steps, request_steps = sum(d.engine_steps.values()), sum(d.request_steps.values())
+        self.batch = request_steps / engine_steps if engine_steps > 0 and request_steps > 0 else None
         self.live_T.observe(d.step_time)
         self.recent.push(d.step_time)
         # the change test reads whole request lives (sidecar/acceptance_change.py), else what
@@ -163,6 +185,31 @@ class Belief:
             newer = self.recent.newer_step_time()  # the level the change test found
             self.live_T.replace({(c.batch_size, c.k): newer[(c.batch_size, c.k)] for c in slow})
         return TrafficChange(found, slow, reverted)
+
+    @property
+    def batch_size(self) -> int | None:
+        """The last interval's batch as a table's B (1..max_num_seqs)."""
+        return None if self.batch is None else min(max(int(round(self.batch)), 1), self.max_seqs)
+
+    def beaten_at(self, B: int, current: int, allowed_k: set[int] | None) -> bool:
+        """At B, does another k beat ``current`` beyond confidence, by the model (eq. G)?"""
+        blend, a, s = self.blend(), self.acceptance, self.settings
+        return better_at(B, blend.T[B - 1], blend.sigma[B - 1], projected(a)[0], a.w + a.drafted,
+                         current, allowed_k, s.tie, s.confidence, pseudo=DRAW_PSEUDO) is not None
+
+    def read_ring(self, read: RingRead, table: Table | None) -> list[Pair]:
+        """The plugin's steps since the last read: realized goodput per cell, and the paired
+        runs they complete (``table``: the engine's, to tell its own edges from duels)."""
+        if read.restart_since is not None:
+            self.goodput.restart(since=read.restart_since)
+        dense = table.dense(self.max_seqs, self.K) if table is not None else None
+        return self.goodput.ingest(read.steps, dense)
+
+    def model_errors(self, table: Table) -> dict[int, LiveError]:
+        """The model's error per served bucket for the k ``table`` runs there (eq. G against
+        the ring)."""
+        return live_errors(self.goodput, table.dense(self.max_seqs, self.K)[1:], self.blend().T,
+                           projected(self.acceptance)[0])
 
     def settling(self) -> bool:
         """Since the last change of acceptance, less than one change window has passed."""

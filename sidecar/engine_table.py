@@ -49,7 +49,8 @@ class EngineTable:
                  conditions: Conditions, stats: Stats, clock: Callable[[], float]) -> None:
         self.settings, self.profile, self.client = settings, profile, client
         self.conditions, self.stats, self.clock = conditions, stats, clock
-        self.info: TableReply | None = None  # the engine's table, as last read or pushed
+        self._info: TableReply | None = None  # the engine's table, as last read or pushed
+        self.table: Table | None = None  # its table parsed, once per reply
         self.has_admin = False  # an admin endpoint answered at start
         self.is_connected = False
         self.desired: Table | None = None  # what we want the engine to run
@@ -59,6 +60,24 @@ class EngineTable:
         self.hold_version: int | None = None
         self.duels: tuple[Duel, ...] = ()  # asked of the plugin
         self.duels_sent = False  # ever: then an empty list must be sent to end them
+
+    @property
+    def info(self) -> TableReply | None:
+        return self._info
+
+    @info.setter
+    def info(self, reply: TableReply | None) -> None:
+        self._info, self.table = reply, None if reply is None else reply.parsed_table()
+
+    @property
+    def version(self) -> int | None:
+        return None if self._info is None else self._info.version
+
+    def wanted(self) -> SavedTable | None:
+        """The table we want the engine to run, and the engine's version while it runs it."""
+        if self.desired is None:
+            return None
+        return SavedTable(self.desired, self.version if self.table == self.desired else None)
 
     # -- every admin call after the start goes through here ------------------------------
     async def _call(self, call: Awaitable[R], doing: str) -> R:
@@ -178,7 +197,7 @@ class EngineTable:
         known, self.info = self.info, fresh
         if known is None or fresh.version == known.version:
             return
-        if self.desired is not None and fresh.parsed_table() == self.desired:
+        if self.desired is not None and self.table == self.desired:
             return  # ours after all (a push whose reply was lost)
         self._foreign(known, fresh)
 
@@ -207,7 +226,7 @@ class EngineTable:
         else someone else wrote the engine's table while we were down: the foreign rule."""
         self.desired = saved.table
         info = self.info
-        if info is None or self.settings.dry_run or info.parsed_table() == saved.table:
+        if info is None or self.settings.dry_run or self.table == saved.table:
             return
         if saved.version is not None and info.version < saved.version:
             self.needs_sync = True
@@ -273,7 +292,7 @@ class EngineTable:
 
     async def push(self, new: Table, fresh: TableReply | None) -> tuple[Outcome, str]:
         """Write ``new`` unless dry-run, already running, or holding off; outcome and reason."""
-        current = fresh.parsed_table() if fresh is not None else None
+        current = self.table if fresh is not None else None  # read() parsed it
         if self.settings.dry_run:
             same = "; the engine already runs it" if current == new else ""
             return "dry_run", f"dry-run: recommended only, nothing written to the engine{same}"
@@ -291,7 +310,7 @@ class EngineTable:
             if exc.status == 409 and exc.field == "if_version":  # written between read and PUT
                 self.desired = new  # a retry whose first try landed finds our own table
                 fresh_now = await self.read()  # else the foreign-table rule takes it from here
-                if fresh_now is not None and fresh_now.parsed_table() == new:
+                if fresh_now is not None and self.table == new:
                     self.stats.pushed()
                     return "pushed", f"engine table -> v{fresh_now.version} (its reply was lost)"
                 return "held", f"someone else wrote the engine's table after we read it: {exc.error}"

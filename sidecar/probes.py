@@ -5,24 +5,35 @@ loop still turns, so a vLLM restart never restarts the sidecar. Readiness says t
 can act on what it last saw: the engine connected, a complete scrape within READY_INTERVALS
 intervals (plus one request timeout), and, unless dry-run, the last admin call answered.
 
-The rules (:func:`readiness`, :func:`liveness`) take plain values: the routes ask
-Controller.readiness()/liveness(), which read a few timestamps and never build the snapshot (a
-probe must stay cheap and must not fail on what the snapshot computes); the snapshot
-(sidecar/state.py) publishes the same verdicts.
+The rules (:func:`readiness`, :func:`liveness`) take plain values and the loop's Heartbeat:
+the routes ask Controller.readiness()/liveness(), which read a few timestamps and never build
+the snapshot (a probe must stay cheap and must not fail on what the snapshot computes); the
+snapshot (sidecar/state.py) publishes the same verdicts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from sidecar.settings import SidecarSettings
 
-__all__ = ["READY_INTERVALS", "liveness", "readiness"]
+__all__ = ["READY_INTERVALS", "Heartbeat", "liveness", "readiness"]
 
 READY_INTERVALS = 3
 # the most admin requests one tick makes: a table read on a foreign version, a sync (read,
 # policy, table) and a rebuild (read, push)
 ADMIN_CALLS_PER_TICK = 6
+
+
+@dataclass(slots=True)
+class Heartbeat:
+    """When the loop started, its last tick began and ended, and its current pause (back-off)."""
+
+    started_at: float
+    loop_delay_s: float
+    tick_started: float | None = None
+    tick_ended: float | None = None
 
 
 def readiness(settings: SidecarSettings, connected: bool, has_admin: bool,
@@ -46,16 +57,16 @@ def readiness(settings: SidecarSettings, connected: bool, has_admin: bool,
     return True, "ready"
 
 
-def liveness(settings: SidecarSettings, now: float, started_at: float, tick_started: float | None,
-             tick_ended: float | None, loop_delay_s: float) -> tuple[bool, str]:
+def liveness(settings: SidecarSettings, now: float, beat: Heartbeat) -> tuple[bool, str]:
     """Live: a tick ended within 3 loop periods, or one is running within its budget.
 
     The loop period is interval_s, or the back-off delay (``loop_delay_s``) while vLLM keeps
     failing.
     """
     attempts, timeout_s = settings.retry_attempts, settings.timeout_s
+    tick_started, tick_ended, loop_delay_s = beat.tick_started, beat.tick_ended, beat.loop_delay_s
     allowance = 3 * max(settings.interval_s, loop_delay_s)
-    last = max(t for t in (started_at, tick_started, tick_ended) if t is not None)
+    last = max(t for t in (beat.started_at, tick_started, tick_ended) if t is not None)
     if tick_started is not None and (tick_ended is None or tick_ended < tick_started):
         # in a tick: one scrape plus the admin requests, each with its retries (and waits)
         calls = ADMIN_CALLS_PER_TICK * attempts

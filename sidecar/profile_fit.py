@@ -11,11 +11,25 @@ from __future__ import annotations
 
 from pathlib import PurePath
 
+import numpy as np
+
 from tuner.core.admin_api import TableReply
 from tuner.core.errors import InvalidInput, ProfileMismatch
 from tuner.core.profile import EngineInfo, Profile
 
-__all__ = ["check", "check_served_name", "mismatches", "resolve_allowed_k"]
+__all__ = ["allowed_ks", "check", "check_served_name", "mismatches", "prior_of",
+           "resolve_allowed_k"]
+
+
+def prior_of(profile: Profile) -> np.ndarray:
+    """The profile's per-position acceptance a_i: the estimator's prior."""
+    if profile.acceptance is None:
+        raise InvalidInput("profile has no acceptance (a_i); finish `tabletune tune` so the "
+                           "sidecar has a prior")
+    if len(profile.acceptance.a) != profile.K:
+        raise InvalidInput(f"profile: acceptance has {len(profile.acceptance.a)} values but "
+                           f"num_speculative_tokens={profile.K}; re-run `tabletune tune`")
+    return np.asarray(profile.acceptance.a, dtype=np.float64)
 
 
 def _same_model(engine: EngineInfo, model_name: str) -> bool:
@@ -89,3 +103,17 @@ def resolve_allowed_k(spec: str, info: TableReply | None,
         raise ProfileMismatch(f"allowed_k={spec!r}: K={too_big} exceed the engine's "
                               f"num_speculative_tokens={num_speculative_tokens}")
     return ks
+
+
+def allowed_ks(spec: str, min_k: int, info: TableReply | None, K: int) -> set[int] | None:
+    """``resolve_allowed_k`` with the floor ``min_k`` (never fewer drafts than it)."""
+    allowed = resolve_allowed_k(spec, info, K)
+    if not min_k:
+        return allowed
+    floored = {k for k in (allowed or range(K + 1)) if k >= min_k}
+    if not floored:
+        raise ProfileMismatch(
+            f"--min-k={min_k} leaves no k of --allowed-k={spec!r} (the engine's: "
+            f"{sorted(info.startup_k) if info and info.startup_k else 'unknown'}); "
+            "lower --min-k or pass --allowed-k all")
+    return floored

@@ -6,10 +6,8 @@
 2. T̂ and its spread from the profile and the live steps (sidecar/step_times.py).
 3. The confident table (tuner/core/confidence.py): a k changes along B only where the gain beats the
    tie at the confidence level; ranges narrower than the minimum width merge unless a cliff
-   forces them or they hold a bucket live steps measured (``measured``: on the H200 the top bucket, B in
-   249..256, ran k=3 at 24.0 ms and k=1 at 19.1 ms over ~1000 steps each, 15% more goodput at
-   k=3; the min-width rule, made for ranges between interpolated grid points, merged that
-   8-wide range back into the k=1 range below it, and the sidecar kept k=1 at N=256).
+   forces them or they hold a bucket live steps measured (``measured``: the min-width rule is
+   made for ranges between interpolated grid points, not for a bucket the engine timed).
 4. Against the table in force: each run of B where the choice differs is kept only if its gain
    over the engine's k beats the tie at the confidence level (confident_changes); elsewhere the
    engine's k stays, unless that k is no longer allowed (``--allowed-k``, ``--min-k``). A
@@ -17,29 +15,28 @@
 5. When a push happens anyway, a range narrower than the minimum width that the engine's table
    did not have (what is left of an old range where only part changed with confidence) merges
    into the neighbour whose k does better there (merge_remnants), logged as a ``merged``
-   change: in the demo a guardrail rebuild turned [5, 9] k=3 into k=0 at 6..9 only and pushed
-   [[1,4,2],[5,5,3],[6,16,0]], a range of one batch size split on a near-tie.
+   change: no range of one batch size split on a near-tie.
 
 With an arbiter (decisions by measurement, the default), steps 3-5 apply only with no engine
 table to compare with; otherwise the table changes only at the buckets the engine served since
 the last push, each decided by measured goodput (sidecar/arbiter.py): where the plugin can duel,
 the model only orders the duels; where it cannot, the model decides beyond its error measured
 live at that bucket (sidecar/model_error.py). A bucket not served keeps its k: an edge is
-never moved on evidence from elsewhere, not even after a change of traffic (the H200 under
-bursts: 111 of 111 ranges moved by the model after false changes, k=0 pushed at B >= 121 and
-taken back 20 s later).
+never moved on evidence from elsewhere, not even after a change of traffic (docs/sidecar.md
+tells the H200 run that taught it).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from sidecar.arbiter import Arbiter, Verdicts, arbitrate
-from sidecar.decision import Call, RangeChange, StepEvidence
+from sidecar.decision import Call, RangeChange, StepEvidence, range_gains
 from sidecar.estimator import DRAW_PSEUDO, EstimatorState, estimate
 from sidecar.step_times import Blend
 from tuner.core.confidence import Change, choose_confident, confident_changes, merge_remnants
@@ -78,6 +75,15 @@ class Choice:
     changes: list[RangeChange]
     calls: tuple[Call, ...] = ()
     duels: tuple[Duel, ...] = ()
+
+    def described(self, old: Table | None, K: int) -> dict[str, Any]:
+        """The decision line's fields that come from this choice (sidecar/decision.py)."""
+        return {"a_hat": [round(float(a), 6) for a in self.a_used],
+                "a_raw": [round(float(a), 6) for a in self.a_raw],
+                "old_table": old.to_list() if old else None, "new_table": self.table.to_list(),
+                "gains": range_gains(self.G, old, self.table, K),
+                "changes": [c for c in self.changes if c.kept] or self.changes,
+                "calls": list(self.calls), "duels": [[lo, hi, list(ks)] for lo, hi, ks in self.duels]}
 
 
 def projected(state: EstimatorState) -> tuple[FloatArray, FloatArray]:

@@ -70,3 +70,16 @@ def test_the_plugin_imports_only_the_engine_safe_base() -> None:
 def test_the_sidecar_imports_only_the_base_of_tuner() -> None:
     tuner = {m for m in loaded_by("sidecar") if m.startswith("tuner.")}
     assert all(m.startswith(CORE) for m in tuner), f"sidecar loaded {sorted(tuner)}"
+
+
+# Inside the sidecar: observe -> believe -> decide (the controller) -> publish; none reaches up.
+SIDECAR_ORDER = {"sidecar.observer": {"sidecar.belief", "sidecar.controller", "sidecar.publish"},
+                 "sidecar.belief": {"sidecar.controller", "sidecar.publish", "sidecar.guard_watch"},
+                 "sidecar.guard_watch": {"sidecar.controller", "sidecar.publish"},
+                 "sidecar.engine_table": {"sidecar.controller", "sidecar.belief", "sidecar.publish"}}
+
+
+@pytest.mark.parametrize("name", sorted(SIDECAR_ORDER))
+def test_the_sidecar_reads_before_it_believes_before_it_decides(name: str) -> None:
+    above = loaded_by(name) & SIDECAR_ORDER[name]
+    assert not above, f"importing {name} loaded {sorted(above)}"

@@ -147,7 +147,7 @@ async def test_healthz_goes_stale_without_ticks_but_not_when_vllm_is_down(tmp_pa
         now[0] += 0.2
         ok, reason = c.liveness()
         assert not ok and "has not ticked for 3.1 s" in reason
-        c.loop_delay_s = 10.0  # backing off: the allowance follows the loop's period
+        c.beat.loop_delay_s = 10.0  # backing off: the allowance follows the loop's period
         assert c.liveness()[0]
 
 
@@ -169,7 +169,7 @@ async def test_a_tick_that_raises_is_counted_said_once_and_backs_off(
             await control_loop(c, stop)
     assert c.stats.failures["tick_error"] == 3 and c.consecutive_failures == 3
     assert c.snapshot().conditions["tick"] == "error: RuntimeError"
-    assert c.loop_delay_s == backoff_delay(s, 3)  # the period /healthz allows for
+    assert c.beat.loop_delay_s == backoff_delay(s, 3)  # the period /healthz allows for
     said = [r for r in caplog.records if r.getMessage() == "tick failed; carrying on"]
     assert len(said) == 1 and said[0].exc_info is not None  # once, with the traceback
 

@@ -55,7 +55,7 @@ def records(caplog: pytest.LogCaptureFixture, condition: str) -> list[logging.Lo
 
 async def rebuild_once(c: Controller, fake: FakeEngine, steps: int = 150,
                        a: tuple[float, ...] = (0.9, 0.8, 0.7)) -> Any:
-    if c.prev is None:
+    if c.observer.prev is None:
         assert await c.tick() is None  # first scrape: a baseline, no delta yet
     fake.run(steps, a)
     return await c.tick()
@@ -612,20 +612,3 @@ async def test_a_model_name_the_engine_does_not_serve_is_refused_at_start(tmp_pa
         assert str(refused.value) == ("--model-name 'tiny-llama-s0' but the engine serves 'tiny' "
                                       "(its /metrics label model_name); pass --model-name tiny")
         assert fake.metrics_gets == 0 and fake.policy_puts == []
-
-
-async def test_a_guardrail_trial_gets_the_pairs_of_its_buckets_at_a_split_level(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The guardrail is fed values: per (bucket, k_new, k_old) it judges, the pairs' bounds at
-    the rebuild's error rate split over them (any one of them can roll the push back)."""
-    async with controller_for(FakeEngine(), tmp_path) as (c, fake):
-        asked: list[tuple[int, int, int, float]] = []
-
-        def compare(self: object, bucket: int, k: int, ref: int, alpha: float) -> None:
-            asked.append((bucket, k, ref, alpha))
-        monkeypatch.setattr(type(c.belief.goodput), "compare", compare)  # slots: patch the class
-        got = c._pair_bounds(((120, 2, 3), (128, 2, 3)))
-        assert got == {(120, 2, 3): None, (128, 2, 3): None}
-        level = (1.0 - c.settings.confidence) / 2
-        assert asked == [(120, 2, 3, pytest.approx(level)), (128, 2, 3, pytest.approx(level))]
-        assert c._pair_bounds(()) == {}

@@ -82,7 +82,8 @@ async def test_a_push_that_drops_live_goodput_is_rolled_back_and_held_out(tmp_pa
             clock.now += 1
             assert await c.tick() is None
         # each scrape fills a sample of >= 50 steps; its goodput is tokens over its seconds
-        assert [(s.steps, s.seconds) for s in c.guard.baseline] == [(100, 1), (102, 1), (98, 1), (101, 1)]
+        baseline = c.watch.guard.baseline
+        assert [(s.steps, s.seconds) for s in baseline] == [(100, 1), (102, 1), (98, 1), (101, 1)]
         pushed = await c.rebuild()
         assert pushed.outcome == "pushed" and fake.table == TUNED
         decision = None
@@ -133,8 +134,8 @@ async def test_a_change_of_traffic_is_never_judged_as_the_tables_fault(tmp_path:
             fake.run(steps, a=(0.9, 0.8, 0.7))
             clock.now += 1
             await c.tick()
-        assert len(c.guard.baseline) == 10  # up to window · (1 + extend) = 12 kept
-        c.guard.held[tuple(Table.from_list([[1, 16, 0]]).ranges)] = clock.now + 600
+        assert len(c.watch.guard.baseline) == 10  # up to window · (1 + extend) = 12 kept
+        c.watch.guard.held[tuple(Table.from_list([[1, 16, 0]]).ranges)] = clock.now + 600
         decisions = []
         for steps in (100, 99, 101, 100, 100, 98, 100):  # low acceptance: fewer tokens a step
             fake.run(steps, a=(0.1, 0.05, 0.0))
@@ -143,7 +144,7 @@ async def test_a_change_of_traffic_is_never_judged_as_the_tables_fault(tmp_path:
                 decisions.append(d)
         assert any(d.trigger == "change" for d in decisions), decisions
         assert not any(d.outcome == "rolled_back" for d in decisions), decisions
-        assert c.stats.rollbacks == 0 and not c.guard.held
+        assert c.stats.rollbacks == 0 and not c.watch.guard.held
 
 
 async def test_min_k_above_every_allowed_k_is_refused_at_connect(
@@ -170,12 +171,12 @@ async def test_someone_elses_table_ends_the_guardrails_trial(tmp_path: Path) -> 
             fake.run(steps)
             clock.now += 1
             await c.tick()
-        assert (await c.rebuild()).outcome == "pushed" and c.guard.trial is not None
+        assert (await c.rebuild()).outcome == "pushed" and c.watch.guard.trial is not None
         fake.operator_put([[1, 16, 0]])  # an operator's PUT /v1/table
         fake.run(50)
         clock.now += 1
         await c.tick()
-        assert c.guard.trial is None and c.stats.foreign_tables == 1
+        assert c.watch.guard.trial is None and c.stats.foreign_tables == 1
 
 
 async def test_a_change_seen_mid_switch_settles_the_prior_on_the_new_traffic(tmp_path: Path) -> None:

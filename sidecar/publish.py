@@ -1,0 +1,87 @@
+"""What the sidecar publishes at one moment: the SidecarState (sidecar/state.py) that /v1/state,
+/metrics, the probes and `tabletune status` read instead of the controller's fields."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sidecar.belief import Belief
+from sidecar.decision import BIAS_NOTE
+from sidecar.estimator import estimate
+from sidecar.rebuild import projected
+from sidecar.state import (ConditionDetail, Estimator, ForeignHold, GuardrailState, HeldOut,
+                           LiveCell, ModelError, PredictedGoodput, Process, RecentDecision,
+                           SidecarState, StepTimes)
+from tuner.core.goodput import goodput as model_goodput
+
+if TYPE_CHECKING:
+    from sidecar.controller import Controller
+
+__all__ = ["predicted_goodput", "sidecar_state"]
+
+
+def predicted_goodput(belief: Belief, allowed_k: set[int] | None) -> list[PredictedGoodput]:
+    """G(B, k) per allowed k at the last interval's mean batch size, from â and T̂."""
+    B = belief.batch_size
+    if B is None:
+        return []
+    # eq. G in its one place (tuner/core/goodput.py); T in ms, so tokens per ms
+    G = model_goodput(belief.blend().T[:B], projected(belief.acceptance)[0])[B - 1]
+    ks = range(G.size) if allowed_k is None else sorted(allowed_k)
+    return [PredictedGoodput(k=k, batch_size=B, tokens_per_s=float(G[k] * 1000.0)) for k in ks]
+
+
+def _step_times(belief: Belief) -> StepTimes:
+    live = belief.live_T
+    return StepTimes(prior_steps=belief.w_T, live=[
+        LiveCell(batch_size=b, k=k, steps=n, live_ms=live.live_ms((b, k)))
+        for (b, k), n in sorted(live.steps.items())])
+
+
+def sidecar_state(c: Controller, now: float) -> SidecarState:
+    """The controller's parts as one SidecarState at ``now``."""
+    e, info, belief, guard = c.engine, c.engine.info, c.belief, c.watch.guard
+    seen = c.observer.last_ok_at
+    ready, reason = c.readiness()
+    healthy, why = c.liveness()
+
+    def age(at: float | None) -> float | None:
+        return None if at is None else round(now - at, 3)
+
+    hold = None if not e.holding() or e.hold_until is None else ForeignHold(
+        version=e.hold_version, until=e.hold_until, remaining_s=round(e.hold_until - now, 3))
+    return SidecarState(
+        ready=ready, ready_reason=reason, dry_run=c.settings.dry_run, source=c.source,
+        last_scrape_ok_at=seen, last_scrape_age_s=age(seen),
+        last_admin_ok_at=e.last_ok_at, admin_age_s=age(e.last_ok_at), foreign_hold=hold,
+        foreign_tables_seen=c.stats.foreign_tables, conditions=dict(c.conditions.states),
+        condition_details={name: ConditionDetail(**d) for name, d in c.conditions.details.items()},
+        bias_note=BIAS_NOTE if c.source == "stock" else None,
+        estimator=Estimator(**belief.acceptance.to_dict()),
+        a_hat=estimate(belief.acceptance).tolist(),
+        a_used=projected(belief.acceptance)[0].tolist(),
+        steps_since_rebuild=c.steps_since_rebuild,
+        explore_steps_seen=c.stats.explore_steps, transition_steps_seen=c.stats.transition_steps,
+        rebuild_every_steps=c.settings.rebuild_every_steps,
+        allowed_k=sorted(c.allowed_k) if c.allowed_k is not None else "all",
+        engine_table=info.table if info is not None else None, engine_table_version=e.version,
+        recommended_table=c.recommended.to_list() if c.recommended is not None else None,
+        last_decision=c.last_decision, drift=list(belief.drift_cells),
+        step_times=_step_times(belief),
+        model_error=[ModelError(batch_size=m.bucket, k=m.k, predicted_tokens_per_s=m.predicted,
+                                realized_tokens_per_s=m.realized, error=m.error, steps=m.steps)
+                     for m in c.live_error.values()],
+        guardrail=GuardrailState(
+            judging=guard.trial is not None,
+            held_out=[HeldOut(table=[list(r) for r in ranges], until=until)
+                      for ranges, until in guard.held.items() if until > now],
+            rollbacks=c.stats.rollbacks),
+        traffic_changes=c.stats.changes,
+        recent_decisions=[RecentDecision(time=d.time, outcome=d.outcome, trigger=d.trigger,
+                                         old_table=d.old_table, new_table=d.new_table,
+                                         reason=d.reason) for d in c.decisions],
+        prior_acceptance=c.prior.tolist(), profile_sha256=c.profile_sha256,
+        process=Process(healthy=healthy, health_reason=why,
+                        scrape_age_s=None if seen is None else now - seen,
+                        stats=c.stats.model_copy(deep=True),
+                        goodput=predicted_goodput(belief, c.allowed_k)))
