@@ -103,7 +103,7 @@ class AcceptanceWindows:
         """Active scrapes kept: the reference's at most, then the two windows."""
         return max(math.ceil(REFERENCE_S / self.interval_s), self.size) + 2 * self.size
 
-    def push(self, kept: FloatArray, proposed: FloatArray, accepted: FloatArray,
+    def add(self, kept: FloatArray, proposed: FloatArray, accepted: FloatArray,
              drafted: FloatArray) -> None:
         """One scrape: the evidence (``kept`` of ``proposed``, per position tested) and the
         estimator's counts; a scrape without evidence is idle and not kept."""

@@ -45,8 +45,8 @@ import numpy as np
 import numpy.typing as npt
 
 from sidecar.decision import Call, Figures
-from sidecar.measured import Comparison, MeasuredGoodput
-from sidecar.measured import band_rows
+from sidecar.measured import PairedComparison, MeasuredGoodput
+from tuner.core.buckets import band_rows
 from tuner.core.admin_api import Duel
 
 __all__ = ["Verdicts", "arbitrate"]
@@ -98,7 +98,7 @@ def _model(G_reps: FloatArray, rows: npt.NDArray[np.int64], k: int, c: int, z: f
                    high=round(math.exp(mid + half), 5))
 
 
-def _measured(c: Comparison | None) -> Figures | None:
+def _measured(c: PairedComparison | None) -> Figures | None:
     return None if c is None else Figures(ratio=round(c.ratio, 5), low=round(c.low, 5),
                                           high=round(c.high, 5), pairs=c.pairs, steps=c.steps)
 
@@ -126,7 +126,7 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
     duels = []
     ks_allowed = sorted(allowed) if allowed is not None else list(range(num_k))
     for bucket in sorted(b for b, n in served.items() if n >= min_served):
-        rows = band_rows(bucket, max_b)
+        rows = np.asarray(band_rows(bucket, max_b), dtype=np.int64)
         if not rows.size:
             continue
         k = int(np.bincount(ks[rows - 1], minlength=num_k).argmax())  # the incumbent

@@ -115,15 +115,15 @@ class Belief:
         engine_steps, request_steps = sum(d.engine_steps.values()), sum(d.request_steps.values())
         self.batch = request_steps / engine_steps if engine_steps > 0 and request_steps > 0 else None
         self.live_T.observe(d.step_time)
-        self.recent.push(d.step_time)
+        self.recent.add(d.step_time)
         # the change test reads whole request lives (sidecar/acceptance_change.py), else what
         # the drafter proposed per step, else (stock vLLM) what K offered
         if d.finished is not None:
-            self.accept_windows.push(np.array([d.finished[1]]), np.array([d.finished[0]]),
+            self.accept_windows.add(np.array([d.finished[1]]), np.array([d.finished[0]]),
                                      accepted, drafted)
         else:
             proposed = d.proposed_per_pos if d.proposed_per_pos is not None else drafted
-            self.accept_windows.push(accepted, np.maximum(np.asarray(proposed), accepted),
+            self.accept_windows.add(accepted, np.maximum(np.asarray(proposed), accepted),
                                      accepted, drafted)
         self._check_resume(d, float(accepted[0]), float(drafted[0]))
         self._check_drift()

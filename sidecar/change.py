@@ -91,7 +91,7 @@ class StepTimeWindow:
         """Scrapes the step-time test looks at: its reference, then its two windows."""
         return 2 * self.step_window + _scrapes(REFERENCE_S, self.interval_s)
 
-    def push(self, step_time: Mapping[BucketK, tuple[float, float]]) -> None:
+    def add(self, step_time: Mapping[BucketK, tuple[float, float]]) -> None:
         cells = dict(step_time)
         i, span = self._pushed, self.span
         self._pushed += 1

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from tuner.core.table import Table
 
-__all__ = ["BIAS_NOTE", "Call", "Decision", "DriftCell", "Figures", "RangeChange", "RangeGain", "Outcome",
+__all__ = ["BIAS_NOTE", "Call", "Decision", "DriftCell", "Figures", "RangeChange", "GainOverOld", "Outcome",
            "Source", "StepEvidence", "range_gains"]
 
 Outcome = Literal["pushed", "dry_run", "held", "unchanged", "rejected", "failed", "rolled_back"]
@@ -34,7 +34,7 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class RangeGain(_Record):
+class GainOverOld(_Record):
     """One range of the new table and its predicted goodput change (None: old unknown)."""
 
     batch_size_start: int
@@ -129,7 +129,7 @@ class Decision(_Record):
     old_table: list[list[int]] | None
     new_table: list[list[int]]
     engine_version: int | None
-    gains: list[RangeGain]
+    gains: list[GainOverOld]
     drift: list[DriftCell]
     trigger: str = "scheduled"   # scheduled | change | guardrail | rollback
     a_raw: list[float] | None = None   # â before the non-increasing projection
@@ -142,7 +142,7 @@ class Decision(_Record):
 
 
 def range_gains(G: npt.NDArray[np.float64], old: Table | None, new: Table,
-                num_speculative_tokens: int) -> list[RangeGain]:
+                num_speculative_tokens: int) -> list[GainOverOld]:
     """Per range of ``new``: mean of G(B, k_new) / G(B, k_old(B)) - 1 over its B (eq. G).
 
     ``G[b-1, k]`` is eq. G at B=b; k_old is looked up as vLLM does (clamped to K).
@@ -156,5 +156,5 @@ def range_gains(G: npt.NDArray[np.float64], old: Table | None, new: Table,
             k_new = min(k, num_speculative_tokens)
             k_old = np.array([old.k_at(int(b), num_speculative_tokens) for b in rows])
             gain = round(float(np.mean(G[rows - 1, k_new] / G[rows - 1, k_old] - 1.0)), 6)
-        gains.append(RangeGain(batch_size_start=start, batch_size_end=end, k=k, gain=gain))
+        gains.append(GainOverOld(batch_size_start=start, batch_size_end=end, k=k, gain=gain))
     return gains

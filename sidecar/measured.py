@@ -51,10 +51,11 @@ from statistics import NormalDist
 import numpy as np
 import numpy.typing as npt
 
-from tuner.core.admin_api import Step, step_bucket
+from tuner.core.admin_api import Step
+from tuner.core.buckets import band
 
-__all__ = ["Comparison", "MeasuredGoodput", "Pair", "confidence_sequence", "long_run_variance",
-           "paired_interval", "pairs_in"]
+__all__ = ["DuelPower", "MeasuredGoodput", "Pair", "PairedComparison", "confidence_sequence",
+           "long_run_variance", "paired_interval", "pairs_in", "smallest_gain"]
 
 
 MIN_RUN_STEPS = 4     # a run with fewer steady steps is too short to pair (a 3-step rotation run)
@@ -67,21 +68,6 @@ RHO = 10.0            # eq. CS is tightest near this many pairs
 KEEP_PAIRS = 400      # per (bucket, k, k'): older pairs fall out
 TAIL_STEPS = 1024     # ring steps kept to pair a run whose reference is still coming
 CYCLE_IDLE = 3.0      # a cycle this many times its neighbours' median had the engine idle
-
-
-def band(batch_size: int) -> int:
-    """The batch-size band a comparison speaks for (named by its largest B): the plugin's step
-    buckets above 16 (8 wide), and below them 1, 2, 3-4, 5-8, 9-16: at small B requests come
-    and go every few steps, and exact buckets would rarely keep a run with its reference."""
-    if batch_size > 16:
-        return step_bucket(batch_size)
-    return 1 if batch_size <= 1 else 1 << (batch_size - 1).bit_length()
-
-
-def band_rows(top: int, max_b: int) -> npt.NDArray[np.int64]:
-    """Batch sizes (1-based) of the band named ``top``, cut at max_num_seqs."""
-    low = top - 7 if top > 16 else top // 2 + 1
-    return np.arange(min(max(low, 1), max_b), min(top, max_b) + 1)
 
 
 FloatArray = npt.NDArray[np.float64]
@@ -97,6 +83,12 @@ def confidence_sequence(mean: float, sd: float, n: int, alpha: float) -> tuple[f
     (two-sided)."""
     half = max(sd, MIN_PAIR_SD) * _half_width(n, alpha)
     return mean - half, mean + half
+
+
+def smallest_gain(sd: float, n: int, alpha: float) -> float:
+    """The gain whose eq. CS interval just clears 1 at n pairs of long-run sd ``sd``: what a
+    comparison finds in half its runs by then (a smaller true gain mostly ends as a tie)."""
+    return math.exp(max(sd, MIN_PAIR_SD) * _half_width(n, alpha)) - 1.0
 
 
 def _chi2_quantile(df: float, q: float) -> float:
@@ -134,7 +126,20 @@ def paired_interval(x: FloatArray, alpha: float,
 
 
 @dataclass(frozen=True, slots=True)
-class Comparison:
+class DuelPower:
+    """What a running comparison can still find: the pairs' long-run sd so far, and the smallest
+    gain it would find by ``max_pairs`` pairs (smallest_gain)."""
+
+    bucket: int
+    k: int
+    ref: int
+    pairs: int
+    sd: float
+    smallest_gain: float
+
+
+@dataclass(frozen=True, slots=True)
+class PairedComparison:
     """k over k' at one bucket: the ratio of realized goodput and its interval (eq. CS)."""
 
     bucket: int
@@ -346,7 +351,23 @@ class MeasuredGoodput:
             return None
         return cell[2] / cell[1], cell[0], cell[3] / cell[0]
 
-    def compare(self, bucket: int, k: int, ref: int, alpha: float) -> Comparison | None:
+    def power(self, alpha: float, max_pairs: int) -> list[DuelPower]:
+        """Per compared (bucket, k, ref) with enough pairs for eq. LRV: its smallest gain at
+        ``max_pairs`` pairs (at least the pairs it has)."""
+        out = []
+        for bucket, k, ref in sorted({(b, min(k, r), max(k, r)) for b, k, r in self.pairs}):
+            ordered = sorted([(o, v) for v, _, o in self.pairs.get((bucket, k, ref), ())]
+                             + [(o, -v) for v, _, o in self.pairs.get((bucket, ref, k), ())])
+            if len(ordered) < MIN_PAIRS:
+                continue
+            x = np.asarray([v for _, v in ordered])
+            sd = math.sqrt(float(long_run_variance(x)) * self.variance_factor)
+            if math.isfinite(sd):
+                out.append(DuelPower(bucket, k, ref, len(x), sd,
+                                     smallest_gain(sd, max(max_pairs, len(x)), alpha)))
+        return out
+
+    def compare(self, bucket: int, k: int, ref: int, alpha: float) -> PairedComparison | None:
         """Goodput of k over ref at ``bucket`` from every pair of the two (either way round), in
         the order their runs ran."""
         ordered = sorted([(o, v, n) for v, n, o in self.pairs.get((bucket, k, ref), ())]
@@ -355,5 +376,5 @@ class MeasuredGoodput:
             return None
         x = np.asarray([v for _, v, _ in ordered])
         mean, low, high = (float(a) for a in paired_interval(x, alpha, self.variance_factor))
-        return Comparison(bucket, k, ref, math.exp(mean), math.exp(low), math.exp(high),
+        return PairedComparison(bucket, k, ref, math.exp(mean), math.exp(low), math.exp(high),
                           len(x), sum(n for *_, n in ordered))

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from sidecar.measured import MeasuredGoodput, band_rows
+from sidecar.measured import MeasuredGoodput
+from tuner.core.buckets import band_rows
 from tuner.core.goodput import goodput
 
 __all__ = ["MIN_ERROR_STEPS", "LiveError", "live_errors"]
@@ -48,7 +49,7 @@ def live_errors(goodput_by_ring: MeasuredGoodput, table_ks: Sequence[int], T_ms:
     G = goodput(T_ms[:max_b], a)  # tokens per ms, row b-1
     out = {}
     for bucket in sorted({b for b, _ in goodput_by_ring.cells}):
-        rows = band_rows(bucket, max_b)
+        rows = np.asarray(band_rows(bucket, max_b), dtype=np.int64)
         if not rows.size:
             continue
         k = int(np.bincount(ks[rows - 1]).argmax())

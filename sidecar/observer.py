@@ -107,7 +107,7 @@ class Observer:
         restart = None
         if prev is None:
             stale = scrape_delta.stale(snap, self.max_age_s)
-            comparison = scrape_delta.Comparison(*(("incomplete", stale) if stale is not None
+            comparison = scrape_delta.ScrapeContinuity(*(("incomplete", stale) if stale is not None
                                                    else ("rebaseline", "the first scrape")))
         else:
             comparison = scrape_delta.compare(prev, snap, self.max_age_s)
@@ -115,7 +115,7 @@ class Observer:
             restart = comparison.reason
             stale = scrape_delta.stale(snap, self.max_age_s)
             if stale is not None:  # the plugin's values are the old run's: no baseline
-                self.prev, comparison = None, scrape_delta.Comparison("incomplete", stale)
+                self.prev, comparison = None, scrape_delta.ScrapeContinuity("incomplete", stale)
         if comparison.kind == "incomplete":
             self.failed("incomplete", "vLLM /metrics incomplete; skipping this interval until "
                         "a complete scrape covers it", comparison.reason)

@@ -9,15 +9,16 @@ from sidecar.belief import Belief
 from sidecar.decision import BIAS_NOTE
 from sidecar.estimator import estimate
 from sidecar.rebuild import projected
-from sidecar.state import (ConditionDetail, Estimator, ForeignHold, GuardrailState, HeldOut,
-                           LiveCell, ModelError, PredictedGoodput, Process, RecentDecision,
-                           SidecarState, StepTimes)
+from sidecar.settings import SidecarSettings
+from sidecar.state import (ConditionDetail, DuelPower, Estimator, ForeignHold, GuardrailState,
+                           HeldOut, LiveCell, ModelError, PredictedGoodput, Process,
+                           RecentDecision, SidecarState, StepTimes)
 from tuner.core.goodput import goodput as model_goodput
 
 if TYPE_CHECKING:
     from sidecar.controller import Controller
 
-__all__ = ["predicted_goodput", "sidecar_state"]
+__all__ = ["duel_power", "predicted_goodput", "sidecar_state"]
 
 
 def predicted_goodput(belief: Belief, allowed_k: set[int] | None) -> list[PredictedGoodput]:
@@ -36,6 +37,14 @@ def _step_times(belief: Belief) -> StepTimes:
     return StepTimes(prior_steps=belief.w_T, live=[
         LiveCell(batch_size=b, k=k, steps=n, live_ms=live.live_ms((b, k)))
         for (b, k), n in sorted(live.steps.items())])
+
+
+def duel_power(belief: Belief, s: SidecarSettings) -> list[DuelPower]:
+    """Each comparison's reach at the rebuild's level for one challenger (Bonferroni over more
+    challengers only raises the figure)."""
+    return [DuelPower(batch_size=p.bucket, k=p.k, ref=p.ref, pairs=p.pairs, max_pairs=s.max_pairs,
+                      sd=round(p.sd, 6), smallest_gain=round(p.smallest_gain, 6))
+            for p in belief.goodput.power(1.0 - s.confidence, s.max_pairs)]
 
 
 def sidecar_state(c: Controller, now: float) -> SidecarState:
@@ -71,6 +80,7 @@ def sidecar_state(c: Controller, now: float) -> SidecarState:
         model_error=[ModelError(batch_size=m.bucket, k=m.k, predicted_tokens_per_s=m.predicted,
                                 realized_tokens_per_s=m.realized, error=m.error, steps=m.steps)
                      for m in c.live_error.values()],
+        duel_power=duel_power(belief, c.settings),
         guardrail=GuardrailState(
             judging=guard.trial is not None,
             held_out=[HeldOut(table=[list(r) for r in ranges], until=until)

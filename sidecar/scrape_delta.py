@@ -18,7 +18,7 @@ from typing import Literal
 from tuner.core.errors import ScrapeError
 from tuner.core.scrape import Snapshot
 
-__all__ = ["Comparison", "SnapshotDelta", "compare", "delta", "is_reset", "stale"]
+__all__ = ["ScrapeContinuity", "SnapshotDelta", "compare", "delta", "is_reset", "stale"]
 
 # counters whose label sets grow during one engine run (a k or cell first used counts from 0)
 _OPEN_FAMILIES = ("engine_steps[", "request_steps[", "step_seconds[", "steps_timed[")
@@ -45,7 +45,7 @@ class SnapshotDelta:
 
 
 @dataclass(slots=True, frozen=True)
-class Comparison:
+class ScrapeContinuity:
     """What two scrapes are to each other, and why.
 
     ok          same engine run, same series: :func:`delta` gives this interval's counts
@@ -112,30 +112,30 @@ def _restart(prev: Snapshot, cur: Snapshot, before: dict[str, float],
     return None
 
 
-def compare(prev: Snapshot, cur: Snapshot, max_stats_age_s: float | None = None) -> Comparison:
-    """Whether ``cur`` continues ``prev`` (see :class:`Comparison`); restart is checked first.
+def compare(prev: Snapshot, cur: Snapshot, max_stats_age_s: float | None = None) -> ScrapeContinuity:
+    """Whether ``cur`` continues ``prev`` (see :class:`ScrapeContinuity`); restart is checked first.
 
     ``table_version``, ``num_requests_running`` and ``stats_age_s`` are gauges: not compared.
     """
     before, after = _monotone_pairs(prev), _monotone_pairs(cur)
     restart = _restart(prev, cur, before, after)
     if restart is not None:
-        return Comparison("restart", restart)
+        return ScrapeContinuity("restart", restart)
     missing = sorted(before.keys() - after.keys())
     if prev.engine_started_at is not None and cur.engine_started_at is None:
         missing.append("engine_started_at")
     if missing:
-        return Comparison("incomplete", f"series missing from this scrape: "
+        return ScrapeContinuity("incomplete", f"series missing from this scrape: "
                                         f"{', '.join(missing[:5])}")
     too_old = stale(cur, max_stats_age_s)
     if too_old is not None:
-        return Comparison("incomplete", too_old)
+        return ScrapeContinuity("incomplete", too_old)
     new = sorted(name for name in after.keys() - before.keys()
                  if not name.startswith(_OPEN_FAMILIES))
     if new or (prev.engine_started_at is None and cur.engine_started_at is not None):
-        return Comparison("rebaseline", f"new series in this scrape: "
+        return ScrapeContinuity("rebaseline", f"new series in this scrape: "
                                         f"{', '.join(new[:5]) or 'engine_started_at'}")
-    return Comparison("ok", "same engine run")
+    return ScrapeContinuity("ok", "same engine run")
 
 
 def is_reset(prev: Snapshot, cur: Snapshot) -> bool:

@@ -107,6 +107,20 @@ class ModelError(_Part):
     steps: float
 
 
+class DuelPower(_Part):
+    """A paired comparison at one bucket (sidecar/measured.py): the pairs so far, their long-run
+    sd (log scale), and the smallest gain it finds by max_pairs pairs, in half its runs: a
+    smaller true gain mostly ends as a tie."""
+
+    batch_size: int          # the bucket (its largest B)
+    k: int
+    ref: int
+    pairs: int
+    max_pairs: int
+    sd: float
+    smallest_gain: float
+
+
 class PredictedGoodput(_Part):
     """G(B, k) = B·τ(k)/T̂(B, k) at the last interval's mean batch size B (eq. G)."""
 
@@ -158,6 +172,7 @@ class SidecarState(BaseModel):
     drift: list[DriftCell] = []
     step_times: StepTimes = StepTimes()
     model_error: list[ModelError] = []  # per served bucket, at the last rebuild
+    duel_power: list[DuelPower] = []    # per compared (bucket, k, ref) with enough pairs
     guardrail: GuardrailState = GuardrailState()
     traffic_changes: int = 0
     recent_decisions: list[RecentDecision] = []

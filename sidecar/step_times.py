@@ -3,7 +3,7 @@
 The plugin times every steady engine step per (B bucket, k) under real traffic, prefill of the
 requests that replace finished ones included: ``tabletune_step_seconds_total`` /
 ``tabletune_steps_timed_total``, buckets exact for B <= 16, then the next multiple of 8
-(tuner/core/admin_api.step_bucket). The profile timed pure decode steps, which can miss what serving
+(tuner/core/buckets.step_bucket). The profile timed pure decode steps, which can miss what serving
 brings (a CUDA-graph limit crossed by prefill tokens, a runner whose serving steps are slower).
 So step times are estimated like acceptance (sidecar/estimator.py), per cell:
 
@@ -51,9 +51,10 @@ import numpy.typing as npt
 
 from sidecar.decision import DriftCell
 from tuner.core.admin_api import BucketK
+from tuner.core.buckets import step_bucket_rows
 from tuner.core.monotone import nondecreasing
 
-__all__ = ["Blend", "LiveStepTimes", "MIN_STEPS", "drifting", "rows_of"]
+__all__ = ["Blend", "LiveStepTimes", "MIN_STEPS", "drifting"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -61,10 +62,9 @@ FloatArray = npt.NDArray[np.float64]
 MIN_STEPS = 5.0
 
 
-def rows_of(bucket: int, max_b: int) -> npt.NDArray[np.int64]:
-    """Batch sizes (1-based) a bucket holds, cut at max_num_seqs."""
-    low = bucket if bucket <= 16 else max(bucket - 7, 17)
-    return np.arange(min(low, max_b), min(bucket, max_b) + 1)
+def _rows(bucket: int, max_b: int) -> npt.NDArray[np.int64]:
+    """The batch sizes (1-based) of a step bucket (tuner/core/buckets.py), as an index array."""
+    return np.asarray(step_bucket_rows(bucket, max_b), dtype=np.int64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +117,7 @@ class LiveStepTimes:
         for (bucket, _), n in self.steps.items():
             if n >= min_steps and bucket >= 1:
                 ks[bucket] = ks.get(bucket, 0) + 1
-        spans = (rows_of(bucket, max_b) for bucket, count in sorted(ks.items()) if count >= 2)
+        spans = (_rows(bucket, max_b) for bucket, count in sorted(ks.items()) if count >= 2)
         return tuple((int(r[0]), int(r[-1])) for r in spans if r.size)
 
     def live_ms(self, cell: BucketK) -> float | None:
@@ -132,10 +132,10 @@ class LiveStepTimes:
         steps = np.zeros_like(T_prof)
         seen = np.zeros(max_b, dtype=bool)     # rows of a bucket with live steps at any k
         buckets = sorted({b for (b, k), n in self.steps.items()
-                          if n > 0 and 0 <= k < num_k and b >= 1 and rows_of(b, max_b).size})
+                          if n > 0 and 0 <= k < num_k and b >= 1 and _rows(b, max_b).size})
         centres, at = [], []   # each seen bucket's mean B, and one of its rows
         for bucket in buckets:
-            rows = rows_of(bucket, max_b)
+            rows = _rows(bucket, max_b)
             n = np.array([self.steps.get((bucket, k), 0.0) for k in range(num_k)])
             seconds = np.array([self.seconds.get((bucket, k), 0.0) for k in range(num_k)])
             # an unseen k (n = 0), or w_T = 0 with nothing seen beside it: no log, no departure
@@ -177,7 +177,7 @@ class LiveStepTimes:
         out = []
         max_b, num_k = T_prof.shape
         for (bucket, k), count in sorted(self.steps.items()):
-            rows = rows_of(bucket, max_b) if bucket >= 1 else np.arange(0)
+            rows = _rows(bucket, max_b) if bucket >= 1 else np.arange(0)
             if count < MIN_STEPS or not 0 <= k < num_k or not rows.size:
                 continue
             live_ms = 1000.0 * self.seconds[(bucket, k)] / count

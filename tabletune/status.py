@@ -121,6 +121,14 @@ def render(state: SidecarState, url: str, tty: bool, now: float | None = None) -
     lines += _table(rows, tty) if state.model_error else [
         "not measured yet (the plugin's step ring, 32 steady steps of the table's k a bucket)"]
 
+    lines.append(_section("duels: the smallest gain each finds by max_pairs pairs (in half its "
+                          "runs; smaller ends as a tie)", tty))
+    rows = [["B up to", "k vs", "pairs", "sd", "smallest gain"]]
+    rows += [[p.batch_size, f"{p.k} vs {p.ref}", f"{p.pairs}/{p.max_pairs}", f"{p.sd:.3f}",
+              f"{p.smallest_gain:.1%}"] for p in state.duel_power]
+    lines += _table(rows, tty) if state.duel_power else [
+        "no comparison with enough pairs yet (24 paired runs a bucket and k)"]
+
     decisions = state.recent_decisions
     lines.append(_section(f"last decisions (traffic changes {state.traffic_changes}, "
                           f"rollbacks {state.guardrail.rollbacks})", tty))

@@ -31,7 +31,8 @@ FORBIDDEN = {"tuner": {"benchmarks", "sidecar", "tabletune"},
 # The base (tuner/core/) imports no other package and nothing of the tuning application.
 CORE = "tuner.core"
 # What the plugin may import inside the vLLM engine: stdlib + pydantic modules of the base.
-ENGINE_SAFE = ["tuner.core.errors", "tuner.core.files", "tuner.core.table", "tuner.core.admin_api"]
+ENGINE_SAFE = ["tuner.core.errors", "tuner.core.files", "tuner.core.table", "tuner.core.admin_api",
+               "tuner.core.buckets"]
 NOT_IN_ENGINE = {"numpy", "aiohttp", "prometheus_client", "tenacity", "pydantic_settings"}
 
 

@@ -56,3 +56,13 @@ def test_status_shows_a_table_of_many_ranges_in_one_bounded_line() -> None:
         assert text.count(f"{shown}  … {4095 - RANGES_SHOWN} more") == 3  # engine, decision, held
     exact = state.model_copy(update={"engine_table": many[:RANGES_SHOWN]})
     assert "more" not in render(exact, "http://x:1", tty=False, now=5.0).splitlines()[3]
+
+
+def test_status_says_how_small_a_gain_each_duel_can_find() -> None:
+    state = SidecarState.model_validate({"duel_power": [
+        {"batch_size": 64, "k": 2, "ref": 3, "pairs": 30, "max_pairs": 40, "sd": 0.031,
+         "smallest_gain": 0.0274}]})
+    text = render(state, "http://x:1", tty=False, now=5.0)
+    assert "64\t2 vs 3\t30/40\t0.031\t2.7%" in text
+    empty = render(SidecarState.model_validate({}), "http://x:1", tty=False, now=5.0)
+    assert "no comparison with enough pairs yet" in empty

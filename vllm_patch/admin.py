@@ -88,9 +88,7 @@ def table_reply(engine: EngineState) -> dict[str, Any]:
 def graph_k(engine: EngineState) -> set[int]:
     """The k's this engine runs without a penalty: the startup table's on the V2 runner (full
     CUDA graphs are captured per k of that table), every k = 0..K otherwise."""
-    if engine.runner == "v2" or engine.restrict_k:
-        return set(engine.startup_k)
-    return set(range(engine.num_speculative_tokens + 1))
+    return set(engine.startup_k) if engine.runner == "v2" else set(engine.runnable_k)
 
 
 def stats_reply(engine: EngineState, since: int | None = None) -> dict[str, Any]:
@@ -146,7 +144,7 @@ def put_table(engine: EngineState, body: bytes) -> dict[str, Any]:
         # stored as vLLM's lookup uses it: at most max_num_seqs ranges, whatever was sent
         table, clipped = fit_to_engine(sent.parsed(), engine.max_num_seqs)
         check_for_engine(table, engine.num_speculative_tokens, engine.max_num_seqs,
-                         set(engine.startup_k) if engine.restrict_k else None)
+                         set(engine.runnable_k) if engine.restrict_k else None)
     except ValidationError as exc:
         raise _validation_error(exc) from None
     except (InvalidTable, ValueError) as exc:
@@ -194,8 +192,7 @@ def put_policy(engine: EngineState, body: bytes) -> dict[str, Any]:
 
 def check_duels(engine: EngineState, duels: tuple[Duel, ...]) -> None:
     """Each duel a range inside 1..max_num_seqs and k's this engine may run; 422 naming it."""
-    allowed = set(engine.startup_k) if engine.restrict_k else set(
-        range(engine.num_speculative_tokens + 1))
+    allowed = set(engine.runnable_k)
     for i, (lo, hi, ks) in enumerate(duels):
         if not 1 <= lo <= hi <= engine.max_num_seqs:
             raise HttpError(422, f"duels[{i}]: range {lo}..{hi} must lie in 1..max_num_seqs="

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from tuner.core.admin_api import step_bucket
+from tuner.core.buckets import step_bucket
 
 
 @dataclass(slots=True)

@@ -28,13 +28,6 @@ from vllm_patch.state import EngineState, Policy
 log = logging.getLogger("vllm.tabletune")
 
 
-def allowed_k(engine: EngineState) -> tuple[int, ...]:
-    """The k's this engine may run: the startup table's under restrict_k, else 0..K."""
-    if engine.restrict_k:
-        return tuple(sorted(engine.startup_k))
-    return tuple(range(engine.num_speculative_tokens + 1))
-
-
 def explore_k(policy: Policy, step: int, allowed: tuple[int, ...]) -> int | None:
     """The k that step `step` explores, or None outside the runs. Pure."""
     every = policy.explore_every
@@ -43,7 +36,7 @@ def explore_k(policy: Policy, step: int, allowed: tuple[int, ...]) -> int | None
     return allowed[(step // every) % len(allowed)]
 
 
-def choose_k(dense: tuple[int, ...], batch_size: int, current_k: int | None, step: int,
+def step_k(dense: tuple[int, ...], batch_size: int, current_k: int | None, step: int,
              policy: Policy, allowed: tuple[int, ...] = ()) -> tuple[int, bool]:
     """(K for this step, whether it is an exploration step). Pure."""
     k = dense[batch_size]
@@ -67,7 +60,7 @@ class PolicyLookup(list[int]):
         super().__init__(engine.table.dense)
         self._engine = engine
         self._on_error = on_error
-        self._allowed = allowed_k(engine)  # fixed at startup: K, restrict_k and startup_k are
+        self._allowed = engine.runnable_k  # fixed at startup: K, restrict_k and startup_k are
         self._duel = DuelClock()
         self._duel_policy: Policy | None = None  # the policy the duel clock runs for
 
@@ -75,7 +68,7 @@ class PolicyLookup(list[int]):
         if policy is not self._duel_policy:  # a new policy (rebound, never mutated): new runs
             self._duel.reset()
             self._duel_policy = policy
-        table_k, _ = choose_k(dense, batch_size, self._engine.current_k, self._engine.steps,
+        table_k, _ = step_k(dense, batch_size, self._engine.current_k, self._engine.steps,
                               Policy(hysteresis=policy.hysteresis))
         allowed = set(self._allowed)
         k = self._duel.choose(policy.duels, batch_size, table_k, self._engine.steps,
@@ -109,13 +102,13 @@ class PolicyLookup(list[int]):
             elif policy.duels:
                 k, explored = self._duel_k(state.dense, int(i), policy)
             else:
-                k, explored = choose_k(state.dense, int(i), engine.current_k, engine.steps,
+                k, explored = step_k(state.dense, int(i), engine.current_k, engine.steps,
                                        engine.policy, self._allowed)
                 if explored and not self._duel.charge(engine.steps, policy.duel_share,
                                                       policy.duel_horizon):
                     # the rotation shares the duels' budget: over the horizon, all exploration
                     # together stays within duel_share
-                    k, explored = choose_k(state.dense, int(i), engine.current_k, engine.steps,
+                    k, explored = step_k(state.dense, int(i), engine.current_k, engine.steps,
                                            Policy(hysteresis=policy.hysteresis))
             engine.steps += 1
             if state.version != engine.applied_version:  # first step on a swapped table

@@ -15,7 +15,8 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.core.admin_api import Duel, Step, step_bucket
+from tuner.core.admin_api import Duel, Step
+from tuner.core.buckets import step_bucket
 from tuner.core.table import Table
 
 
@@ -227,3 +228,11 @@ class EngineState:
     max_num_batched_tokens: int | None = None
     bandit: Any = None  # vllm_patch.bandit.Bandit while the nightjar baseline is on
     runner: str | None = None  # "v1" or "v2" (vLLM's model runner), None when unknown
+
+    @property
+    def runnable_k(self) -> tuple[int, ...]:
+        """The k's this engine may run: the startup table's under restrict_k, else 0..K (the
+        one place of the rule: the policy, the table check and the duels read it)."""
+        if self.restrict_k:
+            return tuple(sorted(self.startup_k))
+        return tuple(range(self.num_speculative_tokens + 1))

@@ -24,7 +24,7 @@ def run(windows: AcceptanceWindows, scrapes: list[tuple[np.ndarray, np.ndarray, 
     """Scrape numbers at which the test found a change (restarting after each, as the controller)."""
     found = []
     for i, (acc, dra, pro) in enumerate(scrapes):
-        windows.push(acc, pro, acc, dra)
+        windows.add(acc, pro, acc, dra)
         if windows.test(z=6.0, min_delta=0.1) is not None:
             found.append(i)
             windows.restart()

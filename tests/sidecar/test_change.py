@@ -110,7 +110,7 @@ def replay(series: list[Scrape], dt: float) -> tuple[list[int], list[int]]:
     scrapes with a change, and with one taken back."""
     window, found, back = StepTimeWindow(dt), [], []
     for i, cells in enumerate(series):
-        window.push(cells)
+        window.add(cells)
         changes = window.step_time_changes()
         if any(c.reverted for c in changes):
             back.append(i)
@@ -257,7 +257,7 @@ def test_one_burst_scrape_is_not_a_change_and_the_change_says_what_it_saw() -> N
     window = StepTimeWindow(dt)
     changes: list[StepTimeChange] = []
     for cells in scrapes(rng, np.r_[np.ones(120), np.full(60, 2.0)], dt, SLOW_CELL):
-        window.push(cells)
+        window.add(cells)
         if found := window.step_time_changes():
             changes += found
             kept = window.newer_step_time()[(8, 3)]  # what the controller keeps for the cell

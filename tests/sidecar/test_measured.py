@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from sidecar.measured import (MIN_PAIRS, MeasuredGoodput, confidence_sequence, paired_interval,
-                               pairs_in)
+                              pairs_in, smallest_gain)
 from tuner.core.admin_api import Step
 
 
@@ -239,3 +239,23 @@ def test_pairs_alike_neighbour_to_neighbour_do_not_inflate_the_error_rate() -> N
     for x in (alike, wander):
         assert false_decisions(x, alpha) <= 0.05
         assert false_decisions(x, alpha, plain=True) > 0.2
+
+
+def test_each_comparison_says_the_smallest_gain_it_finds_by_max_pairs() -> None:
+    """The power a duel has left: a gain whose interval just clears 1 at max_pairs pairs; it
+    shrinks with more pairs and grows with the pairs' spread."""
+    pattern = [(3, 40)]
+    for _ in range(14):
+        pattern += [(1, 16), (3, 40), (1, 40), (3, 16), (1, 40), (3, 40)]
+    m = MeasuredGoodput()
+    found = m.ingest(ring({3: 1000, 1: 1030}, pattern))
+    [power] = m.power(0.1, 40)
+    assert (power.bucket, power.k, power.ref, power.pairs) == (120, 1, 3, len(found))
+    x = np.asarray([p.log_ratio if p.k == 1 else -p.log_ratio for p in found])
+    _, low, high = paired_interval(x, 0.1)  # at n pairs the interval is 2 · sd · half-width
+    at_n = smallest_gain(power.sd, power.pairs, 0.1)
+    assert math.log1p(at_n) == pytest.approx((high - low) / 2, rel=1e-6)
+    assert power.smallest_gain == smallest_gain(power.sd, max(40, power.pairs), 0.1) <= at_n
+    assert smallest_gain(0.03, 40, 0.1) < smallest_gain(0.03, 20, 0.1)
+    assert smallest_gain(0.06, 40, 0.1) > smallest_gain(0.03, 40, 0.1)
+    assert MeasuredGoodput().power(0.1, 40) == []  # no pairs: nothing to say

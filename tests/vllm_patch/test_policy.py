@@ -9,9 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vllm_patch.hooks import count_step
-from vllm_patch.policy import PolicyLookup, allowed_k, choose_k
+from vllm_patch.policy import PolicyLookup, step_k
 from vllm_patch.settings import from_env
-from vllm_patch.state import RECENT_STEPS, Counters, Policy, step_bucket
+from tuner.core.buckets import step_bucket
+from vllm_patch.state import RECENT_STEPS, Counters, Policy
 
 DENSE = (3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0)  # [[1,4,3],[5,10,1],[11,16,0]]
 
@@ -20,13 +21,13 @@ ALL_K = (0, 1, 2, 3)
 
 
 def test_table_k_without_policy() -> None:
-    assert choose_k(DENSE, 4, None, 0, Policy(), ALL_K) == (3, False)
-    assert choose_k(DENSE, 5, 3, 0, Policy(), ALL_K) == (1, False)
+    assert step_k(DENSE, 4, None, 0, Policy(), ALL_K) == (3, False)
+    assert step_k(DENSE, 5, 3, 0, Policy(), ALL_K) == (1, False)
 
 
 def test_exploration_runs_take_the_other_ks_in_turn() -> None:
     p = Policy(explore_every=5, explore_run=2)
-    ks = [choose_k(DENSE, 7, 1, step, p, ALL_K) for step in range(40)]  # the table says 1 at B=7
+    ks = [step_k(DENSE, 7, 1, step, p, ALL_K) for step in range(40)]  # the table says 1 at B=7
     explored = {step: k for step, (k, is_explored) in enumerate(ks) if is_explored}
     # the last 2 steps of each cycle of 5; cycle c explores ALL_K[c % 4], and runs the table
     # when that is the table's k (cycles 1 and 5 here)
@@ -38,10 +39,10 @@ def test_exploration_runs_take_the_other_ks_in_turn() -> None:
 def test_a_run_keeps_its_k_while_the_batch_size_moves() -> None:
     p = Policy(explore_every=10, explore_run=4)
     # cycle 2 explores k=2; B moves across the table's edges during the run (k 3 -> 1 -> 0)
-    run = [choose_k(DENSE, b, 3, step, p, ALL_K) for step, b in zip(range(26, 30), (4, 5, 11, 12))]
+    run = [step_k(DENSE, b, 3, step, p, ALL_K) for step, b in zip(range(26, 30), (4, 5, 11, 12))]
     assert [k for k, _ in run] == [2, 2, 2, 2]
-    assert choose_k(DENSE, 7, 1, 9, Policy(), ALL_K) == (1, False)  # explore_every=0: off
-    assert choose_k(DENSE, 7, 1, 9, p, (1,)) == (1, False)          # no other k allowed
+    assert step_k(DENSE, 7, 1, 9, Policy(), ALL_K) == (1, False)  # explore_every=0: off
+    assert step_k(DENSE, 7, 1, 9, p, (1,)) == (1, False)          # no other k allowed
 
 
 @given(st.lists(st.integers(0, 3), min_size=2, max_size=40), st.integers(1, 12), st.integers(1, 11),
@@ -51,7 +52,7 @@ def test_exploration_share_and_ks(ks: list[int], every: int, run: int, sizes: li
     if not run:
         return
     dense, p = (ks[0], *ks), Policy(explore_every=every, explore_run=run)
-    picks = [choose_k(dense, min(b, len(ks)), None, step, p, ALL_K) for step, b in enumerate(sizes)]
+    picks = [step_k(dense, min(b, len(ks)), None, step, p, ALL_K) for step, b in enumerate(sizes)]
     for step, (b, (k, explored)) in enumerate(zip(sizes, picks)):
         if explored:
             assert k != dense[min(b, len(ks))] and step % every >= every - run
@@ -73,7 +74,7 @@ def test_exploration_steps_are_counted_and_never_the_hysteresis_memory() -> None
     assert ks == [1, 1, 0, 0, 1, 1, 1, 1]  # cycle 1 would explore k=1: the table's own
     assert engine.counters.explore_steps == 2
     engine.restrict_k = True  # allowed: the startup table's {1, 3}
-    assert allowed_k(engine) == (1, 3)
+    assert engine.runnable_k == (1, 3)
 
 
 @given(st.lists(st.integers(0, 3), min_size=2, max_size=40), st.integers(0, 5),
@@ -82,7 +83,7 @@ def test_policy_k_is_always_a_k_of_the_table_or_the_current(ks: list[int], h: in
                                                             data: st.DataObject) -> None:
     dense = (ks[0], *ks)
     b = data.draw(st.integers(1, len(ks)))
-    k, explored = choose_k(dense, b, cur, 1, Policy(hysteresis=h), ALL_K)
+    k, explored = step_k(dense, b, cur, 1, Policy(hysteresis=h), ALL_K)
     assert not explored and k in (dense[b], cur)
     if k != dense[b]:
         assert cur in dense[max(1, b - h):b + h + 1]

@@ -33,7 +33,7 @@ from tuner.core.table import Table
 
 __all__ = ["NO_STEPS", "BucketK", "Duel", "EmulationBody", "EmulationReply", "ErrorReply", "PolicyBody",
            "PolicyReply", "StatsReply", "Step", "TableBody", "TableReply", "check_exploration",
-           "check_rates", "step_bucket"]
+           "check_rates"]
 
 
 # GET /v1/stats?since=NO_STEPS: past any step's seq (the plugin takes up to 18 digits), so the
@@ -42,14 +42,8 @@ __all__ = ["NO_STEPS", "BucketK", "Duel", "EmulationBody", "EmulationReply", "Er
 NO_STEPS = 10**18 - 1
 
 
-BucketK = tuple[int, int]  # (step_bucket(B), k): the key of the plugin's step counters
+BucketK = tuple[int, int]  # (buckets.step_bucket(B), k): the key of the plugin's step counters
 Duel = tuple[int, int, tuple[int, ...]]  # (start_bs, end_bs, challenger k's): PolicyBody.duels
-
-
-def step_bucket(batch_size: int) -> int:
-    """The batch-size bucket of the plugin's step counters: exact up to 16, then the next
-    multiple of 8 (a bounded label count). The plugin counts by it, the sidecar reads by it."""
-    return batch_size if batch_size <= 16 else -(-batch_size // 8) * 8
 
 
 class _Body(BaseModel):
