@@ -22,8 +22,9 @@
 #                vLLM starts in the order AB_ORDER (off,on; run a second GPU with on,off)
 #   noharm       do no harm (python -m benchmarks.noharm): the profile's table (32b-ngram: the goodput
 #                baseline's, rebuilt by `tabletune table`) alone vs with the sidecar at its defaults,
-#                driven by vLLM's own client: bursts at NOHARM_C (8,192) and a bursty Poisson at
-#                NOHARM_RATE (8/s), 512/192-token requests +-50%; blocks until NOHARM_S, resumed next call
+#                driven by vLLM's own client: NOHARM_SHAPES (burst,poisson): bursts at NOHARM_C (8,192),
+#                a bursty Poisson at NOHARM_RATE (8/s), 512/192-token requests +-50%; blocks until
+#                NOHARM_S, resumed next call
 #                (RUN_S 20, WAVES 3, WARMUP 1, BLOCKS 6: its --run-s, --waves, --warmup-rounds, --blocks)
 #   field        the field bench (python -m benchmarks.field): FIELD_POLICIES (fixed-k*,documented,tuned)
 #                on this session's tune (else the committed profile, table rebuilt), vLLM's own client:
@@ -170,7 +171,7 @@ case $stage in
   python3 -m tabletune.cli table "$NP" --save "$P" >/dev/null || STATUS=1
   keep "$P"
   timeout $(( ${NOHARM_S:-540} + 25 )) python3 -m benchmarks.noharm --profile "$P" --model "$MODEL" \
-     --shapes burst,poisson --concurrency "${NOHARM_C:-8,192}" --rates "${NOHARM_RATE:-8}" \
+     --shapes "${NOHARM_SHAPES:-burst,poisson}" --concurrency "${NOHARM_C:-8,192}" --rates "${NOHARM_RATE:-8}" \
      --input-len 512 --output-len 192 --range-ratio 0.5 --run-s "${RUN_S:-20}" --waves "${WAVES:-3}" \
      --idle-s 5 --warmup-rounds "${WARMUP:-1}" --blocks "${BLOCKS:-6}" --budget-s "${NOHARM_S:-540}" \
      --resume --emulate "$EMULATE" --emulate-with $BY --out $R/noharm ${DRAFTER:+--drafter $DRAFTER} \
