@@ -28,6 +28,10 @@ bucket with live steps:
   noise); but exploration must pay for itself, so a challenger whose upper bound loses to the
   incumbent (the model's, at ``model_error``, or the measurement's) is "keep": no duel runs on
   a k that cannot win.
+- a duel whose challenger the model finds better beyond its error, before any pairs exist, is
+  "urgent" (``Verdicts.urgent``): the sidecar lets the plugin spend ``urgent_share`` of the
+  steps on it until the pairs speak, so a wrong table is measured and left in about a minute,
+  not in the ten the usual share takes; the measurement still decides.
 
 Buckets the engine did not serve since the last push are not decided here: their k stays (an
 edge is never moved on evidence from elsewhere).
@@ -61,6 +65,7 @@ class Verdicts:
     ks: npt.NDArray[np.int64]                 # the dense table after the switches
     calls: list[Call]                          # every challenger at every served bucket
     duels: tuple[Duel, ...]
+    urgent: bool = False    # a dueled challenger the model is sure wins, not yet measured
 
     def switches(self) -> list[Call]:
         return [c for c in self.calls if c.status == "switch"]
@@ -124,6 +129,7 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
     ks = np.asarray(old_ks, dtype=np.int64).copy()
     calls: list[Call] = []
     duels = []
+    urgent = False
     ks_allowed = sorted(allowed) if allowed is not None else list(range(num_k))
     for bucket in sorted(b for b, n in served.items() if n >= min_served):
         rows = np.asarray(band_rows(bucket, max_b), dtype=np.int64)
@@ -184,5 +190,8 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
                                           else 0, -(c.measured or c.model).high))[:duel_width]
             if open_:
                 duels.append((int(rows[0]), int(rows[-1]), tuple(c.k for c in open_)))
+                # the model beyond its error, no pairs yet: the table is likely wrong here, and
+                # a duel at the usual share would take minutes to show it
+                urgent = urgent or (open_[0].measured is None and open_[0].model.low > 1.0 + tie)
         calls += here
-    return Verdicts(ks, calls, tuple(duels))
+    return Verdicts(ks, calls, tuple(duels), urgent)

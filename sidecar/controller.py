@@ -277,7 +277,7 @@ class Controller:
         if outcome == "pushed":
             self.belief.goodput.mark()  # served since this push: the buckets a next push may change
             choice = dataclasses.replace(choice, duels=())  # the new k's have no verdicts yet
-        await self.engine.set_duels(choice.duels)
+        await self.engine.set_duels(choice.duels, choice.urgent and not self.belief.settling())
         return self._decide(choice, old, outcome, reason, trigger)
 
     async def rollback(self, verdict: Verdict) -> Decision:

@@ -136,6 +136,7 @@ class Decision(_Record):
     changes: list[RangeChange] = []
     calls: list[Call] = []                         # at the buckets served since the last push
     duels: list[tuple[int, int, list[int]]] = []   # asked of the plugin after this rebuild
+    urgent: bool = False    # the model is sure a dueled challenger wins: run at urgent_share
     # did its bookkeeping (halve the live counts, cap the live steps at step_memory): every
     # rebuild but a measured one that pushed nothing (it only looked at new pairs)
     bookkeeping: bool = True

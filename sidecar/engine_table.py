@@ -59,6 +59,7 @@ class EngineTable:
         self.hold_until: float | None = None
         self.hold_version: int | None = None
         self.duels: tuple[Duel, ...] = ()  # asked of the plugin
+        self.urgent = False  # at urgent_share (sidecar/arbiter.py)
         self.duels_sent = False  # ever: then an empty list must be sent to end them
 
     @property
@@ -141,28 +142,30 @@ class EngineTable:
         s = self.settings
         # the budget always: the rotation is charged to it too, and the plugin may hold an
         # earlier sidecar's
+        share = max(s.explore_share, s.urgent_share) if self.urgent and self.duels else s.explore_share
         fields: dict[str, object] = {"explore_every": s.explore_every,
                                      "explore_run": s.explore_run, "hysteresis": s.hysteresis,
-                                     "duel_share": s.explore_share,
-                                     "duel_horizon": s.explore_horizon}
+                                     "duel_share": share, "duel_horizon": s.explore_horizon}
         if self.duels or self.duels_sent:
             fields |= {"duels": [[lo, hi, list(ks)] for lo, hi, ks in self.duels],
                        "duel_run": s.duel_run}
         return fields
 
-    async def set_duels(self, duels: tuple[Duel, ...]) -> None:
-        """Ask the plugin for these duels (nothing in dry-run, or when they are already set)."""
-        if duels == self.duels or self.settings.dry_run or not self.has_admin:
+    async def set_duels(self, duels: tuple[Duel, ...], urgent: bool = False) -> None:
+        """Ask the plugin for these duels, ``urgent`` ones at urgent_share (nothing in dry-run,
+        or when they are already set)."""
+        if (duels, urgent) == (self.duels, self.urgent) or self.settings.dry_run or not self.has_admin:
             return
-        self.duels, self.duels_sent = duels, True
+        self.duels, self.urgent, self.duels_sent = duels, urgent, True
         try:
             await self._call(self.client.put_policy(**self.policy_fields()), "setting the duels")
         except EngineUnavailable as exc:  # AdminRejected included: the next rebuild asks again
-            self.duels = ()
+            self.duels, self.urgent = (), False
             log.warning("duels not set; the plugin keeps its exploration",
                         extra={"error": str(exc)})
         else:
-            log.info("duels", extra={"duels": [[lo, hi, list(ks)] for lo, hi, ks in duels]})
+            log.info("duels", extra={"duels": [[lo, hi, list(ks)] for lo, hi, ks in duels],
+                                     "share": self.policy_fields()["duel_share"]})
 
     async def put_policy(self) -> bool:
         try:

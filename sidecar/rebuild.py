@@ -75,6 +75,7 @@ class Choice:
     changes: list[RangeChange]
     calls: tuple[Call, ...] = ()
     duels: tuple[Duel, ...] = ()
+    urgent: bool = False    # a duel the model is sure of (sidecar/arbiter.py): a larger share
 
     def described(self, old: Table | None, K: int) -> dict[str, Any]:
         """The decision line's fields that come from this choice (sidecar/decision.py)."""
@@ -83,7 +84,8 @@ class Choice:
                 "old_table": old.to_list() if old else None, "new_table": self.table.to_list(),
                 "gains": range_gains(self.G, old, self.table, K),
                 "changes": [c for c in self.changes if c.kept] or self.changes,
-                "calls": list(self.calls), "duels": [[lo, hi, list(ks)] for lo, hi, ks in self.duels]}
+                "calls": list(self.calls), "duels": [[lo, hi, list(ks)] for lo, hi, ks in self.duels],
+                "urgent": self.urgent}
 
 
 def projected(state: EstimatorState) -> tuple[FloatArray, FloatArray]:
@@ -113,8 +115,9 @@ def choose(blend: Blend, T_prof: FloatArray, state: EstimatorState, old: Table |
                                  pseudo=DRAW_PSEUDO)
     arb = inputs.arbiter
     if old is None:
-        duels = _verdicts(arb, confident.ks, confident.G_reps, inputs).duels if arb else ()
-        return Choice(confident.table, confident.table, confident.G, a_used, a_raw, [], (), duels)
+        v = _verdicts(arb, confident.ks, confident.G_reps, inputs) if arb else None
+        return Choice(confident.table, confident.table, confident.G, a_used, a_raw, [], (),
+                      v.duels if v else (), v.urgent if v else False)
     max_b = blend.T.shape[0]
     old_ks = old.dense(max_b, num_speculative_tokens)[1:]
     if arb is not None:
@@ -152,8 +155,9 @@ def choose(blend: Blend, T_prof: FloatArray, state: EstimatorState, old: Table |
     # the engine's table may reach past max_num_seqs or carry gaps: keep it as it is if equal
     if table == Table.from_dense(old_ks):
         table = old
-    duels = _verdicts(arb, ks, confident.G_reps, inputs).duels if arb else ()
-    return Choice(table, confident.table, confident.G, a_used, a_raw, changes, (), duels)
+    v = _verdicts(arb, ks, confident.G_reps, inputs) if arb else None
+    return Choice(table, confident.table, confident.G, a_used, a_raw, changes, (),
+                  v.duels if v else (), v.urgent if v else False)
 
 
 def _verdicts(arb: Arbiter, ks: npt.NDArray[np.int64], G_reps: FloatArray,
@@ -195,4 +199,4 @@ def _by_measure(blend: Blend, T_prof: FloatArray, old: Table, old_ks: list[int],
     if table == Table.from_dense(old_ks):
         table = old
     return Choice(table, proposed, G, a_used, a_raw, changes, tuple(verdicts.calls),
-                  verdicts.duels)
+                  verdicts.duels, verdicts.urgent)

@@ -50,6 +50,7 @@ class SidecarSettings(BaseSettings):
     explore_horizon: int = Field(10000, ge=100, description="the window, in engine steps, over which explore_share holds (duel runs spread at least run / (4·explore_share) steps apart, then nothing until the window frees)")
     duel_width: int = Field(1, ge=1, description="challengers dueled at once per bucket, the most promising (highest upper bound) first: one at a time spends the exploration budget where it can settle")
     pair_variance_factor: float = Field(1.0, ge=1.0, le=20.0, description="widen the duels' confidence sequence beyond the long-run variance it estimates from the pairs themselves (sidecar/measured.py, eq. LRV): a factor on that variance (1: as estimated; `python -m benchmarks.pair_dependence LOG` reads how alike this sidecar's `pair` events are)")
+    urgent_share: float = Field(0.25, ge=0, le=0.5, description="the exploration share while the model is sure, beyond its error, that a dueled challenger beats the table and no pairs exist yet: a wrong table is measured in about a minute instead of ten (0: never more than explore_share); the measurement still decides")
     max_pairs: int = Field(40, ge=5, description="paired runs after which an unresolved challenger is called indistinguishable and its duel ends")
     min_served: int = Field(32, ge=1, description="steps a bucket must serve since the last push before its k is decided there")
     tie: float = Field(0.005, ge=0, description="keep the previous B's k unless another is this much better")
@@ -150,6 +151,7 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         ("explore_horizon", "over any this many steps"),
         ("duel_run", "steps of one comparison run"),
         ("duel_width", "challengers compared at once per bucket"),
+        ("urgent_share", "the share while the model is sure the table is wrong"),
         ("pair_variance_factor", "widen comparisons beyond their estimate"),
         ("max_pairs", "pairs after which two k's are called equal"))),
     ("changes of traffic", (

@@ -30,10 +30,11 @@ def options(**extra: Any) -> dict[str, Any]:
                 explore_share=0.25, explore_horizon=1000, min_served=32, **extra)
 
 
-async def serve(c: Any, fake: FakeEngine, clock: Clock, seconds: int) -> list[Any]:
+async def serve(c: Any, fake: FakeEngine, clock: Clock, seconds: int,
+                rates: dict[int, float] = RATES) -> list[Any]:
     decisions = []
     for _ in range(seconds):
-        fake.serve(60, B, RATES, {k: STEP_MS[B][k] for k in range(4)}, a=A)
+        fake.serve(60, B, rates, {k: STEP_MS[B][k] for k in range(4)}, a=A)
         clock.now += 1
         d = await c.tick()
         if d is not None:
@@ -114,3 +115,24 @@ async def test_after_a_change_of_acceptance_an_unserved_range_keeps_its_k(tmp_pa
         # no served bucket either: only a conclusive measurement could
         assert all(call.decided_by == "measured" for call in c.choose(engine).calls
                    if call.status == "switch")
+
+
+async def test_a_table_the_model_is_sure_is_wrong_is_measured_at_the_urgent_share(
+        tmp_path: Path) -> None:
+    """Issue 34.6: k=0 where the model finds k=3 ~85% better: the duel runs at urgent_share until
+    its pairs speak, the measurement switches, and the share goes back to explore_share."""
+    clock = Clock()
+    fake = FakeEngine(table=[[1, 16, 0]])
+    opts = options(urgent_share=0.4) | {"explore_share": 0.05, "explore_every": 0}
+    rates = RATES | {0: 1500.0}  # k=0 delivers what the model predicts: its live error is small
+    async with controller_for(fake, tmp_path, clock=clock, **opts) as (c, fake):
+        assert await c.tick() is None
+        decisions = await serve(c, fake, clock, 90, rates)
+        shares = [(p.get("duel_share"), p.get("duels")) for p in fake.policy_puts if "duels" in p]
+        assert shares[0][0] == 0.4 and shares[0][1][0][:2] == [9, 16], shares
+        pushed = [d for d in decisions if d.outcome == "pushed"]
+        assert pushed and pushed[0].changes[0].decided_by == "measured", [
+            (d.trigger, d.outcome, d.new_table) for d in decisions]
+        assert Table.from_list(fake.table).k_at(B, 3) != 0
+        assert any(d.urgent for d in decisions[:3])
+        assert fake.policy.get("duel_share") == 0.05  # once measured: the usual share again
