@@ -64,6 +64,11 @@ def resolve_model(name: str, given: str | Path | None, what: str = "--model") ->
     model when the profile names it, else ``name`` itself when it is a folder here (older
     profiles stored paths) or a Hugging Face id vLLM can fetch."""
     if given:
+        text = str(given)
+        if not Path(given).is_dir() and (Path(given).is_absolute() or text.startswith(".")
+                                         or text.count("/") > 1):
+            raise InvalidInput(f"{what}={str(given)!r}: no such folder here, and not a Hugging "
+                               "Face id (owner/name); pass the folder of the model")
         return Path(given)
     paths = default_model()
     for path in (paths.target, paths.drafter):
