@@ -49,6 +49,7 @@ from benchmarks.window import measure, swap
 from benchmarks.workload import requests as request_pool
 from tuner import flags
 from tuner.core.engine_client import EngineClient
+from tuner.core.errors import InvalidInput
 from tuner.engine_defaults import resolve_model, vocab_size
 from tuner.launcher import free_port, launch
 from tuner.load import Request, StationaryLoad
@@ -248,7 +249,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         bad = wrong(base, int(k_scaled), factor)
     bad_path = out / "profile-wrong.json"
     bad.save(bad_path)
-    start = Table.from_list(bad.table or [])
+    # --start-table: a table wrong where the profile is right (the model can be sure of it)
+    start = (flags.table(args.start_table, "--start-table") if args.start_table
+             else Table.from_list(bad.table or []))
     model = resolve_model(base.engine.model, args.model)
     extra = tuple(args.engine_arg or ())
     long = repetitive(64, vocab_size(model), length=args.prompt_tokens, seed=11)
@@ -354,6 +357,8 @@ def main() -> int:
     ap.add_argument("--prompt-tokens", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=48, help="mean output length (0.5-1.5x)")
     ap.add_argument("--sidecar-arg", action="append", help="extra flag for the sidecar (repeat)")
+    ap.add_argument("--start-table", help="JSON table each sidecar run starts from (default: the "
+                                          "scaled profile's own table)")
     flags.add_engine_flags(ap)
     args = ap.parse_args()
     if args.render:
@@ -364,6 +369,12 @@ def main() -> int:
         return 0
     if not args.profile:
         ap.error("--profile is required (or --render GOODPUT_JSON)")
+    if args.start_table:  # checked before an engine starts: exit 2 with the flag named
+        try:
+            flags.table(args.start_table, "--start-table")
+        except InvalidInput as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     Path(args.out).mkdir(parents=True, exist_ok=True)
     result = asyncio.run(run(args))
     (Path(args.out) / "goodput.json").write_text(json.dumps(result, indent=1))
