@@ -53,6 +53,8 @@ NOHARMS = {  # folder -> setting: the table alone against the table with the sid
         "vLLM's own client",
     "cpu-tiny-noharm/bursts-spread":
         "CPU (2 cores), tiny model, ngram, do no harm at short bursts, duel runs spread",
+    "cpu-tiny-noharm/bursts-urgent":
+        "CPU (2 cores), tiny model, ngram, do no harm at short bursts, urgent duels in the code",
 }
 FIELDS = {  # folder -> setting: every policy's table under vLLM's own client (field_summary.py)
     "cpu-tiny-field": "CPU (2 cores), tiny model, ngram",
