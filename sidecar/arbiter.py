@@ -31,7 +31,9 @@ bucket with live steps:
 - a duel whose challenger the model finds better beyond its error, before any pairs exist, is
   "urgent" (``Verdicts.urgent``): the sidecar lets the plugin spend ``urgent_share`` of the
   steps on it until the pairs speak, so a wrong table is measured and left in about a minute,
-  not in the ten the usual share takes; the measurement still decides.
+  not in the ten the usual share takes; the measurement still decides. While any duel is
+  urgent only the urgent ones run (the share is the plugin's for every duel it runs, and the
+  others are near-ties that can wait).
 
 Buckets the engine did not serve since the last push are not decided here: their k stays (an
 edge is never moved on evidence from elsewhere).
@@ -129,7 +131,7 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
     ks = np.asarray(old_ks, dtype=np.int64).copy()
     calls: list[Call] = []
     duels = []
-    urgent = False
+    urgent: list[Duel] = []
     ks_allowed = sorted(allowed) if allowed is not None else list(range(num_k))
     for bucket in sorted(b for b, n in served.items() if n >= min_served):
         rows = np.asarray(band_rows(bucket, max_b), dtype=np.int64)
@@ -189,9 +191,12 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
                            key=lambda c: (c.k not in before, before.index(c.k) if c.k in before
                                           else 0, -(c.measured or c.model).high))[:duel_width]
             if open_:
-                duels.append((int(rows[0]), int(rows[-1]), tuple(c.k for c in open_)))
+                duel = (int(rows[0]), int(rows[-1]), tuple(c.k for c in open_))
+                duels.append(duel)
                 # the model beyond its error, no pairs yet: the table is likely wrong here, and
                 # a duel at the usual share would take minutes to show it
-                urgent = urgent or (open_[0].measured is None and open_[0].model.low > 1.0 + tie)
+                if open_[0].measured is None and open_[0].model.low > 1.0 + tie:
+                    urgent.append(duel)
         calls += here
-    return Verdicts(ks, calls, tuple(duels), urgent)
+    # the larger share is the plugin's for every duel it runs: only the urgent ones run then
+    return Verdicts(ks, calls, tuple(urgent or duels), bool(urgent))

@@ -169,3 +169,17 @@ def test_a_duel_the_model_is_sure_of_is_urgent_until_pairs_exist() -> None:
     v = decide(alone, paired, {16: 100}, old, live_error={16: 0.02}, can_duel=True)
     assert v.duels == ((9, 16, (2,)),) and not v.urgent
     assert not decide(sure, MeasuredGoodput(), {}, old, can_duel=True).urgent  # nothing served
+
+
+def test_while_a_duel_is_urgent_only_the_urgent_ones_run() -> None:
+    """The plugin's share holds for every duel it runs: at the urgent share only the duels the
+    model is sure of run; a near-tie elsewhere waits for them."""
+    old = [3] * 16
+    G = draws({0: 0.5, 1: 0.6, 2: 1.2, 3: 1.0}, max_b=16)
+    near = draws({0: 0.5, 1: 0.6, 2: 1.01, 3: 1.0}, max_b=16)
+    both = np.concatenate([near[:, :8], G[:, 8:]], axis=1)  # B 1..8 a near-tie, 9..16 sure
+    v = decide(both, MeasuredGoodput(), {8: 100, 16: 100}, old, live_error={8: 0.02, 16: 0.02},
+               can_duel=True)
+    assert v.urgent and v.duels == ((9, 16, (2,)),)
+    calm = decide(near, MeasuredGoodput(), {8: 100, 16: 100}, old, can_duel=True)
+    assert not calm.urgent and calm.duels == ((5, 8, (2,)), (9, 16, (2,)))
