@@ -38,6 +38,8 @@ SIDECAR = "sidecar"  # the arm with the sidecar awake; every other arm names a t
 NOTABLE = ("pushed", "rolled_back", "rejected", "failed", "held")  # decisions kept per arm
 COUNTS = ("pushes", "traffic_changes", "rollbacks", "foreign_tables")
 READY_S = 120.0  # a fresh sidecar's imports on a loaded 2-core box
+TICK_S = 1.0      # the sidecar's interval at the user's defaults
+CATCH_UP_S = 15.0  # the longest wait for a thawed sidecar's catch-up tick
 
 
 class Arms:
@@ -81,10 +83,30 @@ class Arms:
             return
         if self.sidecar is None:
             raise ValueError("a sidecar arm on a bench started without a sidecar")
+        woke = time.time()
         await self.sidecar.enter(settle_steps=0)  # no traffic yet: nothing to settle on
         self.is_thawed, self.thawed_at = True, time.monotonic()
         if self.seen is None:  # a fresh sidecar: its counters start here
             self.seen = await self._read(deadline=time.monotonic() + READY_S)
+        else:
+            await self._caught_up(woke, deadline=time.monotonic() + CATCH_UP_S)
+
+    async def _caught_up(self, woke: float, deadline: float) -> None:
+        """Until the thawed sidecar scraped once more after its first tick: that tick reads
+        every step the other arms left in the ring (and may rebuild), work a sidecar never
+        frozen spreads over many ticks; on 2 cores it would land in the arm's first seconds."""
+        assert self.sidecar is not None
+        url = f"http://127.0.0.1:{self.sidecar.port}/v1/state"
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5.0)) as s:
+            while time.monotonic() < deadline:
+                try:
+                    async with s.get(url) as r:
+                        seen = (await r.json()).get("last_scrape_ok_at") or 0.0
+                    if seen > woke + TICK_S:  # a tick that began after the first one ended
+                        return
+                except (aiohttp.ClientError, TimeoutError):
+                    pass
+                await asyncio.sleep(0.2)
 
     async def _phase(self, run: ClientRun, seed: int, tag: str) -> dict[str, Any]:
         s0 = await self.admin.get_stats()
