@@ -36,16 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.design import rotated
-from benchmarks.engines import TOKEN, admin_client
+from benchmarks.scenario import scenario_of, serving
 from benchmarks.switch import interval
 from benchmarks.window import measure, settle
-from tuner.core.engine_client import EngineClient
-from tuner.engine_defaults import plugin_env, resolve_model, vocab_size
-from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
+from tuner.engine_defaults import vocab_size
 from tuner.load import Request, StationaryLoad
-from tuner.core.profile import load
 from tuner.prompts import repetitive
-from tuner.core.table import every_k_table
 
 
 def cost_slope(off_tps: float, arms: Sequence[tuple[float, float]]) -> float | None:
@@ -82,20 +78,15 @@ def summarize(rows: list[dict[str, Any]], rates: Sequence[int]) -> dict[str, Any
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    profile = load(Path(args.profile))
-    model = resolve_model(profile.engine.model, None)
+    scenario = scenario_of(args, ())
+    profile, model = scenario.profile, scenario.model
     table = profile.build().table
     requests = [Request(p, args.max_tokens) for p in repetitive(64, vocab_size(model), seed=11)]
-    K, n = profile.K, profile.engine.max_num_seqs
-    admin_port = free_port()
-    cfg = ServerConfig(model=model, max_num_seqs=n, env=plugin_env(admin_port, token=TOKEN),
-                       speculative=SpeculativeSpec(num_speculative_tokens=K,
-                                                   table=every_k_table(K, n)))
     out: dict[str, Any] = {"table": table.to_list(), "rates": args.rates,
                            "explore_run": args.explore_run, "window_s": args.window_s, "loads": {},
                            "command": "python -m benchmarks.explore_cost " + " ".join(sys.argv[1:])}
-    async with (launch(cfg, log_dir=Path(args.out) / "logs") as server,
-                admin_client(admin_port) as admin, EngineClient(engine_url=server.url) as engine):
+    async with serving(scenario) as up:
+        server, admin, engine = up.server, up.admin, up.engine
         await admin.put_table(table)
         for load_n in args.loads:
             rows = []

@@ -31,7 +31,6 @@ import shlex
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from benchmarks import client_bench
@@ -40,21 +39,17 @@ from benchmarks.client_bench import (Blocks, add_traffic_flags, bench_parser, bl
                                      keep_log, next_part, printer, recorded, run_blocks, run_main,
                                      shape_meta, traffic)
 from benchmarks.design import rotated
-from benchmarks.engines import admin_client, spec_server
 from benchmarks.field_summary import summarize
 from benchmarks.noharm_summary import arm_throughput
 from benchmarks.policies import NOSPEC, SIDECAR_POLICIES, expand, policy_tables
 from benchmarks.policies import engine_args as bench_engine_args
+from benchmarks.scenario import Scenario, scenario_of, serving
 from benchmarks.stateful import USER_DEFAULTS, PausedSidecar
 from benchmarks.traffic import Shape, Sizes
 from tuner import flags
-from tuner.core.engine_client import EngineClient
 from tuner.core.errors import InvalidInput
-from tuner.core.profile import Profile, load
 from tuner.core.table import Table
-from tuner.engine_defaults import resolve_model
-from tuner.launcher import ServerConfig, free_port, launch
-from tuner.replay import Replay
+from tuner.launcher import ServerConfig
 
 SERVED_NAME = ServerConfig.model_fields["served_model_name"].default
 RECORD = "field.json"
@@ -63,10 +58,7 @@ say = printer("field")
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    profile_path: Path
-    profile: Profile
-    model: Path
-    out: Path
+    scenario: Scenario
     shapes: tuple[Shape, ...]
     sizes: Sizes
     policies: tuple[str, ...]
@@ -76,17 +68,14 @@ class Config:
     blocks: Blocks
     idle_s: float
     resume: bool
-    replay: Replay | None
-    engine_args: tuple[str, ...]
-    drafter: Path | None            # --drafter (None: the profile's, resolved like the model)
     command: str
 
 
 def config(args: argparse.Namespace, argv: list[str]) -> Config:
     """The flags, checked: InvalidInput names the flag, its value and the fix."""
-    profile_path = Path(args.profile)
-    profile = load(profile_path)
     extra = bench_engine_args(tuple(args.engine_arg or ()))
+    scenario = scenario_of(args, extra)
+    profile = scenario.profile
     shapes_, sizes = traffic(args, extra)
     policies = expand(args.policies, profile.K)
     if len(policies) < 2:
@@ -115,13 +104,10 @@ def config(args: argparse.Namespace, argv: list[str]) -> Config:
         if name not in ("ttft", "tpot", "e2el") or not _positive(ms):
             raise InvalidInput(f"--goodput={args.goodput!r}: {slo!r} is not METRIC:MS with "
                                "METRIC one of ttft, tpot, e2el, e.g. --goodput 'tpot:50 ttft:2000'")
-    return Config(profile_path, profile, resolve_model(profile.engine.model, args.model),
-                  Path(args.out), shapes_, sizes, tuple(policies),
+    return Config(scenario, shapes_, sizes, tuple(policies),
                   {p: t for p, t in tables.items() if p in policies},
                   sidecars[0] if sidecars else None, goodput, blocks_of(args), args.idle_s,
-                  args.resume, flags.replay(args, profile.K), extra,
-                  Path(args.drafter) if args.drafter else None,
-                  "python -m benchmarks.field " + shlex.join(argv))
+                  args.resume, "python -m benchmarks.field " + shlex.join(argv))
 
 
 def _positive(text: str) -> bool:
@@ -132,28 +118,29 @@ def _positive(text: str) -> bool:
 
 
 def meta(cfg: Config) -> dict[str, Any]:
-    return {"command": cfg.command, "profile": str(cfg.profile_path),
-            "model": cfg.profile.engine.model, "served_name": SERVED_NAME,
+    s = cfg.scenario
+    return {"command": cfg.command, "profile": str(s.profile_path),
+            "model": s.profile.engine.model, "served_name": SERVED_NAME,
             "policies": list(cfg.policies),
             "tables": {p: t.to_list() for p, t in cfg.tables.items()},
-            "sidecar": (["tabletune", "sidecar", "--profile", str(cfg.profile_path),
+            "sidecar": (["tabletune", "sidecar", "--profile", str(s.profile_path),
                          *USER_DEFAULTS] if cfg.sidecar else None),
-            "engine": cfg.profile.engine.model_dump(mode="json"),
+            "engine": s.profile.engine.model_dump(mode="json"),
             "shapes": shape_meta(cfg.shapes), "sizes": dataclasses.asdict(cfg.sizes),
             "goodput": list(cfg.goodput) or None, "idle_s": cfg.idle_s, "seed": cfg.blocks.seed,
-            "emulate": list(cfg.replay.rates) if cfg.replay else None,
-            "engine_args": list(cfg.engine_args), "parts": []}
+            "emulate": list(s.replay.rates) if s.replay else None,
+            "engine_args": list(s.engine_args), "parts": []}
 
 
 def record_for(cfg: Config) -> dict[str, Any]:
     """A new record, or (--resume) the one in --out, of the same shapes and policies."""
     fresh: dict[str, Any] = {"schema": 1, "meta": meta(cfg), "runs": [], "warmup": []}
-    return client_bench.record_for(cfg.out / RECORD, fresh, cfg.resume,
+    return client_bench.record_for(cfg.scenario.out / RECORD, fresh, cfg.resume,
                                    ("shapes", "policies", "tables", "goodput"))
 
 
 def save(cfg: Config, record: dict[str, Any]) -> dict[str, Any]:
-    return client_bench.save(cfg.out / RECORD, record, summarize)
+    return client_bench.save(cfg.scenario.out / RECORD, record, summarize)
 
 
 def order(policies: tuple[str, ...], block: int, seed: int) -> list[str]:
@@ -188,30 +175,28 @@ async def run(cfg: Config) -> dict[str, Any]:
     t0 = time.monotonic()
     record = record_for(cfg)
     info, first = next_part(record)
-    admin_port = free_port()
-    server_cfg = spec_server(cfg.profile, cfg.model, admin_port, cfg.replay, cfg.engine_args,
-                             cfg.drafter)
-    async with (launch(server_cfg, log_dir=cfg.out / "logs") as server,
-                admin_client(admin_port) as admin, EngineClient(engine_url=server.url) as engine):
+    s = cfg.scenario
+    async with serving(s) as up:
+        admin = up.admin
         first_table = next(iter(cfg.tables.values()))
         await admin.put_table(first_table)
         sidecar = None
         if cfg.sidecar is not None:
-            start = policy_tables(cfg.profile, cfg.policies)[SIDECAR_POLICIES[cfg.sidecar]]
-            sidecar = PausedSidecar(start, admin, await admin.get_policy(), cfg.profile_path,
-                                    cfg.out / "logs", server.url, converge_s=0.0, args=(),
+            start = policy_tables(s.profile, cfg.policies)[SIDECAR_POLICIES[cfg.sidecar]]
+            sidecar = PausedSidecar(start, admin, await admin.get_policy(), s.profile_path,
+                                    s.out / "logs", up.server.url, converge_s=0.0, args=(),
                                     base=USER_DEFAULTS)
             info["sidecar_log"] = f"sidecar-part{info['part']}.log.gz"
         client_flags = ("--goodput", *cfg.goodput) if cfg.goodput else ()
-        arms = Arms(server.url, engine, admin, sidecar, cfg.tables, cfg.model, SERVED_NAME,
-                    cfg.out, cfg.idle_s, client_flags, sidecar_arm=cfg.sidecar or "")
+        arms = Arms(up.server.url, up.engine, admin, sidecar, cfg.tables, s.model, SERVED_NAME,
+                    s.out, cfg.idle_s, client_flags, sidecar_arm=cfg.sidecar or "")
 
         async def round_(block: int, seed: int) -> list[dict[str, Any]]:
             return await one_round(arms, cfg, block, seed)
 
         def keep() -> None:
             if sidecar is not None:
-                keep_log(sidecar.log, cfg.out / info["sidecar_log"])
+                keep_log(sidecar.log, s.out / info["sidecar_log"])
             save(cfg, record)
 
         await recorded(run_blocks(round_, cfg.blocks, record, info, first, t0,

@@ -39,8 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cells import TABLES, Window, write_windows
-from benchmarks.engines import admin_client, max_model_len, spec_server
+from benchmarks.engines import max_model_len
 from benchmarks.report import write as write_report
+from benchmarks.scenario import scenario_of, serving
 from benchmarks.stats import Settings, analyze
 from benchmarks.summary import MIN_STEPS
 from benchmarks.stateful import sidecar
@@ -50,10 +51,9 @@ from benchmarks.workload import requests as request_pool
 from tuner import flags
 from tuner.core.engine_client import EngineClient
 from tuner.core.errors import InvalidInput
-from tuner.engine_defaults import resolve_model, vocab_size
-from tuner.launcher import free_port, launch
+from tuner.engine_defaults import vocab_size
 from tuner.load import Request, StationaryLoad
-from tuner.core.profile import Profile, load
+from tuner.core.profile import Profile
 from tuner.prompts import repetitive
 from tuner.core.table import Table
 
@@ -240,8 +240,8 @@ def fixed_ks(args: argparse.Namespace, K: int) -> list[int]:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    out = Path(args.out)
-    base = load(Path(args.profile))
+    scenario = scenario_of(args, tuple(args.engine_arg or ()))
+    out, base = scenario.out, scenario.profile
     if args.scale == "none":  # the profile as measured: its model's own error is the test
         bad = base.model_copy(update={"table": base.build().table.to_list()})
     else:
@@ -252,18 +252,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     # --start-table: a table wrong where the profile is right (the model can be sure of it)
     start = (flags.table(args.start_table, "--start-table") if args.start_table
              else Table.from_list(bad.table or []))
-    model = resolve_model(base.engine.model, args.model)
-    extra = tuple(args.engine_arg or ())
+    model, extra = scenario.model, scenario.engine_args
     long = repetitive(64, vocab_size(model), length=args.prompt_tokens, seed=11)
     requests = request_pool("steady", long, args.prompt_tokens, args.max_tokens,
                             max_model_len(extra), seed=0)
     K = base.K
-    admin_port = free_port()
-    cfg = spec_server(base, model, admin_port, flags.replay(args, K), extra)
     runs: list[dict[str, Any]] = []
     loads: dict[int, dict[str, Any]] = {}
-    async with (launch(cfg, log_dir=out / "logs") as server, admin_client(admin_port) as admin,
-                EngineClient(engine_url=server.url) as engine):
+    async with serving(scenario) as up:
+        server, admin, engine = up.server, up.admin, up.engine
         for n in (int(x) for x in args.loads.split(",")):
             ks = fixed_ks(args, K)
             best = await fixed(server.url, engine, admin, requests, n, ks, args.blocks,
@@ -369,6 +366,10 @@ def main() -> int:
         return 0
     if not args.profile:
         ap.error("--profile is required (or --render GOODPUT_JSON)")
+    if args.blocks < 2:
+        print(f"error: --blocks={args.blocks}: the fixed k's need at least 2 blocks for an "
+              "interval (4 for a verdict); pass --blocks 4", file=sys.stderr)
+        return 2
     if args.start_table:  # checked before an engine starts: exit 2 with the flag named
         try:
             flags.table(args.start_table, "--start-table")

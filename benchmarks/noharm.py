@@ -8,8 +8,9 @@ bursts, bursty Poisson arrivals, a ramp up and down, mixed lengths) runs once in
 odd ones, both arms on the same requests (the client's seed; a new seed each block). The
 sidecar is the real `tabletune sidecar` with the user's defaults (`--profile` and nothing
 else; `--sidecar-arg` appends flags), one process for the whole call, frozen outside its own
-arms. Before the first block, `--warmup-rounds` rounds of every shape in both arms,
-unmeasured: the engine's one-off costs, and the sidecar's first learning.
+arms (thawed, its catch-up tick ends before the arm's runs start). Before the first block,
+`--warmup-rounds` rounds of every shape in both arms, unmeasured: the engine's one-off costs,
+and the sidecar's first learning.
 
 Per shape, summary.json holds the ratio sidecar / table of the client's output throughput with
 its 95% interval, and the sidecar's pushes, minutes and detected changes
@@ -31,7 +32,6 @@ import shlex
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from benchmarks import client_bench
@@ -39,50 +39,40 @@ from benchmarks.client_bench import (Blocks, add_traffic_flags, bench_parser, bl
                                      keep_log, next_part, printer, recorded, run_blocks, run_main,
                                      shape_meta, traffic)
 from benchmarks.design import rotated
-from benchmarks.engines import admin_client, spec_server
 from benchmarks.client_arms import Arms
 from benchmarks.noharm_summary import ARMS, arm_throughput, summarize
 from benchmarks.policies import engine_args as bench_engine_args
+from benchmarks.scenario import Scenario, scenario_of, serving
 from benchmarks.stateful import USER_DEFAULTS, PausedSidecar
 from benchmarks.traffic import Shape, Sizes
 from tuner import flags
-from tuner.core.engine_client import EngineClient
 from tuner.core.errors import InvalidInput, InvalidTable
-from tuner.core.profile import Profile, load
 from tuner.core.table import Table, check_for_engine
-from tuner.engine_defaults import resolve_model
-from tuner.launcher import ServerConfig, free_port, launch
-from tuner.replay import Replay
+from tuner.launcher import ServerConfig
 
 SERVED_NAME = ServerConfig.model_fields["served_model_name"].default
 
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    profile_path: Path
-    profile: Profile
-    model: Path
-    out: Path
+    scenario: Scenario
     shapes: tuple[Shape, ...]
     sizes: Sizes
     start: Table
     blocks: Blocks
     idle_s: float
     resume: bool
-    replay: Replay | None
-    engine_args: tuple[str, ...]
     sidecar_args: tuple[str, ...]
-    drafter: Path | None            # --drafter (None: the profile's, resolved like the model)
     command: str
 
 
 def config(args: argparse.Namespace, argv: list[str]) -> Config:
     """The flags, checked: InvalidInput names the flag, its value and the fix."""
-    profile_path = Path(args.profile)
-    profile = load(profile_path)
     # both arms send the same prompts: with vLLM's prefix cache on, the second arm of every
     # block ran faster whichever it was (H200, 2026-12-04: 1.34 / 0.76 / 1.32 by order)
     extra = bench_engine_args(tuple(args.engine_arg or ()))
+    scenario = scenario_of(args, extra)
+    profile = scenario.profile
     shapes_, sizes = traffic(args, extra)
     start = (flags.table(args.start_table, "--start-table") if args.start_table
              else profile.build().table)
@@ -90,34 +80,32 @@ def config(args: argparse.Namespace, argv: list[str]) -> Config:
         check_for_engine(start, profile.K, profile.engine.max_num_seqs)
     except InvalidTable as exc:
         raise InvalidInput(f"--start-table={args.start_table!r}: {exc}") from None
-    return Config(profile_path, profile, resolve_model(profile.engine.model, args.model),
-                  Path(args.out), shapes_, sizes, start, blocks_of(args), args.idle_s,
-                  args.resume, flags.replay(args, profile.K), extra, tuple(args.sidecar_arg or ()),
-                  Path(args.drafter) if args.drafter else None,
-                  "python -m benchmarks.noharm " + shlex.join(argv))
+    return Config(scenario, shapes_, sizes, start, blocks_of(args), args.idle_s, args.resume,
+                  tuple(args.sidecar_arg or ()), "python -m benchmarks.noharm " + shlex.join(argv))
 
 
 def meta(cfg: Config) -> dict[str, Any]:
+    s = cfg.scenario
     return {"command": cfg.command,
-            "profile": str(cfg.profile_path), "model": cfg.profile.engine.model,
+            "profile": str(s.profile_path), "model": s.profile.engine.model,
             "served_name": SERVED_NAME, "start_table": cfg.start.to_list(),
-            "profile_table": cfg.profile.table, "engine": cfg.profile.engine.model_dump(mode="json"),
+            "profile_table": s.profile.table, "engine": s.profile.engine.model_dump(mode="json"),
             "shapes": shape_meta(cfg.shapes),
             "sizes": dataclasses.asdict(cfg.sizes), "idle_s": cfg.idle_s, "seed": cfg.blocks.seed,
-            "emulate": list(cfg.replay.rates) if cfg.replay else None,
-            "sidecar": ["tabletune", "sidecar", "--profile", str(cfg.profile_path),
+            "emulate": list(s.replay.rates) if s.replay else None,
+            "sidecar": ["tabletune", "sidecar", "--profile", str(s.profile_path),
                         *USER_DEFAULTS, *cfg.sidecar_args],
-            "engine_args": list(cfg.engine_args), "parts": []}
+            "engine_args": list(s.engine_args), "parts": []}
 
 
 def record_for(cfg: Config) -> dict[str, Any]:
     """A new record, or (--resume) the one in --out, whose shapes must be this command's."""
     fresh: dict[str, Any] = {"schema": 1, "meta": meta(cfg), "runs": [], "warmup": []}
-    return client_bench.record_for(cfg.out / "noharm.json", fresh, cfg.resume, ("shapes",))
+    return client_bench.record_for(cfg.scenario.out / "noharm.json", fresh, cfg.resume, ("shapes",))
 
 
 def save(cfg: Config, record: dict[str, Any]) -> dict[str, Any]:
-    return client_bench.save(cfg.out / "noharm.json", record, summarize)
+    return client_bench.save(cfg.scenario.out / "noharm.json", record, summarize)
 
 
 say = printer("noharm")
@@ -146,32 +134,29 @@ async def run(cfg: Config) -> dict[str, Any]:
     record = record_for(cfg)
     info, first = next_part(record)
     part = info["part"]
-    admin_port = free_port()
-    server_cfg = spec_server(cfg.profile, cfg.model, admin_port, cfg.replay, cfg.engine_args,
-                             cfg.drafter)
-    async with (launch(server_cfg, log_dir=cfg.out / "logs") as server,
-                admin_client(admin_port) as admin, EngineClient(engine_url=server.url) as engine):
+    s = cfg.scenario
+    async with serving(s) as up:
+        admin = up.admin
         await admin.put_table(cfg.start)
         plain = await admin.get_policy()
-        sidecar = PausedSidecar(cfg.start, admin, plain, cfg.profile_path, cfg.out / "logs",
-                                server.url, converge_s=0.0,
-                                args=cfg.sidecar_args,
+        sidecar = PausedSidecar(cfg.start, admin, plain, s.profile_path, s.out / "logs",
+                                up.server.url, converge_s=0.0, args=cfg.sidecar_args,
                                 base=USER_DEFAULTS)
-        arms = Arms(server.url, engine, admin, sidecar, {"table": cfg.start}, cfg.model,
-                    SERVED_NAME, cfg.out, cfg.idle_s)
+        arms = Arms(up.server.url, up.engine, admin, sidecar, {"table": cfg.start}, s.model,
+                    SERVED_NAME, s.out, cfg.idle_s)
         info["sidecar_log"] = f"sidecar-part{part}.log.gz"
 
         async def round_(block: int, seed: int) -> list[dict[str, Any]]:
             return await one_round(arms, cfg, block, seed)
 
         def keep() -> None:
-            keep_log(sidecar.log, cfg.out / info["sidecar_log"])
+            keep_log(sidecar.log, s.out / info["sidecar_log"])
             save(cfg, record)
 
         await recorded(run_blocks(round_, cfg.blocks, record, info, first, t0,
                                   lambda: save(cfg, record), say, lambda summary: "; ".join(
-                                      f"{s['shape']} {s['ratio']} {s['ci']}"
-                                      for s in summary["shapes"])),
+                                      f"{x['shape']} {x['ratio']} {x['ci']}"
+                                      for x in summary["shapes"])),
                        info, t0, arms.close, keep)
     return record
 

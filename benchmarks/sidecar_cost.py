@@ -38,7 +38,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.client_bench import bench_parser, run_main
-from benchmarks.engines import admin_client, max_model_len, spec_server
+from benchmarks.scenario import scenario_of, serving
+from benchmarks.engines import max_model_len
 from benchmarks.inference import bounds, estimate
 from benchmarks.policies import engine_args as bench_engine_args
 from benchmarks.stateful import USER_DEFAULTS, PausedSidecar
@@ -47,10 +48,8 @@ from benchmarks.workload import requests as request_pool
 from tuner import flags
 from tuner.core.engine_client import EngineClient
 from tuner.core.errors import InvalidInput
-from tuner.core.profile import load
 from tuner.core.table import Table
-from tuner.engine_defaults import resolve_model, vocab_size
-from tuner.launcher import free_port, launch
+from tuner.engine_defaults import vocab_size
 from tuner.load import StationaryLoad
 from tuner.prompts import repetitive
 
@@ -137,23 +136,19 @@ class Arms:
 
 
 async def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
-    out = Path(args.out)
+    scenario = scenario_of(args, bench_engine_args(tuple(args.engine_arg or ())))
+    out, profile_path, profile = scenario.out, scenario.profile_path, scenario.profile
     out.mkdir(parents=True, exist_ok=True)
-    profile_path = Path(args.profile)
-    profile = load(profile_path)
-    extra = bench_engine_args(tuple(args.engine_arg or ()))
-    model = resolve_model(profile.engine.model, args.model)
+    extra, model = scenario.engine_args, scenario.model
     start = flags.table(args.start_table, "--start-table") if args.start_table else profile.build().table
     long = repetitive(64, vocab_size(model), length=args.prompt_tokens, seed=11)
     pool = request_pool(args.mix, long, args.prompt_tokens, args.max_tokens, max_model_len(extra))
     record: dict[str, Any] = {"schema": 1, "command": "python -m benchmarks.sidecar_cost "
                               + shlex.join(argv), "start_table": start.to_list(),
                               "window_s": args.window_s, "windows": []}
-    admin_port = free_port()
-    cfg = spec_server(profile, model, admin_port, flags.replay(args, profile.K), extra)
     t0 = time.monotonic()
-    async with (launch(cfg, log_dir=out / "logs") as server, admin_client(admin_port) as admin,
-                EngineClient(engine_url=server.url) as engine):
+    async with serving(scenario) as up:
+        server, admin, engine = up.server, up.admin, up.engine
         await admin.put_table(start)
         plain = await admin.get_policy()
         sidecars = {arm: PausedSidecar(start, admin, plain, profile_path, out / "logs", server.url,

@@ -46,7 +46,8 @@ import numpy as np
 
 from benchmarks.design import rotated
 from benchmarks.inference import MIN_BLOCKS, bounds, estimate
-from benchmarks.engines import admin_client, max_model_len, spec_server
+from benchmarks.scenario import scenario_of, serving
+from benchmarks.engines import max_model_len
 from benchmarks.stateful import sidecar
 from benchmarks.summary import MIN_STEPS, step_counts
 from benchmarks.window import measure, swap
@@ -57,10 +58,8 @@ from tuner.core.errors import InvalidInput
 from tuner.replay import Replay
 from tuner.acceptance import monotone, per_position
 from tuner.core.engine_client import EngineClient
-from tuner.engine_defaults import resolve_model, vocab_size
-from tuner.launcher import free_port, launch
+from tuner.engine_defaults import vocab_size
 from tuner.load import Request, StationaryLoad
-from tuner.core.profile import Profile, load
 from tuner.prompts import repetitive
 from tuner.core.table import Table
 
@@ -320,20 +319,16 @@ def workloads(args: argparse.Namespace, K: int) -> tuple[Workload, Workload]:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    profile: Profile = load(Path(args.profile))
-    model = resolve_model(profile.engine.model, args.model)
-    extra = tuple(args.engine_arg or ())
+    scenario = scenario_of(args, tuple(args.engine_arg or ()))
+    profile, model, extra = scenario.profile, scenario.model, scenario.engine_args
     long = repetitive(64, vocab_size(model), length=args.prompt_tokens, seed=11)
     requests = request_pool("steady", long, args.prompt_tokens, args.max_tokens,
                             max_model_len(extra), seed=0)
     K, n_max = profile.K, profile.engine.max_num_seqs
-    out, n = Path(args.out), args.load
-    admin_port = free_port()
+    out, n = scenario.out, args.load
     works = workloads(args, K)
-    replay = flags.replay(args, K)
-    cfg = spec_server(profile, model, admin_port, replay, extra)
-    async with (launch(cfg, log_dir=out / "logs") as server, admin_client(admin_port) as admin,
-                EngineClient(engine_url=server.url) as engine):
+    async with serving(scenario) as up:
+        server, admin, engine = up.server, up.admin, up.engine
         a_a = await acceptance(server.url, engine, admin, requests, n, works[0], K)
         a_b = await acceptance(server.url, engine, admin, requests, n, works[1], K)
         if sum(a_a) == 0:

@@ -165,10 +165,10 @@ def test_the_policies_expand_and_carry_their_tables(profile: Path, tmp_path: Pat
     assert cfg.policies == (*POLICIES, "sidecar-from-quarter")
     assert set(cfg.tables) == set(POLICIES) and cfg.sidecar == "sidecar-from-quarter"
     assert cfg.tables["fixed-k2"].to_list()[0][2] == 2 and cfg.goodput == ("tpot:50",)
-    assert cfg.engine_args[0] == "--no-enable-prefix-caching"
-    assert cfg.drafter is None
+    assert cfg.scenario.engine_args[0] == "--no-enable-prefix-caching"
+    assert cfg.scenario.drafter is None
     with_drafter = [*argv, "--drafter", str(tmp_path / "eagle3")]
-    assert config(parser().parse_args(with_drafter), with_drafter).drafter == tmp_path / "eagle3"
+    assert config(parser().parse_args(with_drafter), with_drafter).scenario.drafter == tmp_path / "eagle3"
 
 
 @pytest.mark.parametrize(("extra", "says"), [

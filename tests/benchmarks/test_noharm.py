@@ -234,6 +234,6 @@ def test_the_engine_runs_without_its_prefix_cache_unless_asked(profile: Path, tm
     """Both arms send the same prompts: a prefix cache would serve the second arm's prefills."""
     base = ["--profile", str(profile), "--model", str(tmp_path), "--out", str(tmp_path / "o")]
     plain = config(parser().parse_args(base), base)
-    assert plain.engine_args[0] == "--no-enable-prefix-caching"
+    assert plain.scenario.engine_args[0] == "--no-enable-prefix-caching"
     asked = base + ["--engine-arg=--enable-prefix-caching"]
-    assert config(parser().parse_args(asked), asked).engine_args == ("--enable-prefix-caching",)
+    assert config(parser().parse_args(asked), asked).scenario.engine_args == ("--enable-prefix-caching",)
