@@ -106,7 +106,39 @@ def describe(d: dict[str, Any]) -> str:
               else f"{d.get('new_table')}")
     trigger = d.get("trigger", "scheduled")
     why = "" if trigger == "scheduled" else f" ({trigger})"
-    return f"    sidecar: {d['outcome']:<9}{why} â=[{a_hat}] table {change}"
+    lines = [f"    sidecar: {d['outcome']:<9}{why} â=[{a_hat}] table {change}"]
+    if d["outcome"] == "pushed":
+        lines += [f"      {evidence(c)}" for c in d.get("changes", []) if c.get("kept")]
+    return "\n".join(lines)
+
+
+def evidence(c: dict[str, Any]) -> str:
+    """Why one range changed, in words: measured on the engine (paired runs) or predicted."""
+    where = f"B {c['batch_size_start']}-{c['batch_size_end']}: k={c['k_old']} -> k={c['k_new']}"
+    m = c.get("measured")
+    if c.get("decided_by") == "measured" and m:
+        return (f"{where}, measured on this engine: goodput x{m['ratio']:.2f} "
+                f"[{m['low']:.2f}, {m['high']:.2f}] over {m['pairs']} paired runs")
+    return (f"{where}, predicted by the model (not measured): goodput "
+            f"x{1 + c['gain']:.2f}, at least x{1 + c['gain_low']:.2f}")
+
+
+def words(rec: dict[str, Any]) -> str:
+    """A traffic change or a guardrail verdict in one plain line."""
+    if rec["event"] == "guardrail verdict":
+        v = rec.get("verdict", {})
+        back = "rolled back" if v.get("rolled_back") else "kept"
+        return (f"guardrail: the push is {back} (goodput x{v.get('ratio', 0):.3f} of before, "
+                f"judged by {v.get('judged_by', 'scrapes')})")
+    found = rec.get("acceptance")
+    if found:
+        return (f"traffic change: acceptance at position {found['position']} went from "
+                f"{found['older']:.2f} to {found['recent']:.2f} (z = {found['z']:.1f}); "
+                "rebuilding from the new traffic")
+    cells = rec.get("step_times") or []
+    return ("traffic change: step times moved at " + ", ".join(
+        f"B {c['batch_size']} k={c['k']} ({c['estimate_ms']:.1f} -> {c['recent_ms']:.1f} ms)"
+        for c in cells[:4]) + "; rebuilding")
 
 
 class Narrator:
@@ -121,13 +153,10 @@ class Narrator:
             if rec.get("event") == "rebuild":
                 self._decision(rec["decision"])
             elif rec.get("event") in ("traffic change", "guardrail verdict"):
-                extra = {k: v for k, v in rec.items() if k in ("acceptance", "step_times", "verdict")}
-                say(f"    sidecar: {rec['event']} {json.dumps(extra)[:300]}")
+                say(f"    sidecar: {words(rec)}")
             elif rec.get("level") in ("WARNING", "ERROR"):
-                extra = {k: v for k, v in rec.items()
-                         if k not in ("ts", "level", "logger", "event", "exception")}
-                say(f"    sidecar {rec['level'].lower()}: {rec.get('event')} "
-                    f"{json.dumps(extra)[:300]}")
+                error = f" ({rec['error']})" if rec.get("error") else ""
+                say(f"    sidecar {rec['level'].lower()}: {rec.get('event')}{error}")
 
     def _decision(self, d: dict[str, Any]) -> None:
         a_hat = d.get("a_hat", [])
