@@ -31,7 +31,8 @@ A/A: `aa:X` is table X measured under a second name; its ratio to X is the run's
 Verdicts: every comparison with at least MIN_BLOCKS blocks (policies x loads, A/A, head-to-head)
 is one family, tested against the band [1 - threshold, 1 + threshold] and corrected by Holm at
 1 - confidence. "better"/"worse": the interval, at the level Holm tested it at, lies wholly
-beyond the band; "within": wholly inside it; else "undecided". Fewer blocks: "too_few_blocks".
+beyond the band; "within": wholly inside it; else "undecided". Fewer blocks, with the
+reference or with any fixed k: "too_few_blocks".
 
 Worst case over loads: per load, the loss 1 - ratio with an interval at 1 - α/L (Bonferroni over
 the policy's L loads; its upper end the largest of the per-fixed-k upper ends); [max of the
