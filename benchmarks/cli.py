@@ -59,11 +59,14 @@ def planned_design(args: argparse.Namespace, policies: list[str], num_loads: int
     """The fixed design from the flags, before the run (benchmarks/design.py): --blocks if
     given, else the blocks that find --effect with --power at the A/A noise --noise-cv."""
     from benchmarks.design import design, family_size, sd_log_ratio
+    from benchmarks.stats import is_fixed
 
     pairs = len(head_to_head(args.versus, policies))
+    fixed = sum(is_fixed(p) for p in policies)  # "better" must beat each (stats.py)
     try:
         return design(sd_log_ratio(args.noise_cv), args.effect, args.threshold, 1 - args.confidence,
-                      family_size(num_loads, policies, pairs), args.power, args.blocks)
+                      family_size(num_loads, policies, pairs), args.power, args.blocks,
+                      references=max(fixed, 1))
     except ValueError as exc:
         raise InvalidInput(f"--effect={args.effect}: {exc}") from None
 

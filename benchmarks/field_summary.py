@@ -37,12 +37,11 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.inference import LogRatio, bounds, estimate, holm
+from benchmarks.inference import LogRatio, bounds_best, estimate, holm, p_best
 from benchmarks.noharm_summary import (ALPHA, Run, acceptance_length, arm_throughput,
                                        engine_throughput, latency, mean_of, median,
                                        ratio_interval, short_runs)
 from benchmarks.stats import is_fixed, policy_key
-from tuner.core.student_t import t_sf
 
 METRICS: dict[str, tuple[Callable[[Run], float], bool]] = {
     # name: (per-run figure, higher is better); the README's claims use the first two
@@ -185,24 +184,21 @@ def _estimates(blocks: dict[tuple[int, int], dict[str, Run]], policy: str,
     return out
 
 
+def _stacked(estimates: Sequence[LogRatio]) -> LogRatio:
+    return LogRatio(*(np.array([float(e[j]) for e in estimates]) for j in range(4)))
+
+
 def claim_p(estimates: Sequence[LogRatio]) -> float:
     """p of "the policy differs from the best of the references": better needs every reference
-    beaten (intersection-union: the largest one-sided p), worse any one (Bonferroni: the
-    smallest, times their number); two-sided as twice the smaller, capped at 1."""
-    with np.errstate(all="ignore"):
-        better = max(float(t_sf(e.mean / e.se, e.df)) if e.se > 0 else float(e.mean <= 0)
-                     for e in estimates)
-        worse = min(float(t_sf(-e.mean / e.se, e.df)) if e.se > 0 else float(e.mean >= 0)
-                    for e in estimates) * len(estimates)
-    return min(1.0, 2.0 * min(better, worse))
+    beaten (intersection-union), worse any one (Bonferroni); benchmarks/inference.p_best, with
+    no band."""
+    return float(p_best(_stacked(estimates), 0.0)[0])
 
 
 def claim_interval(estimates: Sequence[LogRatio], alpha: float, higher: bool) -> list[float]:
-    """The ratio's interval against the best reference at level alpha: the least favourable
-    lower end at alpha, the least favourable upper end at alpha over their number; in the
-    metric's own direction."""
-    lo = min(float(bounds(e, alpha)[1]) for e in estimates)
-    hi = min(float(bounds(e, alpha / len(estimates))[2]) for e in estimates)
+    """The ratio's interval against the best reference at level alpha
+    (benchmarks/inference.bounds_best), in the metric's own direction."""
+    lo, hi = (float(x) for x in bounds_best(_stacked(estimates), alpha))
     return [round(math.exp(lo), 4), round(math.exp(hi), 4)] if higher else \
         [round(math.exp(-hi), 4), round(math.exp(-lo), 4)]
 

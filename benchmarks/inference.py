@@ -20,6 +20,12 @@ Every accepted verdict of a run is one family, corrected together by Holm's step
 (family-wise error <= α for any dependence between the comparisons). The interval shown for a
 comparison is at the level Holm tested it at, so "the interval clears the band" and "the
 verdict is better or worse" always agree.
+
+Against the best fixed k, which no run can name (p_best, bounds_best): "better" only if better
+than every fixed k (an intersection-union test), "worse" if worse than any (Bonferroni), the
+interval's lower end the least of the per-k lower ends and its upper end the least of the
+per-k upper ends at the split level; a loss's upper end is then the largest of the per-k ones.
+The bench (benchmarks/stats.py) and the field bench (benchmarks/field_summary.py) both use them.
 """
 
 from __future__ import annotations
@@ -68,18 +74,40 @@ def chain(x: LogRatio, y: LogRatio) -> LogRatio:
     return LogRatio(x.mean + y.mean, np.sqrt(v1 + v2), df, np.minimum(x.n, y.n))
 
 
-def p_beyond(e: LogRatio, threshold: float) -> tuple[Array, Array]:
-    """(p, sign): p = 2·min(p_better, p_worse) against the band [1 - thr, 1 + thr], capped at 1;
-    sign +1 where "better" is the nearer claim, -1 for "worse". A zero spread (the reference
-    against itself) gives p = 1 inside the band."""
+def _one_sided(e: LogRatio, threshold: float) -> tuple[Array, Array]:
+    """(p_better, p_worse): one-sided t p's of H0 ratio <= 1 + thr and of H0 ratio >= 1 - thr.
+    A zero spread (the reference against itself) gives 1 for a claim its mean does not make."""
     up, down = math.log1p(threshold), math.log1p(-threshold)
     with np.errstate(all="ignore"):
         p_up = t_sf((e.mean - up) / e.se, e.df)
         p_down = t_sf((down - e.mean) / e.se, e.df)
     p_up = np.where(np.isnan(p_up), np.where(e.mean > up, 0.0, 1.0), p_up)
     p_down = np.where(np.isnan(p_down), np.where(e.mean < down, 0.0, 1.0), p_down)
+    return p_up, p_down
+
+
+def p_beyond(e: LogRatio, threshold: float) -> tuple[Array, Array]:
+    """(p, sign): p = 2·min(p_better, p_worse) against the band [1 - thr, 1 + thr], capped at 1;
+    sign +1 where "better" is the nearer claim, -1 for "worse"."""
+    p_up, p_down = _one_sided(e, threshold)
     p = np.minimum(1.0, 2 * np.minimum(p_up, p_down))
     return p, np.where(p_up <= p_down, 1.0, -1.0)
+
+
+# -- against the best of several references ----------------------------------------------------
+def p_best(e: LogRatio, threshold: float) -> tuple[Array, Array]:
+    """(p, sign) of a policy against the best of the references along e's last axis (NaN mean
+    where a reference is absent), which the data cannot name. "Better" needs every reference
+    beaten beyond the band: an intersection-union test, its p the largest of the one-sided
+    p's, each at the full level. "Worse" needs any one: Bonferroni, the smallest p times the
+    number of references. Then as p_beyond: p = 2·min of the two, capped at 1; sign +1 where
+    "better" is the nearer claim. One reference: p_beyond's p."""
+    p_up, p_down = _one_sided(e, threshold)
+    held = ~np.isnan(e.mean)
+    better = np.max(np.where(held, p_up, -np.inf), axis=-1)
+    worse = np.min(np.where(held, p_down, np.inf), axis=-1) * held.sum(axis=-1)
+    p = np.minimum(1.0, 2 * np.minimum(better, worse))
+    return p, np.where(better <= worse, 1.0, -1.0)
 
 
 def holm(p: Array, alpha: float) -> tuple[Array, Array]:
@@ -118,6 +146,19 @@ def interval(e: LogRatio, alpha: Array | float) -> tuple[Array, Array, Array]:
     """(ratio, low, high): exp of the mean log ratio and of its (1 - alpha) t-interval."""
     mid, low, high = bounds(e, alpha)
     return np.exp(mid), np.exp(low), np.exp(high)
+
+
+def bounds_best(e: LogRatio, alpha: Array | float) -> tuple[Array, Array]:
+    """(low, high) in e's unit of the ratio to the best of the references along e's last axis,
+    at the level p_best tests at: the least of the lower ends at alpha each (the true best's
+    own end is among them) and the least of the upper ends at alpha over their number (every
+    one must hold at once). So the interval clears the band exactly when p_best's p <= alpha."""
+    a = np.asarray(alpha, dtype=np.float64)[..., None]
+    held = ~np.isnan(e.mean)
+    _, low, _ = bounds(e, a)
+    _, _, high = bounds(e, a / np.maximum(held.sum(axis=-1, keepdims=True), 1))
+    return (np.min(np.where(held, low, np.inf), axis=-1),
+            np.min(np.where(held, high, np.inf), axis=-1))
 
 
 # -- the honest reference ----------------------------------------------------------------------

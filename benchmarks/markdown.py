@@ -126,12 +126,15 @@ def markdown(windows: list[Window], a: Analysis, title: str, facts: list[str],
            "k, chosen on the other half of the blocks (cross-fitting: a k picked on the blocks it "
            f"is judged on wins partly by its noise); `A | B` where the halves differed: {refs}.",
            "", "Each cell: the geometric mean over blocks of the policy's window over the "
-           "reference's window in the same block [t-interval on the log ratios]. Better or worse "
-           f"only when the interval lies wholly beyond ±{t * 100:g}%; within ±{t * 100:g}% when "
-           "it lies wholly inside; otherwise undecided. Non-table policies are chained through "
-           "their own paired blocks (`versus` in summary.json).",
+           "reference's window in the same block [the interval against the best fixed k: the "
+           "least of the t-interval lower ends against each fixed k, the least of their upper "
+           "ends at the level split over the fixed k's]. Better only when better than every "
+           f"fixed k, worse when worse than any, both beyond ±{t * 100:g}%; within "
+           f"±{t * 100:g}% when the interval lies wholly inside; otherwise undecided. Non-table "
+           "policies are chained through their own paired blocks (`versus` in summary.json).",
            "", *_policy_table(a, policies), "", "## Worst case over loads", "",
-           "Loss = 1 - ratio to the reference. Each load's interval is at 1 - α/L over the "
+           "Loss = 1 - ratio to the best fixed k (its upper end the largest of the per-k "
+           "upper ends). Each load's interval is at 1 - α/L over the "
            "policy's L loads, so [largest low, largest high] covers the largest true loss with "
            f"probability ≥ {a.settings.confidence * 100:g}%. Loads with fewer than 4 blocks "
            "are left out of it.", "", *_worst_lines(a), *_versus_lines(a), "",

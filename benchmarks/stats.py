@@ -1,43 +1,56 @@
-"""Paired-block analysis of a bench (pure): every policy against an honest reference, with
+"""Paired-block analysis of a bench (pure): every policy against the best fixed k, with
 family-wise error control. The method and its reasons are in docs/measurement.md.
 
 Unit of analysis: a *block* (benchmarks/cells.py), windows measured close in time at one load.
 A ratio is only ever taken between two windows of the same block, so drift between blocks
 cancels and the spread of the ratios is the noise that matters (docs/measurement.md, rule 1).
 
-Ratio of policy P at load N: exp of the mean over blocks of log(window(P) / window(R_b)), with
-a t-interval (benchmarks/inference.py). R_b, the reference of block b, is the fixed k with the
-highest mean log ratio to an anchor (the fixed k held by the most blocks) on the *other* half of
-N's blocks (cross-fitting): a reference picked on the blocks it is judged on is the max of noisy
-fixed k's and makes every policy look worse than it is. When both halves pick the same k it is
-"the reference"; otherwise both are named (`fixed-k2 | fixed-k1`).
+Against the best fixed k, which no run can name: policy P at load N is compared with *every*
+fixed k, each by exp of the mean over blocks of log(window(P) / window(k)) with a t-interval
+(benchmarks/inference.py). "Better" only if better than every fixed k (an intersection-union
+test, each at the full level), "worse" if worse than any (Bonferroni over the fixed k's); the
+interval's lower end is the least of the per-k lower ends, its upper end the least of the
+per-k upper ends at the split level (inference.p_best, bounds_best; the field bench's rule).
+
+The ratio shown is against the *reference*: R_b, the reference of block b, is the fixed k with
+the highest mean log ratio to an anchor (the fixed k held by the most blocks) on the *other*
+half of N's blocks (cross-fitting): a reference picked on the blocks it is judged on is the max
+of noisy fixed k's and makes every policy look worse than it is. When both halves pick the
+same k it is "the reference"; otherwise both are named (`fixed-k2 | fixed-k1`). That point is
+kept inside the interval (rarely, a reference that is not the best puts it above the least
+upper end). Before the intersection-union rule, verdicts were taken against this reference
+alone, which under near-ties (fixed k's within 1%) and no band is sometimes a worse one:
+`--threshold 0` then erred in up to 9.4% of null runs (benchmarks/results/calibration).
 
 Policies that are not tables run in their own blocks, each with a window of one fixed k (the
-pair reference); their log ratio is chained: mean log(P / pair_ref) over their blocks plus
-log(pair_ref / R) over the table blocks, variances added (Welch's df).
+pair reference); their log ratio to each fixed k is chained: mean log(P / pair_ref) over their
+blocks plus log(pair_ref / k) over the table blocks, variances added (Welch's df).
 
 A/A: `aa:X` is table X measured under a second name; its ratio to X is the run's noise floor.
 
 Verdicts: every comparison with at least MIN_BLOCKS blocks (policies x loads, A/A, head-to-head)
 is one family, tested against the band [1 - threshold, 1 + threshold] and corrected by Holm at
 1 - confidence. "better"/"worse": the interval, at the level Holm tested it at, lies wholly
-beyond the band; "within": wholly inside it; else "undecided". Fewer blocks: "too_few_blocks".
+beyond the band; "within": wholly inside it; else "undecided". Fewer blocks, with the
+reference or with any fixed k: "too_few_blocks".
 
 Worst case over loads: per load, the loss 1 - ratio with an interval at 1 - α/L (Bonferroni over
-the policy's L loads); [max of the lows, max of the highs] then covers the largest true loss
-with probability >= 1 - α, whatever the loads' dependence.
+the policy's L loads; its upper end the largest of the per-fixed-k upper ends); [max of the
+lows, max of the highs] then covers the largest true loss with probability >= 1 - α, whatever
+the loads' dependence.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from benchmarks.cells import TABLES, Window, counted
-from benchmarks.inference import (MIN_BLOCKS, LogRatio, chain, crossfit_refs, estimate, holm,
-                                  interval, log_ratios_to, p_beyond)
+from benchmarks.inference import (MIN_BLOCKS, LogRatio, bounds_best, chain, crossfit_refs,
+                                  estimate, holm, log_ratios_to, p_best)
 
 AA = "aa:"
 FIXED = "fixed-k"
@@ -163,47 +176,96 @@ def _groups(windows: Sequence[Window]) -> dict[tuple[int, str], _Group]:
 Key = tuple[str, str, int]   # (kind: ref | aa | vs, name, load); vs names are "a\tb"
 
 
+class Claim(NamedTuple):
+    """One comparison: the point shown (``point``: against the cross-fitted reference for a
+    ``ref`` key, else the pair itself) and what it is tested on (``each``: a last axis over
+    the fixed k's for a ``ref`` key, of one for an A/A or a head-to-head pair)."""
+
+    point: LogRatio
+    each: LogRatio
+
+
+def _single(e: LogRatio) -> LogRatio:
+    return LogRatio(*(np.asarray(x)[..., None] for x in e))
+
+
 def load_family(Y: np.ndarray, policies: list[str], n: int,
                 head_to_head: Sequence[tuple[str, str]] = ()
-                ) -> tuple[dict[Key, LogRatio], dict[Key, np.ndarray]]:
+                ) -> tuple[dict[Key, Claim], dict[Key, np.ndarray]]:
     """One load's table-block comparisons, vectorized over any leading axes of
-    Y [..., blocks, policies] (log tokens/s): every policy against the cross-fitted reference,
-    each A/A against its twin, each head-to-head pair. Returns the estimates and, per policy,
-    whether it *is* the reference in every block (then it has no verdict). Shared with the
-    calibration (benchmarks/calibration.py), which runs it on thousands of simulated runs."""
-    refs = crossfit_refs(Y, *_anchored(Y, policies))
-    est = estimate(np.swapaxes(log_ratios_to(Y, refs), -1, -2))
-    out: dict[Key, LogRatio] = {}
+    Y [..., blocks, policies] (log tokens/s): every policy against every fixed k (shown against
+    the cross-fitted reference), each A/A against its twin, each head-to-head pair. Returns the
+    claims and, per policy, whether it *is* the reference in every block (then it has no
+    verdict). Shared with the calibration (benchmarks/calibration.py), which runs it on
+    thousands of simulated runs."""
+    fixed, anchor = _anchored(Y, policies)
+    refs = crossfit_refs(Y, fixed, anchor)
+    point = estimate(np.swapaxes(log_ratios_to(Y, refs), -1, -2))
+    # [..., policies, fixed, blocks]: every policy against every fixed k in the same blocks
+    each = estimate(np.moveaxis(Y[..., :, None] - Y[..., None, fixed], -3, -1))
+    out: dict[Key, Claim] = {}
     is_ref: dict[Key, np.ndarray] = {}
     for i, p in enumerate(policies):
         base = twin(p)
         if base is None:
-            out[("ref", p, n)] = LogRatio(*(x[..., i] for x in est))
+            out[("ref", p, n)] = Claim(LogRatio(*(x[..., i] for x in point)),
+                                       LogRatio(*(x[..., i, :] for x in each)))
             is_ref[("ref", p, n)] = np.all(refs == i, axis=-1)
         elif base in policies:
-            out[("aa", p, n)] = estimate(Y[..., policies.index(p)] - Y[..., policies.index(base)])
+            d = estimate(Y[..., policies.index(p)] - Y[..., policies.index(base)])
+            out[("aa", p, n)] = Claim(d, _single(d))
     for a, b in head_to_head:
         if a in policies and b in policies:
-            out[("vs", f"{a}\t{b}", n)] = estimate(Y[..., policies.index(a)] - Y[..., policies.index(b)])
+            d = estimate(Y[..., policies.index(a)] - Y[..., policies.index(b)])
+            out[("vs", f"{a}\t{b}", n)] = Claim(d, _single(d))
     return out, is_ref
 
 
-def chained(pair: np.ndarray, to_ref: LogRatio) -> LogRatio:
+def chained(pair: np.ndarray, to_ref: Claim) -> Claim:
     """A non-table policy through its pair reference: pair [..., blocks, 2] log tokens/s of
-    (policy, pair reference) in its own blocks, chained with the pair reference's estimate
-    against the reference from the table blocks."""
-    return chain(estimate(pair[..., 0] - pair[..., 1]), to_ref)
+    (policy, pair reference) in its own blocks, chained with the pair reference's claims
+    against the reference and every fixed k from the table blocks."""
+    own = estimate(pair[..., 0] - pair[..., 1])
+    return Claim(chain(own, to_ref.point), chain(_single(own), to_ref.each))
 
 
-def decide(est: LogRatio, is_ref: np.ndarray, threshold: float,
+def decide(each: LogRatio, is_ref: np.ndarray, threshold: float,
            alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Holm over the family (the last axis): (codes, adjusted p, level). Codes: +1 better,
-    -1 worse, 0 no claim; NaN adjusted p where a comparison is not in the family (fewer than
-    MIN_BLOCKS blocks, or the reference itself)."""
-    p, sign = p_beyond(est, threshold)
-    in_family = (est.n >= MIN_BLOCKS) & ~is_ref
+    """Holm over the family (the second-to-last axis of ``each``; its last: the fixed k's, or
+    one, NaN where absent): (codes, adjusted p, level). Codes: +1 better, -1 worse, 0 no
+    claim; NaN adjusted p where a comparison is not in the family (fewer than MIN_BLOCKS
+    blocks, or the reference itself)."""
+    p, sign = p_best(each, threshold)
+    with np.errstate(invalid="ignore"):
+        n = np.min(np.where(np.isnan(each.mean), np.inf, each.n), axis=-1)
+    in_family = (n >= MIN_BLOCKS) & np.isfinite(n) & ~is_ref
     adj, level = holm(np.where(in_family, p, np.nan), alpha)
     return np.where(adj <= alpha, sign, 0.0), adj, level
+
+
+def stack(claims: Sequence[Claim]) -> tuple[LogRatio, LogRatio]:
+    """(points [..., m], each [..., m, F]) of m claims, F the most references any has (the
+    rest NaN): the shape decide and ratio_bounds take."""
+    width = max(np.asarray(c.each.mean).shape[-1] for c in claims)
+
+    def padded(x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        pad = [(0, 0)] * (x.ndim - 1) + [(0, width - x.shape[-1])]
+        return np.pad(x, pad, constant_values=np.nan)
+
+    points = LogRatio(*(np.stack([np.asarray(c.point[j], dtype=np.float64) for c in claims], axis=-1)
+                        for j in range(4)))
+    each = LogRatio(*(np.stack([padded(c.each[j]) for c in claims], axis=-2) for j in range(4)))
+    return points, each
+
+
+def ratio_bounds(points: LogRatio, each: LogRatio,
+                 alpha: np.ndarray | float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ratio, low, high): the shown ratio (kept inside its interval) and the interval at the
+    level p_best tests at (inference.bounds_best)."""
+    low, high = bounds_best(each, alpha)
+    mid = np.clip(points.mean, low, high)
+    return np.exp(mid), np.exp(low), np.exp(high)
 
 
 def analyze(windows: Sequence[Window], s: Settings = Settings(),
@@ -214,7 +276,7 @@ def analyze(windows: Sequence[Window], s: Settings = Settings(),
              if any(is_fixed(p) for p in groups[(n, TABLES)].policies)]
     medians = {(p, n): g.median(p) for (n, grp), g in groups.items() for p in g.policies
                if grp in (TABLES, p)}
-    raw: dict[Key, LogRatio] = {}
+    raw: dict[Key, Claim] = {}
     is_ref: dict[Key, np.ndarray] = {}
     versus: dict[Key, str] = {}
     refs: dict[int, str] = {}
@@ -264,16 +326,16 @@ def _aa_sd(groups: dict[tuple[int, str], _Group]) -> float | None:
     return max(sds, default=None)
 
 
-def _decide(raw: dict[Key, LogRatio], is_ref: dict[Key, np.ndarray], versus: dict[Key, str],
+def _decide(raw: dict[Key, Claim], is_ref: dict[Key, np.ndarray], versus: dict[Key, str],
             refs: dict[int, str], loads: list[int], groups: dict[tuple[int, str], _Group],
             medians: dict[tuple[str, int], float], s: Settings, windows: Sequence[Window]) -> Analysis:
     """Holm over the family, then each comparison with its interval and verdict."""
     alpha = 1 - s.confidence
     keys = list(raw)
-    est = LogRatio(*(np.array([float(raw[k][j]) for k in keys]) for j in range(4)))
+    points, each = stack([raw[k] for k in keys])
     ref = np.array([bool(is_ref.get(k, False)) for k in keys])
-    codes, adj, level = decide(est, ref, s.threshold, alpha)
-    mid, low, high = interval(est, level)
+    codes, adj, level = decide(each, ref, s.threshold, alpha)
+    mid, low, high = ratio_bounds(points, each, level)
     out: dict[Key, Comparison] = {}
     for i, (kind, name, n) in enumerate(keys):
         iv = Interval(float(mid[i]), float(low[i]), float(high[i]))
@@ -281,7 +343,7 @@ def _decide(raw: dict[Key, LogRatio], is_ref: dict[Key, np.ndarray], versus: dic
              else "better" if codes[i] > 0 else "worse" if codes[i] < 0
              else WITHIN if 1 - s.threshold <= iv.low and iv.high <= 1 + s.threshold else UNDECIDED)
         out[(kind, name, n)] = Comparison(
-            n, name.split("\t")[0], versus[(kind, name, n)], iv, int(est.n[i]), v,
+            n, name.split("\t")[0], versus[(kind, name, n)], iv, int(points.n[i]), v,
             round(1 - float(level[i]), 6), None if np.isnan(adj[i]) else float(adj[i]))
     comparisons = {(c.policy, n): c for (k, _, n), c in out.items() if k == "ref"}
     worst = {p: w for p in dict.fromkeys(p for p, _ in comparisons)
@@ -298,14 +360,14 @@ def _decide(raw: dict[Key, LogRatio], is_ref: dict[Key, np.ndarray], versus: dic
         sum(not counted(w) for w in windows), _aa_sd(groups))
 
 
-def _worst(policy: str, cs: list[Comparison], est: dict[int, LogRatio],
+def _worst(policy: str, cs: list[Comparison], claims: dict[int, Claim],
            alpha: float) -> WorstCase | None:
-    """The largest loss over the loads with enough blocks, each load's interval at 1 - α/L."""
+    """The largest loss over the loads with enough blocks, each load's interval at 1 - α/L
+    against every fixed k (its upper end the largest of the per-k upper ends)."""
     ok = [c for c in cs if c.n_blocks >= MIN_BLOCKS or c.verdict == "reference"]
     if not ok:
         return None
-    e = LogRatio(*(np.array([float(est[c.load][j]) for c in ok]) for j in range(4)))
-    mid, low, high = interval(e, alpha / len(ok))
+    mid, low, high = ratio_bounds(*stack([claims[c.load] for c in ok]), alpha / len(ok))
     at = int(np.argmax(1 - mid))
     loss = Interval(float(np.max(1 - mid)), float(np.max(1 - high)), float(np.max(1 - low)))
     return WorstCase(policy, loss, ok[at].load, ok[at].n_blocks, len(ok))

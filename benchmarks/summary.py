@@ -82,9 +82,11 @@ def to_json(a: Analysis, meta: dict[str, Any], windows: list[Window] | None = No
         "schema": SCHEMA,
         "design": {**meta.get("design", ADAPTIVE), "achieved_blocks": blocks},
         "family": family_json(a),
-        "statistic": "geometric mean of paired block ratios; t-interval on the log ratios",
+        "statistic": "geometric mean of paired block ratios; t-interval on the log ratios; "
+                     "against the best fixed k an intersection-union test (better only if "
+                     "better than every fixed k, worse if worse than any, Bonferroni)",
         "reference": "per load, the best fixed k chosen on the other half of the blocks "
-                     "(cross-fitting); `A | B` when the halves chose differently",
+                     "(cross-fitting; the ratio shown); `A | B` when the halves chose differently",
         "threshold": a.settings.threshold, "confidence": a.settings.confidence,
         "aa_ci_halfwidth": None if a.aa_halfwidth is None else _r(a.aa_halfwidth),
         "aa_sd_log": None if a.aa_sd is None else _r(a.aa_sd),

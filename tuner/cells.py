@@ -4,8 +4,9 @@ A batch size's cells (B, k) are timed in rounds: each round times every k still 
 alternating order (k = 0..K, then K..0: tuner.sweep.repeat_order), so a slow stretch of the
 host falls on every k of that B alike and a linear drift cancels over two rounds. After
 `repeats` rounds, a cell stays due while fewer than `repeats` of its samples held their batch
-or its 95% interval is wider than ± `ci_target` (tuner/core/samples.needs_more), up to
-`max_repeats`. With one vLLM per k (the paper's way) a round holds a single k.
+or its interval is wider than ± `ci_target` (tuner/core/samples.needs_more), up to
+`max_repeats`; every interval is at the level that pays for those looks (samples.cell_level).
+With one vLLM per k (the paper's way) a round holds a single k.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from tuner.config import TuneConfig
 from tuner.core.goodput import tau
 from tuner.core.profile import Cell, Profile, StepSample
 from tuner.prompts import repetitive
-from tuner.core.samples import cell_estimate, needs_more, usable
+from tuner.core.samples import cell_estimate, cell_level, needs_more, usable
 from tuner.sweep import CellTimer, PromptSource, repeat_order
 
 __all__ = ["measure_batch", "record_cell", "time_one", "timing_prompts", "todo"]
@@ -52,16 +53,20 @@ async def time_one(cfg: TuneConfig, profile: Profile, timer: CellTimer, B: int, 
                                   lambda n, seed: repetitive(n, vocab, length=P, seed=seed))
 
 
-def record_cell(profile: Profile, samples: list[StepSample], wall_s: float) -> Cell:
-    """All samples kept raw; the cell's median and interval over the usable ones."""
+def record_cell(profile: Profile, samples: list[StepSample], wall_s: float,
+                level: float) -> Cell:
+    """All samples kept raw; the cell's estimate and its interval at ``level`` over the usable
+    ones (none with a single repeat: it says nothing of the noise between repeats)."""
     profile.samples.extend(samples)
-    est = cell_estimate(samples)
+    est = cell_estimate(samples, level)
     good = usable(samples)
     has_engine = any(s.engine_ms is not None for s in good)
+    bounded = est.n >= 2
     first = samples[0]
     cell = Cell(B=first.B, k=first.k, client_ms=statistics.median(s.client_ms for s in good),
                 engine_ms=est.median if has_engine else None, wall_s=wall_s,
-                ci_low_ms=est.low, ci_high_ms=est.high, steps=est.n)
+                ci_low_ms=est.low if bounded else None, ci_high_ms=est.high if bounded else None,
+                ci_level=level, steps=sum(len(s.steps_ms or []) for s in good) or est.n)
     profile.cells = [c for c in profile.cells if (c.B, c.k) != (first.B, first.k)]
     profile.cells.append(cell)
     return cell
@@ -89,5 +94,5 @@ async def measure_batch(cfg: TuneConfig, profile: Profile, B: int, ks: list[int]
         rep += 1
     share = (time.monotonic() - c0) / len(ks)  # the cells shared the time
     for k in ks:
-        record_cell(profile, samples[k], share)
+        record_cell(profile, samples[k], share, cell_level(cfg.repeats, cfg.repeat_limit))
     profile.save(cfg.out)

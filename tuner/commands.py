@@ -192,8 +192,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                    help="take more repeats, up to this many, while a cell's interval is wider "
                         "than --ci-target (default: --repeats + 2)")
     p.add_argument("--ci-target", type=float, default=0.02,
-                   help="another repeat while a cell's 95%% interval is wider than this share of "
-                        "its median (0.02: ±2%%), up to --max-repeats")
+                   help="another repeat while a cell's interval is wider than this share of its "
+                        "estimate (0.02: ±2%%), up to --max-repeats; each interval is a t interval "
+                        "over the cell's repeats at 1 - 0.05/L for the L looks the rule can make")
     p.add_argument("--decode-tokens", type=int, default=65, help="tokens of the long run (paper: 65)")
     p.add_argument("--temperature", type=float, default=0.0, help="serving temperature")
     p.add_argument("--prompts", help="JSONL ({'prompt': ...}) or text file for acceptance")

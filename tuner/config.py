@@ -27,8 +27,9 @@ class TuneConfig(BaseModel):
     max_num_seqs: int = Field(ge=1)
     grid: list[int]
     repeats: int = Field(3, ge=1)
-    # more repeats, interleaved across k, up to max_repeats, while a cell's 95% interval is
-    # wider than ± ci_target of its median (None: repeats + 2)
+    # more repeats, interleaved across k, up to max_repeats, while a cell's interval is wider
+    # than ± ci_target of its estimate (None: repeats + 2); the looks are paid for in the level
+    # (tuner/core/samples.cell_level)
     max_repeats: int | None = Field(None, ge=1)
     ci_target: float = Field(0.02, gt=0)
     decode_tokens: int = Field(65, ge=3)

@@ -12,7 +12,7 @@ import numpy as np
 from tuner.core.confidence import Confident
 from tuner.core.goodput import cliff_warnings, cliffs, refine_points
 from tuner.core.profile import Profile, StepSample
-from tuner.core.samples import cell_estimate, filled, spread, usable
+from tuner.core.samples import cell_estimate, cell_level, filled, pooled_log_sd, spread, usable
 from tuner.core.table import Table
 
 __all__ = ["batch_warnings", "client_engine_gap", "cliff_lines", "edge_lines", "honor_warnings",
@@ -75,21 +75,35 @@ def noise_line(profile: Profile) -> str | None:
     line = (f"repeats disagree by {np.median(values) * 100:.1f}% at the median cell, "
             f"{np.percentile(values, 90) * 100:.1f}% at the 90th percentile")
     if profile.max_repeats and profile.max_repeats > profile.repeats:
-        rule = (f"while its interval was wider than ±{profile.ci_target * 100:.0f}%"
+        rule = (f"while its {_level(profile) * 100:.1f}% interval was wider than "
+                f"±{profile.ci_target * 100:.0f}%"
                 if profile.ci_target else "where two repeats disagreed")
         line += (f"; {extra} of {len(spreads)} cells took more than {profile.repeats} repeats "
                  f"(up to {profile.max_repeats}, {rule})")
     return line
 
 
+def _level(profile: Profile) -> float:
+    """The level the profile's repeat rule gives each cell's interval (samples.cell_level)."""
+    return cell_level(profile.repeats, profile.max_repeats)
+
+
 def interval_line(profile: Profile) -> str | None:
-    """The cells' 95% intervals, as ± share of their medians (median and widest)."""
-    widths = [cell_estimate(v).halfwidth for v in profile.samples_by_cell().values() if v]
+    """The cells' intervals (Student t on their repeats' logs, at the level that pays for the
+    repeat rule's looks), as ± share of their estimates (median and widest)."""
+    level = _level(profile)
+    by = profile.samples_by_cell()
+    widths = [cell_estimate(v, level).halfwidth for v in by.values() if v]
     widths = [w for w in widths if np.isfinite(w)]
     if not widths:
         return None
+    pooled = pooled_log_sd(by.values())
+    # t(1) is 12.7: two repeats alone bound one cell loosely; the table rule pools them
+    pool = "" if pooled is None else (f"; the table rule's sd between repeats, pooled over the "
+                                      f"profile: {pooled * 100:.1f}%")
     return (f"cell step times ±{np.median(widths) * 100:.1f}% at the median cell, "
-            f"±{max(widths) * 100:.1f}% at the widest (95% intervals)")
+            f"±{max(widths) * 100:.1f}% at the widest ({level * 100:.1f}% t intervals over "
+            f"each cell's own repeats){pool}")
 
 
 def client_engine_gap(profile: Profile) -> float | None:

@@ -1,6 +1,6 @@
 """The tuning report: a Markdown summary and one PNG a person can read at a glance.
 
-PNG panels: (1) measured T(B, k) per k with each cell's 95% interval; (2) G(B, k) per k with
+PNG panels: (1) measured T(B, k) per k with each cell's interval (its ci_level); (2) G(B, k) per k with
 the chosen k shaded per B;
 (3) predicted goodput loss of vLLM's documented table and of the tuned table against the best k;
 (4) where samples record when they started: each sample's step time over its cell's median,
@@ -69,7 +69,7 @@ def plot(profile: Profile, path: Path) -> Path:
         axes[1].plot(B, G[:, k], color=COLORS[k % 9], label=f"k={k}")
     for b in profile.graph_boundaries():  # where steps leave the CUDA graphs / token budget
         axes[0].axvline(b.B_last + 0.5, color=COLORS[b.k % 9], ls=":", lw=1)
-    axes[0].set(title="Measured step time T(B, k), 95% intervals; dotted: graph limits",
+    axes[0].set(title=f"Measured step time T(B, k), {_levels(profile)} intervals; dotted: graph limits",
                 xlabel="batch size B", ylabel="ms / step")
     ks = np.asarray(tuned.dense(profile.engine.max_num_seqs, profile.K)[1:])
     for start, end, k in tuned.to_list():
@@ -98,6 +98,12 @@ def plot(profile: Profile, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _levels(profile: Profile) -> str:
+    """The cells' interval levels in words: profiles before schema 2 stored 95% ones."""
+    levels = sorted({c.ci_level or 0.95 for c in profile.cells})
+    return "/".join(f"{x * 100:.4g}%" for x in levels) or "95%"
 
 
 def markdown(profile: Profile, png_name: str) -> str:
@@ -130,7 +136,7 @@ def markdown(profile: Profile, png_name: str) -> str:
              "", f"![report]({png_name})", "",
              "## Recommendation", "", f"**{profile.recommendation().summary}**", "",
              "## Why this table", ""] + [f"- {line}" for line in findings.edge_lines(profile.build())] + [
-             "", "Step times in ms, median [95% interval]:", "",
+             "", f"Step times in ms, estimate [{_levels(profile)} interval]:", "",
              "| B | " + " | ".join(f"T(k={k}) ms" for k in range(profile.K + 1))
              + " | tuned k | loss tuned | loss documented |",
              "|---" * (profile.K + 5) + "|"]

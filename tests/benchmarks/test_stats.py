@@ -95,7 +95,7 @@ def test_the_reference_is_cross_fitted_so_equal_fixed_ks_are_not_biased() -> Non
     policies = ["fixed-k1", "fixed-k2", "fixed-k3", "tuned"]
     Y = rng.normal(0, 0.1, (4000, 8, 4)) + rng.normal(0, 0.3, (4000, 8, 1))
     est, _ = load_family(Y, policies, 4)
-    crossfit = est[("ref", "tuned", 4)].mean
+    crossfit = est[("ref", "tuned", 4)].point.mean
     assert abs(crossfit.mean()) < 4 * crossfit.std() / np.sqrt(crossfit.size)
     naive = Y[..., 3].mean(axis=1) - Y[..., :3].mean(axis=1).max(axis=1)
     assert naive.mean() < -0.02
@@ -177,3 +177,34 @@ def test_many_comparisons_are_corrected_together() -> None:
     assert 4 * 19 <= a.family.size <= 4 * 20   # 20 where the halves chose different references
     assert not [c for c in a.every() if c.verdict in ("better", "worse")]
     assert min(c.level for c in a.every() if c.p_holm is not None) > 0.999
+
+
+def test_better_than_the_best_fixed_k_means_better_than_every_one() -> None:
+    """Intersection-union (issue 36 item 5): tuned beats fixed-k1 by 3% but only ties fixed-k3;
+    whichever k the cross-fitting picks, "better" needs every fixed k beaten beyond the band."""
+    truth = {"fixed-k1": {4: 97.0}, "fixed-k3": {4: 100.0}, "tuned": {4: 100.0}}
+    for seed in range(5):
+        c = analyze(blocks(truth, 12, noise=0.005, seed=seed)).comparisons[("tuned", 4)]
+        assert c.verdict != "better" and c.ratio.low < 1.01
+    clear = analyze(blocks({**truth, "tuned": {4: 105.0}}, 12, noise=0.005))
+    assert clear.comparisons[("tuned", 4)].verdict == "better"
+    # a loss's upper end is the largest of the per-fixed-k upper ends
+    loss = analyze(blocks({**truth, "tuned": {4: 90.0}}, 12, noise=0.005)).worst["tuned"].loss
+    assert loss.low < 0.1 < loss.high
+
+
+def test_the_interval_clears_the_band_exactly_when_the_test_rejects() -> None:
+    from benchmarks.inference import LogRatio, bounds_best, p_best
+
+    rng = np.random.default_rng(0)
+    mean = rng.normal(0.0, 0.03, (2000, 3))
+    se = rng.uniform(0.005, 0.02, (2000, 3))
+    e = LogRatio(mean, se, np.full_like(mean, 9.0), np.full_like(mean, 10.0))
+    for thr, alpha in ((0.0, 0.05), (0.01, 0.01)):
+        p, sign = p_best(e, thr)
+        low, high = bounds_best(e, alpha)
+        assert np.array_equal((p <= alpha) & (sign > 0), low > np.log1p(thr))
+        assert np.array_equal((p <= alpha) & (sign < 0), high < np.log1p(-thr))
+    one = LogRatio(*(x[:, :1] for x in e))   # one reference: the plain two-sided test
+    from benchmarks.inference import p_beyond
+    assert np.allclose(p_best(one, 0.01)[0], p_beyond(LogRatio(*(x[:, 0] for x in e)), 0.01)[0])

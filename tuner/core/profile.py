@@ -28,7 +28,11 @@ from tuner.core.samples import cell_sigma, pooled_log_sd
 from tuner.core.table import Table
 from tuner.core.workload import Workload
 
-SCHEMA_VERSION = 1
+# 2: a cell's engine_ms is the geometric mean of its repeats' medians and ci_* its Student t
+# interval at ci_level (tuner/core/intervals.py, eq. R); 1: the median over all its steps and a
+# 95% cluster-bootstrap interval (or its repeats' range). Both load; each cell says which it holds
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 
 class _Model(BaseModel):
@@ -71,7 +75,12 @@ class StepSample(_EngineFirst):
 
 
 class Cell(_EngineFirst):
-    """A cell's median step time, with its 95% interval (ci_*; None in older profiles)."""
+    """A cell's step time, with its interval (ci_*; None in older profiles or with one repeat).
+
+    ci_level set (schema 2): engine_ms is the geometric mean of the usable repeats' medians and
+    ci_* its Student t interval at that level (the 95% spent over the repeat rule's looks,
+    tuner/core/samples.cell_level). ci_level None (schema 1): engine_ms is the median over all
+    steps and ci_* a 95% cluster-bootstrap interval, or the repeats' range."""
 
     B: int
     k: int
@@ -79,6 +88,7 @@ class Cell(_EngineFirst):
     ci_low_ms: float | None = None
     ci_high_ms: float | None = None
     steps: int | None = None  # engine steps (or repeats) behind the median
+    ci_level: float | None = None
 
 
 class AcceptanceMeasurement(_Model):
@@ -209,15 +219,16 @@ class Profile(_Model):
 
     def step_time_sigma(self) -> np.ndarray:
         """σ of log T per grid cell, from the profile's own repeats (tuner/core/samples.cell_sigma):
-        the larger of the cell's repeat sd and the sd pooled over all cells' repeats, over √n,
-        and at least what its 95% interval implies. A profile with no repeated cell pools its
-        cells' intervals instead (their median σ); with neither it says nothing of its noise,
-        and no σ is made up for it."""
-        med, lo, hi = (self._grid_matrix(v) for v in ("step_ms", "ci_low_ms", "ci_high_ms"))
+        the larger of the cell's repeat sd and the sd pooled over all cells' repeats, over √n.
+        A cell that kept no samples reads its stored interval instead; a profile with no
+        repeated cell pools its cells' intervals (their median σ); with neither it says nothing
+        of its noise, and no σ is made up for it."""
+        med, lo, hi, level = (self._grid_matrix(v) for v in ("step_ms", "ci_low_ms", "ci_high_ms",
+                                                            "ci_level"))
         ci = np.full(med.shape, np.nan)
         for g, k in np.ndindex(*med.shape):
             ci[g, k] = sigma_log(float(med[g, k]), _or_none(float(lo[g, k])), _or_none(float(hi[g, k])),
-                                 fallback=np.nan)
+                                 fallback=np.nan, level=_or_none(float(level[g, k])) or 0.95)
         by = self.samples_by_cell()
         pooled = pooled_log_sd(by.values())
         if pooled is None and np.isfinite(ci).any():
@@ -333,9 +344,9 @@ def load(path: Path) -> Profile:
         raise InvalidInput(f"profile {path} is not JSON ({exc}); pass the profile.json that "
                            "`tabletune tune --out` wrote") from None
     version = data.get("schema_version") if isinstance(data, dict) else None
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_VERSIONS:
         raise InvalidInput(f"profile {path}: schema_version {version!r}, this TableTune reads "
-                           f"{SCHEMA_VERSION}; re-run `tabletune tune`")
+                           f"{' and '.join(map(str, READABLE_VERSIONS))}; re-run `tabletune tune`")
     try:
         return Profile.model_validate(data)
     except ValidationError as exc:
