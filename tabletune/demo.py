@@ -119,6 +119,9 @@ def evidence(c: dict[str, Any]) -> str:
     if c.get("decided_by") == "measured" and m:
         return (f"{where}, measured on this engine: goodput x{m['ratio']:.2f} "
                 f"[{m['low']:.2f}, {m['high']:.2f}] over {m['pairs']} paired runs")
+    if c["gain_low"] <= 0:  # below confidence: only the futile rule switches a bucket so
+        return (f"{where}: k={c['k_old']}'s extra drafts buy nothing at the acceptance measured "
+                f"(the model predicts goodput x{1 + c['gain']:.2f})")
     return (f"{where}, predicted by the model (not measured): goodput "
             f"x{1 + c['gain']:.2f}, at least x{1 + c['gain_low']:.2f}")
 
