@@ -30,8 +30,8 @@ bucket with live steps:
   a k that cannot win.
 - a duel whose challenger the model finds better beyond its error, before any pairs exist, is
   "urgent" (``Verdicts.urgent``): the sidecar lets the plugin spend ``urgent_share`` of the
-  steps on it until the pairs speak, so a wrong table is measured and left in about a minute,
-  not in the ten the usual share takes; the measurement still decides. While any duel is
+  steps on it until the pairs speak: at the usual share 24 runs need more than one
+  ``explore_horizon`` (docs/sidecar.md); the measurement still decides. While any duel is
   urgent only the urgent ones run (the share is the plugin's for every duel it runs, and the
   others are near-ties that can wait).
 
