@@ -54,7 +54,7 @@ import numpy.typing as npt
 from tuner.core.admin_api import Step
 from tuner.core.buckets import band
 
-__all__ = ["DuelPower", "MeasuredGoodput", "Pair", "PairedComparison", "confidence_sequence",
+__all__ = ["MeasuredGoodput", "Pair", "PairPower", "PairedComparison", "confidence_sequence",
            "long_run_variance", "paired_interval", "pairs_in", "smallest_gain"]
 
 
@@ -126,7 +126,7 @@ def paired_interval(x: FloatArray, alpha: float,
 
 
 @dataclass(frozen=True, slots=True)
-class DuelPower:
+class PairPower:
     """What a running comparison can still find: the pairs' long-run sd so far, and the smallest
     gain it would find by ``max_pairs`` pairs (smallest_gain)."""
 
@@ -351,7 +351,7 @@ class MeasuredGoodput:
             return None
         return cell[2] / cell[1], cell[0], cell[3] / cell[0]
 
-    def power(self, alpha: float, max_pairs: int) -> list[DuelPower]:
+    def power(self, alpha: float, max_pairs: int) -> list[PairPower]:
         """Per compared (bucket, k, ref) with enough pairs for eq. LRV: its smallest gain at
         ``max_pairs`` pairs (at least the pairs it has)."""
         out = []
@@ -363,7 +363,7 @@ class MeasuredGoodput:
             x = np.asarray([v for _, v in ordered])
             sd = math.sqrt(float(long_run_variance(x)) * self.variance_factor)
             if math.isfinite(sd):
-                out.append(DuelPower(bucket, k, ref, len(x), sd,
+                out.append(PairPower(bucket, k, ref, len(x), sd,
                                      smallest_gain(sd, max(max_pairs, len(x)), alpha)))
         return out
 

@@ -4,6 +4,8 @@ against a stand-in for the sidecar's /v1/state, which a real engine cannot time 
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from aiohttp import web
@@ -18,8 +20,10 @@ class Sidecar:
         self.port = port
 
 
-async def arms_beside(scrapes: list[float], tmp_path: Path) -> tuple[Arms, TestServer, list[int]]:
-    """Arms whose sidecar's /v1/state says each of ``scrapes`` in turn (the last one after)."""
+@asynccontextmanager
+async def arms_beside(scrapes: list[float], tmp_path: Path) -> AsyncIterator[tuple[Arms, list[int]]]:
+    """Arms whose sidecar's /v1/state says each of ``scrapes`` in turn (the last one after);
+    the stand-in server is closed here, whatever the test does."""
     asked: list[int] = []
 
     async def state(_: web.Request) -> web.Response:
@@ -28,31 +32,24 @@ async def arms_beside(scrapes: list[float], tmp_path: Path) -> tuple[Arms, TestS
 
     app = web.Application()
     app.router.add_get("/v1/state", state)
-    server = TestServer(app)
-    await server.start_server()
-    client = EngineClient(engine_url="http://127.0.0.1:1")
-    arms = Arms("http://127.0.0.1:1", client, client, Sidecar(server.port),  # type: ignore[arg-type]
-                {}, tmp_path, "m", tmp_path, 0.0)
-    return arms, server, asked
+    async with TestServer(app) as server:
+        # never entered: the catch-up wait opens and closes its own session
+        client = EngineClient(engine_url="http://127.0.0.1:1")
+        yield Arms("http://127.0.0.1:1", client, client, Sidecar(server.port),  # type: ignore[arg-type]
+                   {}, tmp_path, "m", tmp_path, 0.0), asked
 
 
 async def test_the_arm_waits_for_a_scrape_after_the_catch_up_tick(tmp_path: Path) -> None:
     woke = time.time()
-    arms, server, asked = await arms_beside([woke - 5, woke + 0.2, woke + 1.3], tmp_path)
-    try:
+    async with arms_beside([woke - 5, woke + 0.2, woke + 1.3], tmp_path) as (arms, asked):
         await arms._caught_up(woke, deadline=time.monotonic() + 60)
         assert len(asked) == 3  # returned at the third reading, long before the deadline
-    finally:
-        await server.close()
 
 
 async def test_a_sidecar_that_never_scrapes_again_holds_the_arm_only_until_the_deadline(
         tmp_path: Path) -> None:
     woke = time.time()
-    arms, server, asked = await arms_beside([woke - 5], tmp_path)
-    try:
+    async with arms_beside([woke - 5], tmp_path) as (arms, asked):
         t0 = time.monotonic()
         await arms._caught_up(woke, deadline=time.monotonic() + 1.0)
         assert 0.9 < time.monotonic() - t0 < 60 and len(asked) >= 2
-    finally:
-        await server.close()
