@@ -18,19 +18,21 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from pathlib import Path
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from benchmarks.arm_run import ArmRun, EngineCounts, Phase, SidecarSeen
 from benchmarks.field_client import ClientResult, client_argv, run_client
 from benchmarks.stateful import PausedSidecar
 from benchmarks.traffic import ClientRun, Shape
 from benchmarks.window import generated
 from tuner.core.engine_client import EngineClient
 from tuner.core.errors import EngineUnavailable
+from sidecar.state import SidecarState
 from tuner.core.table import Table
 from tuner.step_clock import step_load
 
@@ -57,9 +59,9 @@ class Arms:
         self.model, self.served_name, self.out, self.idle_s = model, served_name, out, idle_s
         self.is_thawed = False
         self.thawed_at = 0.0
-        self.seen: dict[str, Any] | None = None  # the sidecar's counters at its last reading
+        self.seen: Reading | None = None  # the sidecar's counters at its last reading
 
-    async def run(self, shape: Shape, arm: str, seed: int, tag: str) -> dict[str, Any]:
+    async def run(self, shape: Shape, arm: str, seed: int, tag: str) -> ArmRun:
         """One arm of one shape: its runs' client results and engine counts, and (sidecar)
         what the sidecar did meanwhile."""
         t0 = time.monotonic()
@@ -68,8 +70,8 @@ class Arms:
         await asyncio.sleep(self.idle_s)
         phases = [await self._phase(run, seed, f"{tag}-{i}") for i, run in enumerate(shape.runs)]
         seen = await self._observe() if awake else None
-        return {"shape": shape.name, "arm": arm, "seed": seed, "wall_s": round(time.monotonic() - t0, 2),
-                "phases": phases, "sidecar": seen}
+        return ArmRun(shape=shape.name, arm=arm, seed=seed,
+                      wall_s=round(time.monotonic() - t0, 2), phases=phases, sidecar=seen)
 
     async def _freeze(self, table: Table) -> None:
         if self.is_thawed and self.sidecar is not None:
@@ -101,14 +103,14 @@ class Arms:
             while time.monotonic() < deadline:
                 try:
                     async with s.get(url) as r:
-                        seen = (await r.json()).get("last_scrape_ok_at") or 0.0
+                        seen = SidecarState.model_validate(await r.json()).last_scrape_ok_at or 0.0
                     if seen > woke + TICK_S:  # a tick that began after the first one ended
                         return
                 except (aiohttp.ClientError, TimeoutError):
                     pass
                 await asyncio.sleep(0.2)
 
-    async def _phase(self, run: ClientRun, seed: int, tag: str) -> dict[str, Any]:
+    async def _phase(self, run: ClientRun, seed: int, tag: str) -> Phase:
         s0 = await self.admin.get_stats()
         _, g0 = await generated(self.engine)
         argv = [*client_argv(run, self.host, self.port, self.model, self.served_name, seed),
@@ -122,31 +124,33 @@ class Arms:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result, indent=1))
         load = step_load(s0, s1)
-        return {"file": str(path.relative_to(self.out)), "argv": run.flags(),
-                "client": ClientResult.model_validate(result).model_dump(),
-                "engine": {"generated_tokens": g1 - g0, "steps": s1.engine_steps - s0.engine_steps,
-                           "step_ms": load.step_ms if load else None,
-                           "table_version": [s0.table_version, s1.table_version],
-                           "accepted_per_pos": _delta(s0.accepted_per_pos, s1.accepted_per_pos),
-                           "drafted_per_pos": _delta(s0.drafted_per_pos, s1.drafted_per_pos)}}
+        return Phase(file=str(path.relative_to(self.out)), argv=run.flags(),
+                     client=ClientResult.model_validate(result),
+                     engine=EngineCounts(
+                         generated_tokens=g1 - g0, steps=s1.engine_steps - s0.engine_steps,
+                         step_ms=load.step_ms if load else None,
+                         table_version=[s0.table_version, s1.table_version],
+                         accepted_per_pos=_delta(s0.accepted_per_pos, s1.accepted_per_pos),
+                         drafted_per_pos=_delta(s0.drafted_per_pos, s1.drafted_per_pos)))
 
-    async def _observe(self) -> dict[str, Any]:
+    async def _observe(self) -> SidecarSeen:
         """What the sidecar did since its last reading: counts, the thawed minutes, the
         notable decisions, and its state now."""
         before = self.seen
         assert before is not None  # read when it was first thawed
         now = await self._read(deadline=time.monotonic() + 30.0)
         # awake since it was thawed, or since the reading before when it stayed awake
-        minutes = (now["monotonic"] - max(self.thawed_at, before["monotonic"])) / 60
+        minutes = (now.monotonic - max(self.thawed_at, before.monotonic)) / 60
         self.seen = now
-        decisions = [d for d in now["decisions"] if d["time"] > before["time"]
-                     and d["outcome"] in NOTABLE]
-        return {**{k: now[k] - before[k] for k in COUNTS}, "minutes": round(minutes, 3),
-                "decisions": decisions, "cumulative": {k: now[k] for k in COUNTS},
-                "engine_table": now["engine_table"], "a_hat": now["a_hat"],
-                "rebuilds": now["rebuilds"]}
+        state = now.state
+        newest = before.newest
+        decisions = [d for d in state.recent_decisions if d.time > newest and d.outcome in NOTABLE]
+        return SidecarSeen(**{k: now.counts[k] - before.counts[k] for k in COUNTS},
+                           minutes=round(minutes, 3), decisions=decisions,
+                           cumulative=dict(now.counts), engine_table=state.engine_table,
+                           a_hat=state.a_hat, rebuilds=now.rebuilds)
 
-    async def _read(self, deadline: float) -> dict[str, Any]:
+    async def _read(self, deadline: float) -> Reading:
         """The sidecar's counters from its /v1/state and /metrics, retried until `deadline`
         (a sidecar still starting does not answer yet)."""
         sidecar = self.sidecar
@@ -160,7 +164,7 @@ class Arms:
                         state = await r.json()
                     async with s.get(base + "/metrics") as r:
                         metrics = await r.text()
-                return _counters(state, metrics)
+                return _reading(SidecarState.model_validate(state), metrics)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 if sidecar.returncode() is not None or time.monotonic() > deadline:
                     raise EngineUnavailable(f"{base}: the sidecar does not answer ({exc}); "
@@ -172,8 +176,22 @@ class Arms:
             await self.sidecar.close()
 
 
-def _counters(state: dict[str, Any], metrics: str) -> dict[str, Any]:
-    """The counts a do-no-harm arm reports, from one reading of the sidecar."""
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One reading of the sidecar: its state, the counts an arm reports, and when."""
+
+    state: SidecarState
+    counts: dict[str, int]    # COUNTS, since the sidecar started
+    rebuilds: dict[str, int]  # by outcome
+    monotonic: float
+
+    @property
+    def newest(self) -> float:
+        """The time of its newest decision (0 before any)."""
+        return max((d.time for d in self.state.recent_decisions), default=0.0)
+
+
+def _reading(state: SidecarState, metrics: str) -> Reading:
     pushes, rebuilds = 0, {}
     for fam in text_string_to_metric_families(metrics):
         for s in fam.samples:
@@ -181,13 +199,9 @@ def _counters(state: dict[str, Any], metrics: str) -> dict[str, Any]:
                 pushes = int(s.value)
             elif s.name == "tabletune_sidecar_rebuilds_total":
                 rebuilds[s.labels["outcome"]] = int(s.value)
-    return {"pushes": pushes, "traffic_changes": state.get("traffic_changes", 0),
-            "rollbacks": state.get("guardrail", {}).get("rollbacks", 0),
-            "foreign_tables": state.get("foreign_tables_seen", 0), "rebuilds": rebuilds,
-            "engine_table": state.get("engine_table"), "a_hat": state.get("a_hat"),
-            "decisions": state.get("recent_decisions", []),
-            "time": max((d["time"] for d in state.get("recent_decisions", [])), default=0.0),
-            "monotonic": time.monotonic()}
+    counts = {"pushes": pushes, "traffic_changes": state.traffic_changes,
+              "rollbacks": state.guardrail.rollbacks, "foreign_tables": state.foreign_tables_seen}
+    return Reading(state, counts, rebuilds, time.monotonic())
 
 
 def _delta(before: list[int], after: list[int]) -> list[int]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.arm_run import ArmRun
 from benchmarks.engines import max_model_len
 from benchmarks.traffic import KINDS, Prompts, Shape, Sizes, check_sizes, read_prompts, shapes
 from tuner import flags
@@ -183,7 +184,8 @@ def save(path: Path, record: dict[str, Any],
     return summary
 
 
-Round = Callable[[int, int], Awaitable[list[dict[str, Any]]]]  # (block, seed) -> its runs
+# (block, seed) -> its runs, each with its place in the block's order
+Round = Callable[[int, int], Awaitable[list[tuple[int, ArmRun]]]]
 
 
 async def run_blocks(one_round: Round, b: Blocks, record: dict[str, Any], info: dict[str, Any],
@@ -197,7 +199,7 @@ async def run_blocks(one_round: Round, b: Blocks, record: dict[str, Any], info: 
         t = time.monotonic()
         say(f"warmup round {r + 1}/{b.warmup_rounds} (unmeasured)")
         runs = await one_round(-1 - r, b.seed + WARMUP_SEED + info["part"])
-        record["warmup"] += [{**x, "part": info["part"]} for x in runs]
+        record["warmup"] += placed(runs, -1 - r, info["part"])
         block_s = max(block_s, time.monotonic() - t)
         save_all()
     for block in range(first, b.blocks):
@@ -208,11 +210,16 @@ async def run_blocks(one_round: Round, b: Blocks, record: dict[str, Any], info: 
             return
         t = time.monotonic()
         runs = await one_round(block, b.seed + block)
-        record["runs"] += [{**x, "part": info["part"]} for x in runs]
+        record["runs"] += placed(runs, block, info["part"])
         block_s = max(block_s, time.monotonic() - t)
         info["blocks"] = block - first + 1
         summary = save_all()
         say(f"block {block} done in {time.monotonic() - t:.0f} s; {describe(summary)}")
+
+
+def placed(runs: list[tuple[int, ArmRun]], block: int, part: int) -> list[dict[str, Any]]:
+    """A round's runs as the record keeps them."""
+    return [run.placed(block, position, part).model_dump(mode="json") for position, run in runs]
 
 
 async def recorded(blocks: Awaitable[None], info: dict[str, Any], t0: float,

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks import client_bench
+from benchmarks.arm_run import ArmRun
 from benchmarks.client_arms import Arms
 from benchmarks.client_bench import (Blocks, add_traffic_flags, bench_parser, blocks_of,
                                      keep_log, next_part, printer, recorded, run_blocks, run_main,
@@ -152,15 +153,15 @@ def order(policies: tuple[str, ...], block: int, seed: int) -> list[str]:
     return out
 
 
-async def one_round(arms: Arms, cfg: Config, block: int, seed: int) -> list[dict[str, Any]]:
+async def one_round(arms: Arms, cfg: Config, block: int, seed: int) -> list[tuple[int, ArmRun]]:
     """Every shape (in an order rotating with the block) under every policy (shuffled)."""
     out = []
     for shape in rotated(cfg.shapes, max(block, 0)):
         for position, policy in enumerate(order(cfg.policies, block, cfg.blocks.seed)):
             run = await arms.run(shape, policy, seed, f"b{block}-{shape.name}-{policy}")
-            out.append({"block": block, "position": position, **run})
+            out.append((position, run))
             say(f"block {block} {shape.name:>14} {policy:>22}: {arm_throughput(run):8.1f} "
-                f"tok/s in {run['wall_s']:.0f} s")
+                f"tok/s in {run.wall_s:.0f} s")
     return out
 
 
@@ -191,7 +192,7 @@ async def run(cfg: Config) -> dict[str, Any]:
         arms = Arms(up.server.url, up.engine, admin, sidecar, cfg.tables, s.model, SERVED_NAME,
                     s.out, cfg.idle_s, client_flags, sidecar_arm=cfg.sidecar or "")
 
-        async def round_(block: int, seed: int) -> list[dict[str, Any]]:
+        async def round_(block: int, seed: int) -> list[tuple[int, ArmRun]]:
             return await one_round(arms, cfg, block, seed)
 
         def keep() -> None:

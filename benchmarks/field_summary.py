@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.arm_run import runs_of
 from benchmarks.inference import LogRatio, bounds_best, estimate, holm, p_best
 from benchmarks.noharm_summary import (ALPHA, Run, acceptance_length, arm_throughput,
                                        engine_throughput, latency, mean_of, median,
@@ -62,8 +63,8 @@ def by_block(runs: Sequence[Run], shape: str) -> dict[tuple[int, int], dict[str,
     """(part, block) -> policy -> its run of `shape`."""
     out: dict[tuple[int, int], dict[str, Run]] = {}
     for r in runs:
-        if r["shape"] == shape:
-            out.setdefault((r["part"], r["block"]), {})[r["arm"]] = r
+        if r.shape == shape:
+            out.setdefault((r.part, r.block), {})[r.arm] = r
     return dict(sorted(out.items()))
 
 
@@ -85,11 +86,11 @@ def word(ci: Sequence[float | None], higher_is_better: bool) -> str | None:
 
 def request_goodput(run: Run) -> float:
     """Requests meeting every SLO per second over the shape's runs (None: no SLO given)."""
-    got = [(p["client"].get("request_goodput"), p["client"]["duration"]) for p in run["phases"]]
+    got = [(p.client.request_goodput, p.client.duration) for p in run.phases]
     if any(g is None for g, _ in got):
         return math.nan
     seconds = sum(d for _, d in got)
-    return sum(g * d for g, d in got) / seconds if seconds > 0 else math.nan
+    return sum((g or 0.0) * d for g, d in got) / seconds if seconds > 0 else math.nan
 
 
 def policy_figures(arms: Sequence[Run]) -> dict[str, Any]:
@@ -280,14 +281,14 @@ def summarize(record: dict[str, Any]) -> dict[str, Any]:
     meta = record["meta"]
     names = [s["name"] for s in meta["shapes"]]
     policies = list(meta["policies"])
-    shapes = [shape_summary(record["runs"], name, policies, meta.get("tables", {}))
-              for name in names]
-    claims = headline(record["runs"], names, policies, meta.get("tables", {}))
+    runs = runs_of(record["runs"])
+    shapes = [shape_summary(runs, name, policies, meta.get("tables", {})) for name in names]
+    claims = headline(runs, names, policies, meta.get("tables", {}))
     return {"headline": claims, "family": sum(c["p"] is not None for c in claims),
             "shapes": shapes, "policies": policies, "tables": meta.get("tables", {}),
             "ci_level": 1 - ALPHA, "blocks": min((s["blocks"] for s in shapes), default=0),
             "parts": len(meta.get("parts", [])), "goodput_slo": meta.get("goodput"),
-            "short_runs": short_runs(record["runs"]),
+            "short_runs": short_runs(runs),
             "statistic": "geometric mean of per-block ratios policy / reference (output "
                          "throughput; p50 TPOT), Student's t-interval on their logs; against "
                          "the best fixed k an intersection-union test; `headline`: the README's "

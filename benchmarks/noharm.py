@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks import client_bench
+from benchmarks.arm_run import ArmRun
 from benchmarks.client_bench import (Blocks, add_traffic_flags, bench_parser, blocks_of,
                                      keep_log, next_part, printer, recorded, run_blocks, run_main,
                                      shape_meta, traffic)
@@ -111,7 +112,7 @@ def save(cfg: Config, record: dict[str, Any]) -> dict[str, Any]:
 say = printer("noharm")
 
 
-async def one_round(arms: Arms, cfg: Config, block: int, seed: int) -> list[dict[str, Any]]:
+async def one_round(arms: Arms, cfg: Config, block: int, seed: int) -> list[tuple[int, ArmRun]]:
     """Every shape once in each arm: shapes in an order rotating with the block, the arms
     table-sidecar in even blocks and sidecar-table in odd ones."""
     out = []
@@ -121,11 +122,11 @@ async def one_round(arms: Arms, cfg: Config, block: int, seed: int) -> list[dict
     for shape in rotated(cfg.shapes, max(block, 0)):
         for position, arm in enumerate(order):
             run = await arms.run(shape, arm, seed, f"b{block}-{shape.name}-{arm}")
-            out.append({"block": block, "position": position, **run})
-            seen = run["sidecar"] or {}
+            out.append((position, run))
+            seen = run.sidecar
             say(f"block {block} {shape.name:>14} {arm:>7}: {arm_throughput(run):8.1f} tok/s "
-                f"in {run['wall_s']:.0f} s" + (f", pushes {seen['pushes']}, changes "
-                                                f"{seen['traffic_changes']}" if seen else ""))
+                f"in {run.wall_s:.0f} s" + (f", pushes {seen.pushes}, changes "
+                                             f"{seen.traffic_changes}" if seen else ""))
     return out
 
 
@@ -146,7 +147,7 @@ async def run(cfg: Config) -> dict[str, Any]:
                     SERVED_NAME, s.out, cfg.idle_s)
         info["sidecar_log"] = f"sidecar-part{part}.log.gz"
 
-        async def round_(block: int, seed: int) -> list[dict[str, Any]]:
+        async def round_(block: int, seed: int) -> list[tuple[int, ArmRun]]:
             return await one_round(arms, cfg, block, seed)
 
         def keep() -> None:

@@ -28,7 +28,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
+from benchmarks.arm_run import ArmRun, BlockRun, runs_of
 from benchmarks.inference import bounds, estimate
 
 TARGET = 0.995            # table + sidecar >= table alone - 0.5%
@@ -38,27 +40,27 @@ ARMS = ("table", "sidecar")
 MIN_STEPS = 50            # an arm's run shorter than this many engine steps is flagged
 LATENCY = ("p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms", "p50_itl_ms", "p99_itl_ms")
 
-Run = dict[str, Any]
+Run = BlockRun
 
 
-def arm_throughput(run: Run) -> float:
+def arm_throughput(run: ArmRun) -> float:
     """Output tokens over the client's durations, summed over the shape's runs (one run but
     for the ramp's staircase): a run's output_throughput when there is one."""
-    tokens = sum(p["client"]["total_output_tokens"] for p in run["phases"])
-    seconds = sum(p["client"]["duration"] for p in run["phases"])
+    tokens = sum(p.client.total_output_tokens for p in run.phases)
+    seconds = sum(p.client.duration for p in run.phases)
     return tokens / seconds if seconds > 0 else math.nan
 
 
 def engine_throughput(run: Run) -> float:
-    tokens = sum(p["engine"]["generated_tokens"] for p in run["phases"])
-    seconds = sum(p["client"]["duration"] for p in run["phases"])
+    tokens = sum(p.engine.generated_tokens for p in run.phases)
+    seconds = sum(p.client.duration for p in run.phases)
     return tokens / seconds if seconds > 0 else math.nan
 
 
 def mean_of(field: str) -> Callable[[Run], float]:
     """A latency mean over the shape's runs, weighted by their completed requests."""
     def get(run: Run) -> float:
-        done = [(p["client"][field], p["client"]["completed"]) for p in run["phases"]]
+        done = [(getattr(p.client, field), p.client.completed) for p in run.phases]
         n = sum(c for _, c in done)
         return sum(v * c for v, c in done) / n if n else math.nan
     return get
@@ -68,9 +70,9 @@ def short_runs(runs: Sequence[Run]) -> list[dict[str, Any]]:
     """Runs of fewer than MIN_STEPS engine steps (kept in the figures, named here)."""
     out = []
     for r in runs:
-        steps = sum(p["engine"].get("steps") or 0 for p in r["phases"])
+        steps = sum(p.engine.steps or 0 for p in r.phases)
         if steps < MIN_STEPS:
-            out.append({"block": r["block"], "shape": r["shape"], "arm": r["arm"], "steps": steps})
+            out.append({"block": r.block, "shape": r.shape, "arm": r.arm, "steps": steps})
     return out
 
 
@@ -78,8 +80,8 @@ def paired(runs: Sequence[Run], shape: str) -> list[tuple[Run, Run]]:
     """(table, sidecar) of each block that ran both arms of `shape`, in block order."""
     by_block: dict[tuple[int, int], dict[str, Run]] = {}
     for r in runs:
-        if r["shape"] == shape:
-            by_block.setdefault((r["part"], r["block"]), {})[r["arm"]] = r
+        if r.shape == shape:
+            by_block.setdefault((r.part, r.block), {})[r.arm] = r
     return [(b["table"], b["sidecar"]) for _, b in sorted(by_block.items())
             if "table" in b and "sidecar" in b]
 
@@ -103,15 +105,27 @@ def verdict(ci: Sequence[float | None], target: float = TARGET) -> str:
     return "meets" if lo >= target else "misses" if hi < target else "undecided"
 
 
-def sidecar_counts(arms: Sequence[Run]) -> dict[str, float]:
+class SidecarCounts(BaseModel):
+    """What the sidecar did over some of its arms."""
+
+    model_config = ConfigDict(frozen=True)
+
+    pushes: int
+    minutes: float
+    false_changes: int        # traffic changes detected where nothing changed
+    rollbacks: int
+    pushes_per_10min: float | None
+
+
+def sidecar_counts(arms: Sequence[Run]) -> SidecarCounts:
     """Pushes, thawed minutes, detected changes and rollbacks over sidecar arms."""
-    seen = [r["sidecar"] for r in arms if r.get("sidecar")]
-    pushes = sum(s["pushes"] for s in seen)
-    minutes = sum(s["minutes"] for s in seen)
-    return {"pushes": pushes, "minutes": round(minutes, 2),
-            "false_changes": sum(s["traffic_changes"] for s in seen),
-            "rollbacks": sum(s["rollbacks"] for s in seen),
-            "pushes_per_10min": round(10 * pushes / minutes, 3) if minutes > 0 else None}
+    seen = [r.sidecar for r in arms if r.sidecar is not None]
+    pushes = sum(s.pushes for s in seen)
+    minutes = sum(s.minutes for s in seen)
+    return SidecarCounts(pushes=pushes, minutes=round(minutes, 2),
+                         false_changes=sum(s.traffic_changes for s in seen),
+                         rollbacks=sum(s.rollbacks for s in seen),
+                         pushes_per_10min=round(10 * pushes / minutes, 3) if minutes > 0 else None)
 
 
 def latency(arms: Sequence[Run]) -> dict[str, float | None]:
@@ -120,7 +134,7 @@ def latency(arms: Sequence[Run]) -> dict[str, float | None]:
 
 
 def acceptance_length(arms: Sequence[Run]) -> float | None:
-    got = [p["client"].get("spec_decode_acceptance_length") for r in arms for p in r["phases"]]
+    got = [p.client.spec_decode_acceptance_length for r in arms for p in r.phases]
     return median([g for g in got if g is not None])
 
 
@@ -134,10 +148,10 @@ def shape_summary(runs: Sequence[Run], shape: str) -> dict[str, Any]:
     tput = ratio_interval(pairs, arm_throughput)
     counts = sidecar_counts([s for _, s in pairs])
     return {"shape": shape, "blocks": len(pairs), "ratio": tput["ratio"], "ci": tput["ci"],
-            "pushes": counts["pushes"], "minutes": counts["minutes"],
-            "false_changes": counts["false_changes"],
+            "pushes": counts.pushes, "minutes": counts.minutes,
+            "false_changes": counts.false_changes,
             "verdict": verdict(tput["ci"]),
-            "pushes_per_10min": counts["pushes_per_10min"], "rollbacks": counts["rollbacks"],
+            "pushes_per_10min": counts.pushes_per_10min, "rollbacks": counts.rollbacks,
             "engine_ratio": _short(ratio_interval(pairs, engine_throughput)),
             "mean_tpot_ratio": _short(ratio_interval(pairs, mean_of("mean_tpot_ms"))),
             "mean_ttft_ratio": _short(ratio_interval(pairs, mean_of("mean_ttft_ms"))),
@@ -167,15 +181,16 @@ def overall(shapes: Sequence[dict[str, Any]], pushes: float, minutes: float) -> 
 def summarize(record: dict[str, Any]) -> dict[str, Any]:
     """summary.json: {"shapes": [{shape, blocks, ratio, ci, pushes, minutes, false_changes,
     ...}], ...} from noharm.json's record."""
-    runs = record["runs"]
+    runs = runs_of(record["runs"])
     names = [s["name"] for s in record["meta"]["shapes"]]
     shapes = [shape_summary(runs, name) for name in names]
-    measured = sidecar_counts([r for r in runs if r["arm"] == "sidecar"])
+    measured = sidecar_counts([r for r in runs if r.arm == "sidecar"])
     return {"shapes": shapes, "target": TARGET, "ci_level": 1 - ALPHA,
             "pushes_target_per_10min": PUSHES_PER_10_MIN,
-            "verdict": overall(shapes, measured["pushes"], measured["minutes"]),
-            "measured": measured,
-            "warmup": sidecar_counts([r for r in record.get("warmup", []) if r["arm"] == "sidecar"]),
+            "verdict": overall(shapes, measured.pushes, measured.minutes),
+            "measured": measured.model_dump(),
+            "warmup": sidecar_counts([r for r in runs_of(record.get("warmup", []))
+                                      if r.arm == "sidecar"]).model_dump(),
             "blocks": max((s["blocks"] for s in shapes), default=0),
             "short_runs": short_runs(runs),
             "parts": len(record["meta"].get("parts", [])),

@@ -1,17 +1,26 @@
-"""A thawed sidecar's catch-up tick ends before its arm's runs start (benchmarks/client_arms.py):
-against a stand-in for the sidecar's /v1/state, which a real engine cannot time on demand."""
+"""A sidecar arm (benchmarks/client_arms.py) against a stand-in for the sidecar's /v1/state and
+/metrics, which a real sidecar cannot time on demand: the catch-up tick ends before the arm's
+runs start; what the arm reports is what happened since the last reading."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
+
+from benchmarks.arm_run import SidecarSeen
 from benchmarks.client_arms import Arms
+from sidecar.counters import Stats
+from sidecar.metrics import SidecarCollector
+from sidecar.state import RecentDecision, SidecarState
 from tuner.core.engine_client import EngineClient
 
 
@@ -53,3 +62,53 @@ async def test_a_sidecar_that_never_scrapes_again_holds_the_arm_only_until_the_d
         t0 = time.monotonic()
         await arms._caught_up(woke, deadline=time.monotonic() + 1.0)
         assert 0.9 < time.monotonic() - t0 < 60 and len(asked) >= 2
+
+
+class CountersOnly:
+    """The sidecar's own counter series (sidecar/metrics.py), from a Stats record."""
+
+    def __init__(self, stats: Stats) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        yield from SidecarCollector._counters(self.stats)
+
+
+async def test_a_sidecar_arm_reports_what_happened_since_the_last_reading(tmp_path: Path) -> None:
+    """The counts are differences of the sidecar's own series, the decisions those newer than
+    the last reading and notable, all parsed with the sidecar's published models."""
+    old = RecentDecision(time=100.0, outcome="pushed", new_table=[[1, 32, 3]], reason="start")
+    quiet = RecentDecision(time=200.0, outcome="unchanged", new_table=[[1, 32, 3]], reason="same")
+    new = RecentDecision(time=300.0, outcome="pushed", old_table=[[1, 32, 3]],
+                         new_table=[[1, 8, 3], [9, 32, 2]], reason="measured")
+    readings = [(SidecarState(recent_decisions=[old], traffic_changes=1, a_hat=[0.5]),
+                 Stats(pushes=1, rebuilds=Counter(unchanged=4))),
+                (SidecarState(recent_decisions=[old, quiet, new], traffic_changes=3, a_hat=[0.4],
+                              engine_table=[[1, 8, 3], [9, 32, 2]]),
+                 Stats(pushes=3, rebuilds=Counter(unchanged=6, pushed=2)))]
+    asked: list[int] = []
+
+    async def state(_: web.Request) -> web.Response:
+        asked.append(1)
+        return web.json_response(readings[min(len(asked), 2) - 1][0].model_dump(mode="json"))
+
+    async def metrics(_: web.Request) -> web.Response:
+        registry = CollectorRegistry()
+        registry.register(CountersOnly(readings[min(len(asked), 2) - 1][1]))
+        return web.Response(body=generate_latest(registry), content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/v1/state", state)
+    app.router.add_get("/metrics", metrics)
+    async with TestServer(app) as server:
+        client = EngineClient(engine_url="http://127.0.0.1:1")
+        arms = Arms("http://127.0.0.1:1", client, client, Sidecar(server.port),  # type: ignore[arg-type]
+                    {}, tmp_path, "m", tmp_path, 0.0)
+        arms.seen = await arms._read(deadline=time.monotonic() + 30)
+        arms.thawed_at = arms.seen.monotonic
+        seen = await arms._observe()
+    assert (seen.pushes, seen.traffic_changes, seen.rollbacks) == (2, 2, 0)
+    assert seen.decisions == [new]  # not the old push, not the unchanged rebuild
+    assert seen.cumulative["pushes"] == 3 and seen.rebuilds == {"unchanged": 6, "pushed": 2}
+    assert seen.engine_table == [[1, 8, 3], [9, 32, 2]] and seen.a_hat == [0.4]
+    assert SidecarSeen.model_validate_json(seen.model_dump_json()) == seen

@@ -11,10 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from benchmarks.arm_run import runs_of
 from benchmarks.field import config, main, order, parser
 from benchmarks.field_client import ClientResult, client_argv, parse
 from benchmarks.field_summary import (FIGURES, SAME, by_block, median_interval, summarize,
                                       versus_best_fixed, word)
+from tests.benchmarks.arm_runs import block_run, phase
 from tests.helpers import refused
 from benchmarks.traffic import ClientRun
 
@@ -23,14 +25,9 @@ POLICIES = ["fixed-k0", "fixed-k1", "fixed-k2", "fixed-k3", "documented", "tuned
 
 def run(block: int, shape: str, policy: str, tps: float, tpot: float,
         goodput: float | None = None) -> dict[str, Any]:
-    client = {"total_output_tokens": round(tps * 10), "duration": 10.0, "completed": 8,
-              "mean_tpot_ms": tpot, "mean_ttft_ms": 100.0, "spec_decode_acceptance_length": 2.0,
-              "request_goodput": goodput}
-    client |= {f: 1.0 for f in ("p50_ttft_ms", "p99_ttft_ms", "p99_tpot_ms", "p50_itl_ms",
-                                "p99_itl_ms")}
-    client["p50_tpot_ms"] = tpot
-    return {"block": block, "part": 0, "shape": shape, "arm": policy, "sidecar": None,
-            "phases": [{"client": client, "engine": {"generated_tokens": round(tps * 10)}}]}
+    """A run as field.json keeps it."""
+    one = phase(round(tps * 10), 10.0, tpot, goodput=goodput, p50_tpot_ms=tpot)
+    return block_run(block, shape, policy, [one]).model_dump(mode="json")
 
 
 def record(speed: dict[str, float], blocks: int = 6, noise: float = 0.01,
@@ -124,7 +121,7 @@ def test_words_and_missing_intervals() -> None:
     one = record({"fixed-k1": 900.0, "tuned": 1000.0}, blocks=1)
     for v in summarize(one)["shapes"][0]["versus_best_fixed"]:
         assert v["ci"] == [None, None] and v["word"] is None
-    assert versus_best_fixed(by_block(one["runs"], "burst-c16"), "tuned", []) is None
+    assert versus_best_fixed(by_block(runs_of(one["runs"]), "burst-c16"), "tuned", []) is None
 
 
 def test_request_goodput_pools_the_shapes_runs_by_duration() -> None:

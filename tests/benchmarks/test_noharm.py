@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
+from benchmarks.arm_run import BlockRun
 from benchmarks.field_client import client_argv, parse
 from benchmarks.noharm import config, main, parser
 from benchmarks.noharm_summary import TARGET, ratio_interval, arm_throughput, summarize, verdict
 from benchmarks.stateful import _policy_fields
+from tests.benchmarks.arm_runs import block_run, phase, seen
 from tests.helpers import refused
 from benchmarks.traffic import (KINDS, ClientRun, Sizes, check_sizes, ramp_runs, read_prompts,
                                shapes)
@@ -120,20 +122,10 @@ def test_an_unknown_shape_names_the_known_ones() -> None:
 
 
 # -- figures -----------------------------------------------------------------------------------
-def phase(tokens: int, seconds: float, tpot: float = 20.0, engine: int | None = None) -> dict[str, Any]:
-    client = {"total_output_tokens": tokens, "duration": seconds, "completed": 8,
-              "mean_tpot_ms": tpot, "mean_ttft_ms": 100.0, "spec_decode_acceptance_length": 2.0}
-    client |= {f: 1.0 for f in ("p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms",
-                                "p50_itl_ms", "p99_itl_ms")}
-    return {"client": client, "engine": {"generated_tokens": tokens if engine is None else engine}}
-
-
 def arm(block: int, shape: str, name: str, tps: float, pushes: int = 0, changes: int = 0,
-        minutes: float = 0.5) -> dict[str, Any]:
-    seen = ({"pushes": pushes, "traffic_changes": changes, "rollbacks": 0, "minutes": minutes}
-            if name == "sidecar" else None)
-    return {"block": block, "part": 0, "shape": shape, "arm": name,
-            "phases": [phase(round(tps * 10), 10.0)], "sidecar": seen}
+        minutes: float = 0.5) -> BlockRun:
+    return block_run(block, shape, name, [phase(round(tps * 10), 10.0)],
+                     seen(pushes, changes, minutes) if name == "sidecar" else None)
 
 
 def record(ratios: dict[str, list[float]], pushes: int = 0) -> dict[str, Any]:
@@ -143,7 +135,8 @@ def record(ratios: dict[str, list[float]], pushes: int = 0) -> dict[str, Any]:
             runs += [arm(b, shape, "table", 1000.0), arm(b, shape, "sidecar", 1000.0 * r,
                                                          pushes=pushes if b == 0 else 0)]
     return {"meta": {"shapes": [{"name": s} for s in ratios], "parts": [{}], "command": "x"},
-            "runs": runs, "warmup": [arm(-1, "burst-c8", "sidecar", 1.0, pushes=3)]}
+            "runs": [r.model_dump(mode="json") for r in runs],
+            "warmup": [arm(-1, "burst-c8", "sidecar", 1.0, pushes=3).model_dump(mode="json")]}
 
 
 def test_the_ratio_is_a_geometric_mean_with_a_t_interval_on_the_logs() -> None:
@@ -183,7 +176,7 @@ def test_summary_holds_the_issues_fields_per_shape_and_counts_only_measured_push
 
 def test_a_block_missing_an_arm_is_left_out_and_too_many_pushes_miss() -> None:
     rec = record({"burst-c8": [1.0, 1.01, 1.0]}, pushes=2)  # 2 pushes in 1.5 minutes
-    rec["runs"].append(arm(3, "burst-c8", "table", 1000.0))     # a block cut short
+    rec["runs"].append(arm(3, "burst-c8", "table", 1000.0).model_dump(mode="json"))  # cut short
     got = summarize(rec)
     assert got["shapes"][0]["blocks"] == 3
     assert got["shapes"][0]["pushes_per_10min"] == pytest.approx(13.333, abs=1e-3)
@@ -191,7 +184,7 @@ def test_a_block_missing_an_arm_is_left_out_and_too_many_pushes_miss() -> None:
 
 
 def test_a_shape_of_several_runs_counts_tokens_over_their_durations() -> None:
-    ramp = {"phases": [phase(1000, 10.0), phase(300, 5.0)]}
+    ramp = block_run(0, "ramp", "table", [phase(1000, 10.0), phase(300, 5.0)])
     assert arm_throughput(ramp) == pytest.approx(1300 / 15)
 
 
