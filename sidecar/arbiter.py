@@ -28,12 +28,15 @@ bucket with live steps:
   noise); but exploration must pay for itself, so a challenger whose upper bound loses to the
   incumbent (the model's, at ``model_error``, or the measurement's) is "keep": no duel runs on
   a k that cannot win.
-- a duel whose challenger the model finds better beyond its error, before any pairs exist, is
-  "urgent" (``Verdicts.urgent``): the sidecar lets the plugin spend ``urgent_share`` of the
-  steps on it until the pairs speak: at the usual share 24 runs need more than one
-  ``explore_horizon`` (docs/sidecar.md); the measurement still decides. While any duel is
-  urgent only the urgent ones run (the share is the plugin's for every duel it runs, and the
-  others are near-ties that can wait).
+- a duel whose challenger the model finds better beyond its error, before the pairs give an
+  interval, is "urgent" (``Verdicts.urgent``): the sidecar lets the plugin spend
+  ``urgent_share`` of the steps on it until the pairs speak: at the usual share 24 runs need
+  more than one ``explore_horizon`` (docs/sidecar.md); the measurement still decides. From its
+  URGENT_PAIRS-th pair on it stays urgent only while the pairs' mean favours the challenger: a
+  model made wrong by a stale profile cost 5% at bursts when the larger share ran until the
+  interval came (benchmarks/results/cpu-tiny-noharm/stale-profile/). While any duel is urgent
+  only the urgent ones run (the share is the plugin's for every duel it runs, and the others
+  are near-ties that can wait).
 
 Buckets the engine did not serve since the last push are not decided here: their k stays (an
 edge is never moved on evidence from elsewhere).
@@ -55,7 +58,9 @@ from sidecar.measured import PairedComparison, MeasuredGoodput
 from tuner.core.buckets import band_rows
 from tuner.core.admin_api import Duel
 
-__all__ = ["Verdicts", "arbitrate"]
+__all__ = ["URGENT_PAIRS", "Verdicts", "arbitrate"]
+
+URGENT_PAIRS = 4  # an urgent duel's first pairs: from then on they must agree with the model
 
 FloatArray = npt.NDArray[np.float64]
 Decider = Literal["measured", "model"]
@@ -108,6 +113,17 @@ def _model(G_reps: FloatArray, rows: npt.NDArray[np.int64], k: int, c: int, z: f
 def _measured(c: PairedComparison | None) -> Figures | None:
     return None if c is None else Figures(ratio=round(c.ratio, 5), low=round(c.low, 5),
                                           high=round(c.high, 5), pairs=c.pairs, steps=c.steps)
+
+
+def _urgent(c: Call, so_far: tuple[int, float], tie: float) -> bool:
+    """The model sure beyond its error that the challenger wins, and no interval yet: the table
+    is likely wrong here, and a duel at the usual share would take minutes to show it. Only
+    while the first pairs agree: from URGENT_PAIRS on, their mean must favour the challenger,
+    so a model that is wrong (a stale profile flattering a k) spends the larger share on a few
+    pairs, not on every pair an interval needs."""
+    pairs, mean = so_far
+    return (c.measured is None and c.model.low > 1.0 + tie
+            and (pairs < URGENT_PAIRS or mean > math.log1p(tie)))
 
 
 def _half(f: Figures) -> float:
@@ -193,9 +209,7 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
             if open_:
                 duel = (int(rows[0]), int(rows[-1]), tuple(c.k for c in open_))
                 duels.append(duel)
-                # the model beyond its error, no pairs yet: the table is likely wrong here, and
-                # a duel at the usual share would take minutes to show it
-                if open_[0].measured is None and open_[0].model.low > 1.0 + tie:
+                if _urgent(open_[0], measured.so_far(bucket, open_[0].k, k), tie):
                     urgent.append(duel)
         calls += here
     # the larger share is the plugin's for every duel it runs: only the urgent ones run then

@@ -367,6 +367,13 @@ class MeasuredGoodput:
                                      smallest_gain(sd, max(max_pairs, len(x)), alpha)))
         return out
 
+    def so_far(self, bucket: int, k: int, ref: int) -> tuple[int, float]:
+        """k over ref at ``bucket`` before any interval: the pairs and their mean log ratio
+        (0 with none)."""
+        x = [v for v, _, _ in self.pairs.get((bucket, k, ref), ())] + [
+            -v for v, _, _ in self.pairs.get((bucket, ref, k), ())]
+        return len(x), (sum(x) / len(x) if x else 0.0)
+
     def compare(self, bucket: int, k: int, ref: int, alpha: float) -> PairedComparison | None:
         """Goodput of k over ref at ``bucket`` from every pair of the two (either way round), in
         the order their runs ran."""

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from sidecar.arbiter import arbitrate
+from sidecar.arbiter import URGENT_PAIRS, arbitrate
 from sidecar.measured import MeasuredGoodput
 
 
@@ -169,6 +169,23 @@ def test_a_duel_the_model_is_sure_of_is_urgent_until_pairs_exist() -> None:
     v = decide(alone, paired, {16: 100}, old, live_error={16: 0.02}, can_duel=True)
     assert v.duels == ((9, 16, (2,)),) and not v.urgent
     assert not decide(sure, MeasuredGoodput(), {}, old, can_duel=True).urgent  # nothing served
+
+
+def test_an_urgent_duel_whose_first_pairs_disagree_with_the_model_drops_to_the_usual_share() -> None:
+    """A stale profile flattering k=2 (the CPU run: k=0 looked 50% better, its pairs read 30%
+    worse): the urgent share holds for the first URGENT_PAIRS pairs, then only while their
+    mean favours the challenger; the duel itself goes on at the usual share until it settles."""
+    old = [3] * 16
+    flattered = draws({0: 0.5, 1: 0.6, 2: 1.5, 3: 1.0})
+    for n, log_ratio, urgent in ((URGENT_PAIRS - 1, -0.35, True), (URGENT_PAIRS, -0.35, False),
+                                 (20, -0.35, False), (20, 0.2, True), (10, -0.03, False)):
+        m = measured_with(16, 2, 3, log_ratio, n=n, sd=0.05)
+        v = decide(flattered, m, {16: 100}, old, live_error={16: 0.02}, can_duel=True)
+        assert v.duels == ((9, 16, (2,)),) and v.urgent is urgent, (n, log_ratio)
+    # the pairs read either way round (k=3 over k=2 here): the same verdict
+    m = MeasuredGoodput()
+    m.pairs[(16, 3, 2)] = __import__("collections").deque((0.35, 15, i) for i in range(6))
+    assert not decide(flattered, m, {16: 100}, old, live_error={16: 0.02}, can_duel=True).urgent
 
 
 def test_while_a_duel_is_urgent_only_the_urgent_ones_run() -> None:
