@@ -55,6 +55,14 @@ NOHARMS = {  # folder -> setting: the table alone against the table with the sid
         "CPU (2 cores), tiny model, ngram, do no harm at short bursts, duel runs spread",
     "cpu-tiny-noharm/bursts-urgent":
         "CPU (2 cores), tiny model, ngram, do no harm at short bursts, urgent duels in the code",
+    "cpu-tiny-noharm/bursts-catchup":
+        "CPU (2 cores), tiny model, ngram, do no harm at short bursts, the catch-up tick awaited",
+    "cpu-tiny-noharm/stale-profile/before-fix":
+        "CPU (2 cores), tiny model, ngram, do no harm from a stale profile flattering k=0 "
+        "(urgent duels until an interval)",
+    "cpu-tiny-noharm/stale-profile":
+        "CPU (2 cores), tiny model, ngram, do no harm from a stale profile flattering k=0 "
+        "(urgent duels end when the first pairs disagree)",
 }
 FIELDS = {  # folder -> setting: every policy's table under vLLM's own client (field_summary.py)
     "cpu-tiny-field": "CPU (2 cores), tiny model, ngram",
