@@ -29,7 +29,7 @@ from sidecar.guard_watch import GuardWatch, rollback_reason
 from sidecar.guardrail import Sample, Verdict
 from sidecar.logs import Conditions
 from sidecar.model_error import LiveError
-from sidecar.observer import Observer
+from sidecar.observer import Observer, Read
 from sidecar.rebuild import Choice, Inputs, choose
 from sidecar.settings import SidecarSettings
 from sidecar.state import SidecarState
@@ -130,9 +130,10 @@ class Controller:
             self.engine.check_hold()
             if not self.engine.is_connected and not await self._connect():
                 return None
-            snap = await self.observer.scrape()
-            if snap is None:
+            read = await self.observer.read(self.engine.has_admin, self._ring_since())
+            if read is None:
                 return None
+            snap = read.snapshot
             seen = self.observer.advance(snap)
             if seen.restart is not None:
                 self._restarted(seen.restart)
@@ -145,7 +146,7 @@ class Controller:
                 await self.engine.sync()
             if seen.kind != "ok":
                 return None
-            await self._read_ring()
+            await self._read_ring(read)
             verdict = self.watch.take()
             if verdict is not None:
                 return await self.rollback(verdict)
@@ -178,16 +179,26 @@ class Controller:
             self.watch.observe(Sample(batch, tokens / (now - before), engine_steps, now - before),
                                now, self.belief.goodput)
 
-    async def _read_ring(self) -> None:
-        """The plugin's per-step ring since the last step read: realized goodput per cell and
-        the paired duel runs (nothing without the plugin, or with decide_by=model)."""
+    def _ring_since(self) -> int | None:
+        """The last step read, when the plugin's ring is to be read this tick (only with the
+        plugin, deciding by measured goodput, not in dry-run)."""
         if self.settings.decide_by != "measured" or self.settings.dry_run or not self.engine.has_admin:
+            return None
+        return self.belief.goodput.last_seq
+
+    async def _read_ring(self, read: Read) -> None:
+        """The plugin's per-step ring since the last step read: realized goodput per cell and
+        the paired duel runs (nothing without the plugin, or with decide_by=model); it came
+        with the counters, or (an older plugin) is read now."""
+        since = self._ring_since()
+        if since is None:
             return
-        read = await self.observer.ring(self.belief.goodput.last_seq)
-        if read is None:
+        ring = read.ring if read.ring is not None else await self.observer.ring(since)
+        if ring is None:
             self.belief.goodput.pause()  # the model decides everywhere until it can be read
             return
-        for p in self.belief.read_ring(read, self.engine.table):
+        self.observer.took(ring)
+        for p in self.belief.read_ring(ring, self.engine.table):
             # every pair, so the dependence between neighbours can be estimated from real runs
             log.info("pair", extra={"pair": {"seq": p.first, "bucket": p.bucket, "k": p.k,
                                              "ref": p.ref, "log_ratio": round(p.log_ratio, 6),

@@ -98,6 +98,9 @@ class FakeEngine:
     policy: dict[str, Any] = field(default_factory=dict)  # the last PUT /v1/policy body
     write_after_read: list[list[int]] | None = None  # an operator writes right after a GET
     lose_reply: bool = False  # the next PUT /v1/table is applied but answered 503
+    # /v1/stats carries the counters (the sidecar reads them there, not on /metrics); off: a
+    # plugin that answers with the ring only, so /metrics is the road and its faults apply
+    stats_counters_on: bool = False
 
     def __post_init__(self) -> None:
         table = self.table
@@ -303,10 +306,26 @@ class FakeEngine:
         if self.admin_down:
             return web.json_response({"error": "down"}, status=503)
         since = int(request.query.get("since", 0))
-        return web.json_response({"model_name": self.served_model_name, "started_at": 0.0,
-                                  "num_speculative_tokens": self.K,
-                                  "max_num_seqs": self.max_num_seqs,
+        counters = self.stats_counters() if self.stats_counters_on else {
+            "model_name": self.served_model_name, "started_at": 0.0,
+            "num_speculative_tokens": self.K, "max_num_seqs": self.max_num_seqs}
+        return web.json_response({**counters,
                                   "recent_steps": [s for s in self.ring if s[0] > since]})
+
+    def stats_counters(self) -> dict[str, Any]:
+        """The plugin's counters as its /v1/stats carries them: the values /metrics shows."""
+        return {"model_name": self.served_model_name, "started_at": self.started_at or 0.0,
+                "num_speculative_tokens": self.K, "max_num_seqs": self.max_num_seqs,
+                "table_version": self.version,
+                "drafted_per_pos": [int(v) for v in self.drafted],
+                "accepted_per_pos": [int(v) for v in self.accepted],
+                "engine_steps_per_k": {str(k): int(v) for k, v in self.engine_steps.items()},
+                "request_steps_per_k": {str(k): int(v) for k, v in self.request_steps.items()},
+                "step_times": [[B, k, sec, int(n)] for (B, k), (sec, n) in self.step_time.items()],
+                "resume_drafted_per_pos": [int(v) for v in self.resume_drafted],
+                "resume_accepted_per_pos": [int(v) for v in self.resume_accepted],
+                "finished_proposed": int(self.finished[0]),
+                "finished_accepted": int(self.finished[1])}
 
     async def put_policy(self, request: web.Request) -> web.Response:
         body = await request.json()

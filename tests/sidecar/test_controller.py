@@ -612,3 +612,26 @@ async def test_a_model_name_the_engine_does_not_serve_is_refused_at_start(tmp_pa
         assert str(refused.value) == ("--model-name 'tiny-llama-s0' but the engine serves 'tiny' "
                                       "(its /metrics label model_name); pass --model-name tiny")
         assert fake.metrics_gets == 0 and fake.policy_puts == []
+
+
+# --- the counters from the plugin's own /v1/stats (issue #37 items 1, 3) ----------------------
+
+async def test_with_the_plugins_counters_the_sidecar_never_reads_vllms_metrics(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Where /v1/stats carries the counters, a tick is one read of it: the same decision as
+    from /metrics, vLLM's API server never asked; a restart is told by the plugin's start time."""
+    caplog.set_level(logging.INFO, "sidecar")
+    async with controller_for(FakeEngine(stats_counters_on=True), tmp_path) as (c, fake):
+        decision = await rebuild_once(c, fake)
+        assert decision is not None and decision.outcome == "pushed" and fake.table == TUNED
+        assert decision.drafted == [600.0] * 3 and decision.accepted == [540.0, 480.0, 420.0]
+        assert decision.source == "plugin" and c.observer.road == "plugin"
+        fake.restart()
+        fake.run(400)
+        assert await c.tick() is None
+        (restart,) = restarts(caplog)
+        assert "start time changed" in restart.reason and fake.table == TUNED
+        fake.admin_down = True  # the plugin's endpoint is the road now: down is a failed read
+        fake.run(100)
+        assert await c.tick() is None and c.conditions.states["scrape"] == "unavailable"
+        assert fake.metrics_gets == 0

@@ -1,4 +1,5 @@
-"""vLLM's /metrics text -> :class:`Snapshot` of the counters TableTune reads.
+"""vLLM's /metrics text, or the plugin's own /v1/stats reply -> :class:`Snapshot` of the
+counters TableTune reads (:func:`parse`, :func:`from_stats`).
 
 Parsing is prometheus_client's own (``text_string_to_metric_families``); this module only
 picks samples by name, sums them over label sets (one series per engine) and checks them.
@@ -37,7 +38,12 @@ finite counts in [0, MAX_VALUE], integer labels plain digits, and the wanted lin
 (MAX_LINE_CHARS, MAX_WANTED_CHARS) so a hostile body cannot stall the caller's event loop.
 Whether two snapshots may be subtracted, and their difference, is sidecar/scrape_delta.py's.
 
-Pure: takes text, returns values.
+With the plugin's admin endpoint at hand the sidecar reads its counters there
+(:func:`from_stats`): the same values the plugin's /metrics series carry, fresh (no collector in
+the API server between) and read together with the step ring, so vLLM's API server does no work
+for the sidecar at all; vLLM's stock-only series are derived from the exact ones.
+
+Pure: takes text or a reply, returns values.
 """
 
 from __future__ import annotations
@@ -50,9 +56,10 @@ from typing import Literal
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tuner.core.admin_api import StatsReply
 from tuner.core.errors import ScrapeError
 
-__all__ = ["Snapshot", "parse"]
+__all__ = ["Snapshot", "from_stats", "has_counters", "parse"]
 
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 PLUGIN_ACCEPTED_PER_POS = "tabletune_accepted_tokens_per_pos_total"
@@ -330,3 +337,51 @@ def parse(text: str, model_name: str | None = None) -> Snapshot:
         proposed_per_pos=_proposed(samples, len(stock)),
         finished=_finished(samples),
     )
+
+
+def has_counters(stats: StatsReply) -> bool:
+    """Whether a /v1/stats reply carries the plugin's counters (a plugin older than the sidecar
+    may answer with the ring only: its counters are then read on /metrics)."""
+    K = stats.num_speculative_tokens
+    return K > 0 and len(stats.drafted_per_pos) == K and len(stats.accepted_per_pos) == K
+
+
+def from_stats(stats: StatsReply) -> Snapshot:
+    """The plugin's counters from one /v1/stats reply (one engine): what :func:`parse` reads of
+    its /metrics series, with vLLM's stock totals taken from the exact per-position counts."""
+    K = stats.num_speculative_tokens
+    for name, series in (("drafted_per_pos", stats.drafted_per_pos),
+                         ("accepted_per_pos", stats.accepted_per_pos),
+                         ("resume_drafted_per_pos", stats.resume_drafted_per_pos),
+                         ("resume_accepted_per_pos", stats.resume_accepted_per_pos)):
+        if series and len(series) != K:
+            raise ScrapeError(f"/v1/stats {name}: {len(series)} positions for "
+                              f"num_speculative_tokens={K}; they must match")
+    accepted = tuple(float(v) for v in stats.accepted_per_pos) or (0.0,) * K
+    drafted = tuple(float(v) for v in stats.drafted_per_pos) or (0.0,) * K
+    proposed = None
+    if stats.histogram:
+        out = [0.0] * K
+        for d, _, n in stats.histogram:
+            for i in range(min(d, K)):
+                out[i] += n
+        proposed = tuple(out)
+    finished = (None if stats.finished_proposed is None or stats.finished_accepted is None
+                else (float(stats.finished_proposed), float(stats.finished_accepted)))
+    return Snapshot(
+        accepted_per_pos=accepted, drafted_per_pos=drafted,
+        # request-steps offered a draft: what vLLM's num_drafts counts, here exactly
+        num_drafts=float(sum(n for k, n in stats.request_steps_per_k.items() if k > 0)),
+        num_draft_tokens=sum(drafted), num_accepted_tokens=sum(accepted),
+        engine_steps={k: float(n) for k, n in stats.engine_steps_per_k.items()},
+        request_steps={k: float(n) for k, n in stats.request_steps_per_k.items()},
+        step_time={(b, k): (sec, float(n)) for b, k, sec, n in stats.step_times},
+        table_version=stats.table_version, explore_steps=float(stats.explore_steps),
+        accepted_source="plugin", stock_accepted_per_pos=accepted,
+        transition_steps=float(stats.transition_steps), stats_age_s=0.0,
+        engine_started_at=stats.started_at,
+        resume_drafted_per_pos=(tuple(float(v) for v in stats.resume_drafted_per_pos)
+                                if stats.resume_drafted_per_pos else None),
+        resume_accepted_per_pos=(tuple(float(v) for v in stats.resume_accepted_per_pos)
+                                 if stats.resume_accepted_per_pos else None),
+        proposed_per_pos=proposed, finished=finished)
