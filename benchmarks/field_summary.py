@@ -37,14 +37,14 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.arm_run import runs_of
+from benchmarks.arm_run import ArmRun, runs_of
 from benchmarks.inference import LogRatio, bounds_best, estimate, holm, p_best
 from benchmarks.noharm_summary import (ALPHA, Run, acceptance_length, arm_throughput,
                                        engine_throughput, latency, mean_of, median,
                                        ratio_interval, short_runs)
 from benchmarks.stats import is_fixed, policy_key
 
-METRICS: dict[str, tuple[Callable[[Run], float], bool]] = {
+METRICS: dict[str, tuple[Callable[[ArmRun], float], bool]] = {
     # name: (per-run figure, higher is better); the README's claims use the first two
     "output_throughput": (arm_throughput, True),
     "p50_tpot": (mean_of("p50_tpot_ms"), False),

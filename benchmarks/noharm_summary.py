@@ -51,15 +51,15 @@ def arm_throughput(run: ArmRun) -> float:
     return tokens / seconds if seconds > 0 else math.nan
 
 
-def engine_throughput(run: Run) -> float:
+def engine_throughput(run: ArmRun) -> float:
     tokens = sum(p.engine.generated_tokens for p in run.phases)
     seconds = sum(p.client.duration for p in run.phases)
     return tokens / seconds if seconds > 0 else math.nan
 
 
-def mean_of(field: str) -> Callable[[Run], float]:
+def mean_of(field: str) -> Callable[[ArmRun], float]:
     """A latency mean over the shape's runs, weighted by their completed requests."""
-    def get(run: Run) -> float:
+    def get(run: ArmRun) -> float:
         done = [(getattr(p.client, field), p.client.completed) for p in run.phases]
         n = sum(c for _, c in done)
         return sum(v * c for v, c in done) / n if n else math.nan
@@ -86,7 +86,7 @@ def paired(runs: Sequence[Run], shape: str) -> list[tuple[Run, Run]]:
             if "table" in b and "sidecar" in b]
 
 
-def ratio_interval(pairs: Sequence[tuple[Run, Run]], of: Callable[[Run], float],
+def ratio_interval(pairs: Sequence[tuple[ArmRun, ArmRun]], of: Callable[[ArmRun], float],
                    alpha: float = ALPHA) -> dict[str, Any]:
     """Geometric mean of of(sidecar) / of(table) over blocks and its (1 - alpha) t-interval;
     None figures below two blocks (no spread to build an interval on)."""
