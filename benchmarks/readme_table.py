@@ -64,6 +64,9 @@ NOHARMS = {  # folder -> setting: the table alone against the table with the sid
         "CPU (2 cores), tiny model, ngram, do no harm from a stale profile flattering k=0 "
         "(urgent duels end when the first pairs disagree)",
 }
+POLL_COSTS = {  # folder -> setting: what reading the engine costs it (poll_cost.py)
+    "cpu-tiny-poll-cost": "CPU (2 cores), tiny model, ngram, what the sidecar's reads cost the engine",
+}
 FIELDS = {  # folder -> setting: every policy's table under vLLM's own client (field_summary.py)
     "cpu-tiny-field": "CPU (2 cores), tiny model, ngram",
     "cpu-tiny-field/ramp-mixed": "CPU (2 cores), tiny model, ngram",
@@ -222,6 +225,16 @@ def field_rows(setting: str, folder: str, s: dict[str, Any]) -> list[str]:
     return rows
 
 
+def poll_cost_row(folder: str, s: dict[str, Any]) -> str:
+    """A poll-cost summary.json's row: each reader against none, throughput and step time."""
+    arms = "; ".join(
+        f"{arm} every 1 s: throughput {a['throughput_ratio']:.3f} [{a['throughput_ci'][0]:.3f}, "
+        f"{a['throughput_ci'][1]:.3f}], engine step time {a['step_ms_ratio']:.3f} "
+        f"[{a['step_ms_ci'][0]:.3f}, {a['step_ms_ci'][1]:.3f}]" for arm, a in s["arms"].items())
+    return (f"| {POLL_COSTS[folder]} | {s['blocks']} blocks, each reader against no reader "
+            f"({s['ci_level'] * 100:g}% t-intervals): {arms} | [{folder}]({folder}/README.md) |")
+
+
 def field_table() -> str:
     rows = ["| setting | traffic | table | output throughput vs the best fixed k | "
             "median TPOT vs the best fixed k | output throughput vs the documented table | "
@@ -248,6 +261,8 @@ def table() -> str:
         rows.append(gpu_switch_row(folder, json.loads((RESULTS / folder / "switch.json").read_text())))
     for folder in NOHARMS:
         rows.append(noharm_row(folder, json.loads((RESULTS / folder / "summary.json").read_text())))
+    for folder in POLL_COSTS:
+        rows.append(poll_cost_row(folder, json.loads((RESULTS / folder / "summary.json").read_text())))
     rows.append(switch_row([(r, json.loads((RESULTS / r / "switch.json").read_text())) for r in SWITCHES]))
     return "\n".join(rows)
 

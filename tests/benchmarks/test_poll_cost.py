@@ -1,0 +1,38 @@
+"""The poll-cost bench (benchmarks/poll_cost.py): its pairing and its answer to bad input."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from benchmarks.poll_cost import main, summarize
+from benchmarks.synthetic import paper_profile
+from tests.benchmarks.arm_runs import block_run, phase
+
+
+def test_each_reader_is_paired_with_no_reader_in_its_block() -> None:
+    runs, blocks = [], []
+    for b in range(4):
+        for arm, tps in (("none", 1000.0), ("metrics", 950.0 + b), ("stats", 1000.0 + b)):
+            runs.append(block_run(b, "burst-c16", arm, [phase(tps * 10, 10.0)]))
+            blocks.append(b)
+    got = summarize(runs, blocks)
+    assert got["blocks"] == 4 and set(got["arms"]) == {"metrics", "stats"}
+    metrics = got["arms"]["metrics"]
+    assert metrics["blocks"] == 4 and metrics["throughput_ratio"] == pytest.approx(
+        math.exp(sum(math.log((950 + b) / 1000) for b in range(4)) / 4), abs=1e-4)
+    lo, hi = got["arms"]["stats"]["throughput_ci"]
+    assert lo < got["arms"]["stats"]["throughput_ratio"] < hi
+    assert metrics["step_ms_ratio"] == 1.0  # the same engine step time in every run here
+
+
+@pytest.mark.parametrize("flags", [["--blocks", "1"], ["--every-s", "0"]])
+def test_a_design_it_cannot_run_is_refused_before_an_engine_starts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str]) -> None:
+    paper_profile().save(tmp_path / "p.json")
+    assert main(["--profile", str(tmp_path / "p.json"), "--out", str(tmp_path / "o"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --blocks=") and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
