@@ -32,11 +32,10 @@ bucket with live steps:
   interval, is "urgent" (``Verdicts.urgent``): the sidecar lets the plugin spend
   ``urgent_share`` of the steps on it until the pairs speak: at the usual share 24 runs need
   more than one ``explore_horizon`` (docs/sidecar.md); the measurement still decides. From its
-  URGENT_PAIRS-th pair on it stays urgent only while the pairs' mean favours the challenger: a
-  model made wrong by a stale profile cost 5% at bursts when the larger share ran until the
-  interval came (benchmarks/results/cpu-tiny-noharm/stale-profile/). While any duel is urgent
-  only the urgent ones run (the share is the plugin's for every duel it runs, and the others
-  are near-ties that can wait).
+  URGENT_PAIRS-th pair on it stays urgent only while the pairs' mean favours the challenger (a
+  wrong model, e.g. a stale profile, buys a few pairs at the larger share, not an interval's
+  worth). While any duel is urgent only the urgent ones run (the share is the plugin's for
+  every duel it runs, and the others are near-ties that can wait).
 
 Buckets the engine did not serve since the last push are not decided here: their k stays (an
 edge is never moved on evidence from elsewhere).
