@@ -5,8 +5,8 @@ The sidecar's confidence sequence (sidecar/measured.py, eq. CS) uses the pairs' 
 variance (eq. LRV), since neighbouring pairs are not independent. Every pair it finds is a
 `pair` event in its log: the run's first seq, band, k, reference k, log ratio and steps.
 
-With logs: per comparison (band and the two k's, the ratio turned to the larger k over the
-smaller), in seq order, the lag-1 autocorrelation r of the log ratios, the long-run variance
+With logs: per log and comparison (band and the two k's, the ratio turned to the larger k over
+the smaller), in seq order, the lag-1 autocorrelation r of the log ratios, the long-run variance
 factor an AR(1) with that r implies, (1 + r)/(1 - r) (1 when independent, 3 at r = 0.5), and
 the batch-means factor b·var(means of b consecutive pairs)/var(pairs), which needs no model but
 sees only the dependence inside b pairs (2.2 of AR(1) ρ = 0.5's 3 at b = 5); pooled over
@@ -90,13 +90,17 @@ def dependence(series: Sequence[Sequence[float]], batch: int = BATCH) -> dict[st
 
 
 def report(paths: Sequence[Path]) -> dict[str, Any]:
-    lines: list[str] = []
+    """Per log and comparison, and pooled: each log's series apart (seqs number one engine
+    run's steps; two runs' pairs are not neighbours, and interleaving them by seq would hide
+    the dependence)."""
+    found: dict[tuple[str, int, int, int], list[tuple[int, float]]] = {}
     for p in paths:
         raw = p.read_bytes()
-        lines += (gzip.decompress(raw) if p.suffix == ".gz" else raw).decode().splitlines()
-    found = pairs_from(lines)
-    per = [{"band": b, "k": [lo, hi], **dependence([[v for _, v in s]])}
-           for (b, lo, hi), s in sorted(found.items())]
+        lines = (gzip.decompress(raw) if p.suffix == ".gz" else raw).decode().splitlines()
+        for (b, lo, hi), series in pairs_from(lines).items():
+            found[(p.name, b, lo, hi)] = series
+    per = [{"log": name, "band": b, "k": [lo, hi], **dependence([[v for _, v in s]])}
+           for (name, b, lo, hi), s in sorted(found.items())]
     return {"logs": [p.name for p in paths], "pooled": dependence(
         [[v for _, v in s] for s in found.values()]), "comparisons": per}
 

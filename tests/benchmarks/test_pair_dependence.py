@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.pair_dependence import NULL_CASES, POWER_CASES, dependence, main, pairs_from
+from benchmarks.pair_dependence import (NULL_CASES, POWER_CASES, dependence, main, pairs_from,
+                                         report)
 from sidecar.measured import MIN_PAIRS
 
 
@@ -22,6 +23,21 @@ def test_pair_events_become_one_series_per_comparison_in_seq_order() -> None:
     got = pairs_from(lines)
     # k=1 over k=3 at +0.05 is k=3 over k=1 at -0.05
     assert got == {(8, 1, 3): [(100, -0.05), (300, 0.02)], (8, 1, 2): [(200, 0.01)]}
+
+
+def test_two_logs_series_are_never_interleaved(tmp_path: Path) -> None:
+    """Two engine runs number their steps alike: each log's pairs form their own series (run A
+    alternates sign pair by pair, run B is constant), so the pooled lag-1 sees A's -1."""
+    def log(path: Path, values: list[float]) -> Path:
+        path.write_text("\n".join(json.dumps({"event": "pair", "pair": {
+            "seq": 100 * (i + 1), "bucket": 4, "k": 0, "ref": 3, "log_ratio": v, "steps": 16}})
+            for i, v in enumerate(values)) + "\n")
+        return path
+    a = log(tmp_path / "a.log", [0.1, -0.1] * 10)
+    b = log(tmp_path / "b.log", [0.0] * 20)
+    got = report([a, b])
+    assert [(c["log"], c["pairs"]) for c in got["comparisons"]] == [("a.log", 20), ("b.log", 20)]
+    assert got["pooled"]["lag1"] == pytest.approx(-1.0, abs=0.06)
 
 
 @pytest.mark.parametrize(("rho", "factor"), [(0.0, 1.0), (0.5, 3.0)])
