@@ -367,18 +367,22 @@ class MeasuredGoodput:
                                      smallest_gain(sd, max(max_pairs, len(x)), alpha)))
         return out
 
+    def _ordered(self, bucket: int, k: int, ref: int) -> list[tuple[int, float, int]]:
+        """(order, log ratio k over ref, steps) of every pair of the two, either way round, in
+        the order their runs ran."""
+        return sorted([(o, v, n) for v, n, o in self.pairs.get((bucket, k, ref), ())]
+                      + [(o, -v, n) for v, n, o in self.pairs.get((bucket, ref, k), ())])
+
     def so_far(self, bucket: int, k: int, ref: int) -> tuple[int, float]:
         """k over ref at ``bucket`` before any interval: the pairs and their mean log ratio
         (0 with none)."""
-        x = [v for v, _, _ in self.pairs.get((bucket, k, ref), ())] + [
-            -v for v, _, _ in self.pairs.get((bucket, ref, k), ())]
+        x = [v for _, v, _ in self._ordered(bucket, k, ref)]
         return len(x), (sum(x) / len(x) if x else 0.0)
 
     def compare(self, bucket: int, k: int, ref: int, alpha: float) -> PairedComparison | None:
         """Goodput of k over ref at ``bucket`` from every pair of the two (either way round), in
         the order their runs ran."""
-        ordered = sorted([(o, v, n) for v, n, o in self.pairs.get((bucket, k, ref), ())]
-                         + [(o, -v, n) for v, n, o in self.pairs.get((bucket, ref, k), ())])
+        ordered = self._ordered(bucket, k, ref)
         if len(ordered) < MIN_PAIRS:
             return None
         x = np.asarray([v for _, v, _ in ordered])

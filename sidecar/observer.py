@@ -58,8 +58,8 @@ class RingRead:
     seq instead (the first read starts at the newest step; a new engine run from 0)."""
 
     steps: list[Step]
-    restart_since: int | None = None
-    started_at: float | None = None  # the engine run the seqs belong to (None: not known)
+    restart_since: int | None
+    started_at: float  # the engine run the seqs belong to
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,8 +143,7 @@ class Observer:
     def took(self, ring: RingRead) -> None:
         """The ring's steps were read into the belief: later reads continue its engine run (a
         ring fetched but not taken, in a tick that ended early, is fetched again)."""
-        if ring.started_at is not None:
-            self.ring_started_at = ring.started_at
+        self.ring_started_at = ring.started_at
 
     def tick_failed(self) -> None:
         """A whole tick raised: it counts toward the loop's back-off like a failed scrape."""
@@ -195,20 +194,10 @@ class Observer:
         whose /v1/stats does not carry them); None (the condition says why) when it cannot be
         read."""
         try:
-            started_at, since, restart = self.ring_started_at, last_seq, None
-            if started_at is None:  # from the newest step on: what ran before the sidecar
-                # started ran tables it did not choose (and the whole ring is ~0.5 MB)
-                first = await self.client.get_stats()
-                started_at, since = first.started_at, first.engine_steps
-                restart = since
-            stats = await self.client.get_stats(since=since)
-            if stats.started_at != started_at:  # a new engine run numbers from 1 again
-                started_at, restart = stats.started_at, 0
-                stats = await self.client.get_stats(since=0)  # past the old run's last seq
+            _, ring = await self._stats(last_seq)
         except EngineUnavailable as exc:
             self.conditions.set("ring", "unreadable", "the plugin's step ring cannot be read; "
                                 "deciding by the model until it can", error=str(exc))
             return None
-        self.ring_started_at = started_at
         self.conditions.ok("ring", "the plugin's step ring is readable again")
-        return RingRead(stats.recent_steps, restart)
+        return ring

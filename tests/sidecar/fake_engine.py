@@ -306,13 +306,13 @@ class FakeEngine:
         if self.admin_down:
             return web.json_response({"error": "down"}, status=503)
         since = int(request.query.get("since", 0))
-        counters = self.stats_counters() if self.stats_counters_on else {
+        counters = self.counters_reply() if self.stats_counters_on else {
             "model_name": self.served_model_name, "started_at": 0.0,
             "num_speculative_tokens": self.K, "max_num_seqs": self.max_num_seqs}
         return web.json_response({**counters,
                                   "recent_steps": [s for s in self.ring if s[0] > since]})
 
-    def stats_counters(self) -> dict[str, Any]:
+    def counters_reply(self) -> dict[str, Any]:
         """The plugin's counters as its /v1/stats carries them: the values /metrics shows."""
         return {"model_name": self.served_model_name, "started_at": self.started_at or 0.0,
                 "num_speculative_tokens": self.K, "max_num_seqs": self.max_num_seqs,

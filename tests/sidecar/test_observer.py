@@ -41,9 +41,12 @@ async def test_the_first_read_starts_at_the_newest_step_and_a_new_run_from_zero(
     o = observer(ring)
     first = await o.ring(last_seq=0)
     assert first is not None and first.restart_since == 50 and first.steps == []
+    assert (await o.ring(last_seq=0)) == first  # not taken yet: read again from the newest
+    o.took(first)
     ring.steps.append(Step(51, 4, 3, 3, 0.01, 4, 8, 0.011))
     later = await o.ring(last_seq=50)
     assert later is not None and later.restart_since is None and [s.seq for s in later.steps] == [51]
+    o.took(later)
     ring.steps, ring.started_at = ring.steps[:5], 2.0   # the engine restarted: seqs from 1 again
     again = await o.ring(last_seq=51)
     assert again is not None and again.restart_since == 0 and len(again.steps) == 5

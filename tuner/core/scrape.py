@@ -282,8 +282,13 @@ def _proposed(samples: Samples, positions: int) -> tuple[float, ...] | None:
     if SPEC_HIST not in samples:
         return None
     hist = _by_label(SPEC_HIST, samples.get(SPEC_HIST, []), ("drafted", "accepted"))
+    return _proposed_of(((d, n) for (d, _), n in hist.items()), positions)
+
+
+def _proposed_of(drafted: Iterable[tuple[int, float]], positions: int) -> tuple[float, ...]:
+    """Per position i, the request-steps of (drafted, request-steps) rows that drafted > i."""
     out = [0.0] * positions
-    for (d, _), n in hist.items():
+    for d, n in drafted:
         for i in range(min(d, positions)):
             out[i] += n
     return tuple(out)
@@ -350,22 +355,17 @@ def from_stats(stats: StatsReply) -> Snapshot:
     """The plugin's counters from one /v1/stats reply (one engine): what :func:`parse` reads of
     its /metrics series, with vLLM's stock totals taken from the exact per-position counts."""
     K = stats.num_speculative_tokens
-    for name, series in (("drafted_per_pos", stats.drafted_per_pos),
-                         ("accepted_per_pos", stats.accepted_per_pos),
-                         ("resume_drafted_per_pos", stats.resume_drafted_per_pos),
-                         ("resume_accepted_per_pos", stats.resume_accepted_per_pos)):
-        if series and len(series) != K:
+    for name, series, required in (("drafted_per_pos", stats.drafted_per_pos, True),
+                                   ("accepted_per_pos", stats.accepted_per_pos, True),
+                                   ("resume_drafted_per_pos", stats.resume_drafted_per_pos, False),
+                                   ("resume_accepted_per_pos", stats.resume_accepted_per_pos, False)):
+        if len(series) != K and (required or series):
             raise ScrapeError(f"/v1/stats {name}: {len(series)} positions for "
                               f"num_speculative_tokens={K}; they must match")
-    accepted = tuple(float(v) for v in stats.accepted_per_pos) or (0.0,) * K
-    drafted = tuple(float(v) for v in stats.drafted_per_pos) or (0.0,) * K
-    proposed = None
-    if stats.histogram:
-        out = [0.0] * K
-        for d, _, n in stats.histogram:
-            for i in range(min(d, K)):
-                out[i] += n
-        proposed = tuple(out)
+    accepted = tuple(float(v) for v in stats.accepted_per_pos)
+    drafted = tuple(float(v) for v in stats.drafted_per_pos)
+    proposed = (_proposed_of(((d, n) for d, _, n in stats.histogram), K)
+                if stats.histogram else None)
     finished = (None if stats.finished_proposed is None or stats.finished_accepted is None
                 else (float(stats.finished_proposed), float(stats.finished_accepted)))
     return Snapshot(

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from tuner.core.errors import ScrapeError
-from tuner.core.scrape import WANTED, parse
+from tuner.core.admin_api import StatsReply
+from tuner.core.scrape import WANTED, from_stats, parse
 
 # vLLM 0.32's real exposition for the spec-decode series of a 3-token ngram drafter
 REAL = """\
@@ -353,3 +354,15 @@ def test_mutated_real_bodies_are_a_snapshot_or_a_scrape_error(
     values = [*snap.accepted_per_pos, *(snap.drafted_per_pos or ()), snap.num_drafts,
               *snap.engine_steps.values(), *(v for cell in snap.step_time.values() for v in cell)]
     assert all(0 <= v < float("inf") for v in values)
+
+
+@pytest.mark.parametrize(("field", "value"), [("drafted_per_pos", [1, 1]),
+                                              ("accepted_per_pos", []),
+                                              ("resume_accepted_per_pos", [0])])
+def test_stats_whose_positions_do_not_match_k_are_unreadable(field: str, value: list[int]) -> None:
+    good = StatsReply(num_speculative_tokens=3, drafted_per_pos=[4, 4, 4],
+                      accepted_per_pos=[3, 2, 1])
+    assert from_stats(good).accepted_per_pos == (3.0, 2.0, 1.0)
+    with pytest.raises(ScrapeError, match=f"/v1/stats {field}: {len(value)} positions for "
+                                          "num_speculative_tokens=3"):
+        from_stats(good.model_copy(update={field: value}))
