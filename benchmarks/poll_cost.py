@@ -12,8 +12,9 @@ client's seed, new each block) run once in each arm, in an order rotating with t
   with them (counters and step ring in one reply from EngineCore's admin thread).
 
 Per arm against `none`, paired by block: the ratio of the client's output throughput and of the
-engine's own step time, geometric means with 95% t-intervals (summary.json); runs.json keeps
-every run (benchmarks/arm_run.py).
+engine's own step time, geometric means with 95% t-intervals (summary.json; two readers, each
+interval at its own 95%, not corrected together); runs.json keeps every run, the unmeasured
+warmup block's too (benchmarks/arm_run.py).
 
     python -m benchmarks.poll_cost --profile P --out DIR --concurrency 16 --blocks 12
 """
@@ -40,7 +41,7 @@ from benchmarks.scenario import scenario_of, serving
 from benchmarks.traffic import Sizes, shapes
 from tuner import flags
 from tuner.core.engine_client import EngineClient
-from tuner.core.errors import EngineUnavailable, InvalidInput
+from tuner.core.errors import InvalidInput
 from tuner.launcher import ServerConfig
 
 ARMS = ("none", "metrics", "stats")
@@ -76,21 +77,22 @@ async def polling(arm: str, engine: EngineClient, admin: EngineClient,
                 await task
 
 
-def summarize(runs: list[ArmRun], blocks: list[int]) -> dict[str, Any]:
+def summarize(runs: list[ArmRun], blocks: list[int], every_s: float) -> dict[str, Any]:
     """Per arm against `none`, paired by block: throughput and engine step time ratios."""
     by: dict[tuple[int, str], ArmRun] = {(b, r.arm): r for b, r in zip(blocks, runs, strict=True)}
-    out: dict[str, Any] = {"arms": {}, "blocks": len(set(blocks)), "ci_level": 0.95,
+    out: dict[str, Any] = {"arms": {}, "blocks": len(set(blocks)), "every_s": every_s,
+                           "ci_level": 0.95,
                            "statistic": "geometric mean of per-block ratios arm / none; 95% "
-                                        "Student's t-interval on their logs"}
+                                        "Student's t-interval on their logs, per reader"}
     for arm in ARMS[1:]:
         pairs = [(by[(b, "none")], by[(b, arm)]) for b in sorted(set(blocks))
                  if (b, "none") in by and (b, arm) in by]
         tput = ratio_interval(pairs, arm_throughput)
         step = ratio_interval(pairs, _step_ms)
-        reads = [sum(p.client.duration for p in r.phases) for _, r in pairs]
+        run_s = [sum(p.client.duration for p in r.phases) for _, r in pairs]
         out["arms"][arm] = {"throughput_ratio": tput["ratio"], "throughput_ci": tput["ci"],
                             "step_ms_ratio": step["ratio"], "step_ms_ci": step["ci"],
-                            "blocks": tput["n"], "run_s": round(sum(reads) / max(len(reads), 1), 2)}
+                            "blocks": tput["n"], "run_s": round(sum(run_s) / max(len(run_s), 1), 2)}
     return out
 
 
@@ -102,16 +104,17 @@ def _step_ms(run: ArmRun) -> float:
 
 
 async def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
-    if args.blocks < 2 or args.every_s <= 0:
-        raise InvalidInput(f"--blocks={args.blocks} --every-s={args.every_s}: need >= 2 blocks "
-                           "(an interval needs two) and a positive interval")
+    if args.blocks < 2:
+        raise InvalidInput(f"--blocks={args.blocks}: give at least 2 (an interval needs two)")
+    if args.every_s <= 0:
+        raise InvalidInput(f"--every-s={args.every_s:g}: give a positive interval in seconds, e.g. 1")
     s = scenario_of(args, engine_args(()))
     concurrency = flags.ints(args.concurrency, "--concurrency", "16")
     (shape, *_) = shapes(["burst"], Sizes(concurrency=tuple(concurrency), waves=args.waves))
     table = s.profile.build().table
     record: dict[str, Any] = {"command": "python -m benchmarks.poll_cost " + shlex.join(argv),
                               "table": table.to_list(), "shape": shape.name,
-                              "every_s": args.every_s, "runs": [], "blocks": []}
+                              "every_s": args.every_s, "runs": [], "blocks": [], "warmup": []}
     runs: list[ArmRun] = []
     async with serving(s) as up:
         await up.admin.put_table(table)
@@ -124,11 +127,13 @@ async def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
                     got = await arms.run(shape, arm, args.seed + block + 1, f"b{block}-{arm}")
                 say(f"block {block} {arm:>7}: {arm_throughput(got):8.1f} tok/s, "
                     f"{len(reads)} reads")
-                if block >= 0:
-                    runs.append(got)
-                    record["blocks"].append(block)
-                    record["runs"].append(got.model_dump(mode="json"))
-    record["summary"] = summarize(runs, record["blocks"])
+                if block < 0:
+                    record["warmup"].append(got.model_dump(mode="json"))
+                    continue
+                runs.append(got)
+                record["blocks"].append(block)
+                record["runs"].append(got.model_dump(mode="json"))
+    record["summary"] = summarize(runs, record["blocks"], args.every_s)
     s.out.mkdir(parents=True, exist_ok=True)
     (s.out / "runs.json").write_text(json.dumps(record, indent=1))
     (s.out / "summary.json").write_text(json.dumps(record["summary"], indent=1))
@@ -143,12 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--every-s", type=float, default=1.0, help="the poll interval (the sidecar's)")
     ap.add_argument("--idle-s", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        rc, record = run_main(argv, ap, run)
-    except EngineUnavailable as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    rc, record = run_main(sys.argv[1:] if argv is None else argv, ap, run)
     if rc == 0:
         print(json.dumps(record["summary"], indent=1))
     return rc

@@ -228,8 +228,9 @@ def field_rows(setting: str, folder: str, s: dict[str, Any]) -> list[str]:
 def poll_cost_row(folder: str, s: dict[str, Any]) -> str:
     """A poll-cost summary.json's row: each reader against none, throughput and step time."""
     arms = "; ".join(
-        f"{arm} every 1 s: throughput {a['throughput_ratio']:.3f} [{a['throughput_ci'][0]:.3f}, "
-        f"{a['throughput_ci'][1]:.3f}], engine step time {a['step_ms_ratio']:.3f} "
+        f"{arm} every {s['every_s']:g} s: throughput {a['throughput_ratio']:.3f} "
+        f"[{a['throughput_ci'][0]:.3f}, {a['throughput_ci'][1]:.3f}], "
+        f"engine step time {a['step_ms_ratio']:.3f} "
         f"[{a['step_ms_ci'][0]:.3f}, {a['step_ms_ci'][1]:.3f}]" for arm, a in s["arms"].items())
     return (f"| {POLL_COSTS[folder]} | {s['blocks']} blocks, each reader against no reader "
             f"({s['ci_level'] * 100:g}% t-intervals): {arms} | [{folder}]({folder}/README.md) |")
