@@ -42,6 +42,7 @@ from benchmarks.cells import TABLES, Window, write_windows
 from benchmarks.engines import max_model_len
 from benchmarks.report import write as write_report
 from benchmarks.scenario import scenario_of, serving
+from benchmarks.stale_profile import scaled
 from benchmarks.stats import Settings, analyze
 from benchmarks.summary import MIN_STEPS
 from benchmarks.stateful import sidecar
@@ -58,22 +59,15 @@ from tuner.prompts import repetitive
 from tuner.core.table import Table
 
 
-def wrong(profile: Profile, k: int, factor: float) -> Profile:
-    """The profile with T(·, k) scaled by ``factor`` (cells and samples) and its table rebuilt."""
-    def scaled(x: Any) -> Any:
-        if x.k != k:
-            return x
-        update: dict[str, Any] = {"client_ms": x.client_ms * factor,
-                                  "engine_ms": None if x.engine_ms is None else x.engine_ms * factor}
-        for f in ("ci_low_ms", "ci_high_ms"):
-            if getattr(x, f, None) is not None:
-                update[f] = getattr(x, f) * factor
-        if getattr(x, "steps_ms", None):
-            update["steps_ms"] = [v * factor for v in x.steps_ms]
-        return x.model_copy(update=update)
-    out = profile.model_copy(update={"cells": [scaled(c) for c in profile.cells],
-                                     "samples": [scaled(s) for s in profile.samples]})
-    return out.model_copy(update={"table": out.build().table.to_list()})
+def scale_of(text: str) -> tuple[int, float] | None:
+    """--scale K:FACTOR as (K, FACTOR); None for 'none'; InvalidInput otherwise."""
+    if text == "none":
+        return None
+    try:
+        k, factor = text.split(":")
+        return int(k), float(factor)
+    except ValueError:
+        raise InvalidInput(f"--scale={text!r}: give K:FACTOR, e.g. 3:1.3, or none") from None
 
 
 async def fixed(url: str, engine: EngineClient, admin: EngineClient, requests: list[Request],
@@ -242,11 +236,9 @@ def fixed_ks(args: argparse.Namespace, K: int) -> list[int]:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     scenario = scenario_of(args, tuple(args.engine_arg or ()))
     out, base = scenario.out, scenario.profile
-    if args.scale == "none":  # the profile as measured: its model's own error is the test
-        bad = base.model_copy(update={"table": base.build().table.to_list()})
-    else:
-        k_scaled, factor = (float(x) for x in args.scale.split(":"))
-        bad = wrong(base, int(k_scaled), factor)
+    scale = scale_of(args.scale)  # None: the profile as measured, its model's own error the test
+    bad = (base.model_copy(update={"table": base.build().table.to_list()}) if scale is None
+           else scaled(base, *scale, names=("--scale K", "--scale FACTOR")))
     bad_path = out / "profile-wrong.json"
     bad.save(bad_path)
     # --start-table: a table wrong where the profile is right (the model can be sure of it)
@@ -370,14 +362,19 @@ def main() -> int:
         print(f"error: --blocks={args.blocks}: the fixed k's need at least 2 blocks for an "
               "interval (4 for a verdict); pass --blocks 4", file=sys.stderr)
         return 2
-    if args.start_table:  # checked before an engine starts: exit 2 with the flag named
-        try:
+    try:  # checked before an engine starts: exit 2 with the flag named
+        scale_of(args.scale)
+        if args.start_table:
             flags.table(args.start_table, "--start-table")
-        except InvalidInput as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+    except InvalidInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    result = asyncio.run(run(args))
+    try:
+        result = asyncio.run(run(args))
+    except InvalidInput as exc:  # a --scale K the profile lacks, a --model not here
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     (Path(args.out) / "goodput.json").write_text(json.dumps(result, indent=1))
     print(json.dumps({k: result[k] for k in ("match_rate", "within_180s", "max_pushes_per_run")}))
     return 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from tuner.core.errors import InvalidInput, TableTuneError
 from tuner.core.profile import Profile, load
@@ -22,28 +23,30 @@ from tuner.core.profile import Profile, load
 __all__ = ["scaled"]
 
 
-def scaled(profile: Profile, k: int, factor: float) -> Profile:
-    """The profile with T(B, k) times `factor` at every B, its intervals and samples alike;
-    InvalidInput names a k the profile lacks or a factor that is no time scale."""
-    if k not in {c.k for c in profile.cells}:
-        raise InvalidInput(f"--k={k}: the profile has k {sorted({c.k for c in profile.cells})}")
+def scaled(profile: Profile, k: int, factor: float,
+           names: tuple[str, str] = ("--k", "--factor")) -> Profile:
+    """The profile with T(B, k) times `factor` at every B (cells and samples, their intervals
+    and per-step times alike) and the table this tuner builds on it; InvalidInput names (by
+    ``names``, the caller's flags) a k the profile lacks or a factor that is no time scale."""
+    measured = sorted({c.k for c in profile.cells})
+    if k not in measured:
+        raise InvalidInput(f"{names[0]}={k}: the profile has k {measured}")
     if not factor > 0:
-        raise InvalidInput(f"--factor={factor}: must be > 0 (0.4 makes k look 2.5x faster)")
+        raise InvalidInput(f"{names[1]}={factor}: must be > 0 (0.4 makes k look 2.5x faster)")
 
-    def times(fields: dict[str, object]) -> dict[str, object]:
-        out: dict[str, object] = {}
-        for name in ("client_ms", "engine_ms", "ci_low_ms", "ci_high_ms"):
-            value = fields.get(name)
-            if isinstance(value, float):
-                out[name] = value * factor
-        steps = fields.get("steps_ms")
-        if isinstance(steps, list):
-            out["steps_ms"] = [t * factor for t in steps]
-        return out
+    def times(x: Any) -> Any:
+        if x.k != k:
+            return x
+        update: dict[str, Any] = {f: getattr(x, f) * factor
+                                  for f in ("client_ms", "engine_ms", "ci_low_ms", "ci_high_ms")
+                                  if getattr(x, f, None) is not None}
+        if getattr(x, "steps_ms", None):
+            update["steps_ms"] = [t * factor for t in x.steps_ms]
+        return x.model_copy(update=update)
 
-    cells = [c.model_copy(update=times(dict(c))) if c.k == k else c for c in profile.cells]
-    samples = [s.model_copy(update=times(dict(s))) if s.k == k else s for s in profile.samples]
-    return profile.model_copy(update={"cells": cells, "samples": samples, "table": None})
+    out = profile.model_copy(update={"cells": [times(c) for c in profile.cells],
+                                     "samples": [times(s) for s in profile.samples]})
+    return out.model_copy(update={"table": out.build().table.to_list()})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,8 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     stale.save(Path(args.out))
-    print(f"{args.out}: T(B, {args.k}) x {args.factor:g}; the tuner's table on it: "
-          f"{stale.build().table.to_list()}")
+    print(f"{args.out}: T(B, {args.k}) x {args.factor:g}; the tuner's table on it: {stale.table}")
     return 0
 
 

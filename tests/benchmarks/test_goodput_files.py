@@ -7,6 +7,8 @@ import random
 from pathlib import Path
 
 from benchmarks.cells import read_windows
+import pytest
+
 from benchmarks.goodput import fixed_windows, merge, render
 from benchmarks.readme_table import goodput_row
 
@@ -82,3 +84,17 @@ def test_the_best_set_is_a_family_corrected_for_the_loads_pairs(tmp_path: Path) 
            "loads": {"8": {"tokens_per_s": {"1": k1, "2": k2, "3": k3}, "best_set": [2]}}}
     g = revised(old)
     assert g["runs"][0]["match"] and g["runs"][0]["best_set"] == [1, 2] and g["match_rate"] == 1.0
+
+
+def test_the_scale_flag_is_read_or_named() -> None:
+    from benchmarks.goodput import scale_of
+    from benchmarks.stale_profile import scaled
+    from benchmarks.synthetic import paper_profile
+    from tuner.core.errors import InvalidInput
+
+    assert scale_of("3:1.3") == (3, 1.3) and scale_of("none") is None
+    for bad in ("3", "3:x", "1.5:2"):
+        with pytest.raises(InvalidInput, match=f"--scale={bad!r}: give K:FACTOR"):
+            scale_of(bad)
+    with pytest.raises(InvalidInput, match=r"--scale K=9: the profile has k \[0, 1, 2, 3\]"):
+        scaled(paper_profile(), 9, 1.3, names=("--scale K", "--scale FACTOR"))
