@@ -13,7 +13,8 @@ client's seed, new each block) run once in each arm, in an order rotating with t
 
 Per arm against `none`, paired by block: the ratio of the client's output throughput and of the
 engine's own step time, geometric means with 95% t-intervals (summary.json; two readers, each
-interval at its own 95%, not corrected together); runs.json keeps every run, the unmeasured
+interval at its own 95%, not corrected together), and the runs of fewer than MIN_STEPS engine
+steps, kept and named; runs.json keeps every run, the unmeasured
 warmup block's too (benchmarks/arm_run.py).
 
     python -m benchmarks.poll_cost --profile P --out DIR --concurrency 16 --blocks 12
@@ -35,7 +36,7 @@ from typing import Any
 from benchmarks.arm_run import ArmRun
 from benchmarks.client_arms import Arms
 from benchmarks.client_bench import bench_parser, printer, run_main
-from benchmarks.noharm_summary import arm_throughput, ratio_interval
+from benchmarks.noharm_summary import MIN_STEPS, arm_throughput, ratio_interval
 from benchmarks.policies import engine_args
 from benchmarks.scenario import scenario_of, serving
 from benchmarks.traffic import Sizes, shapes
@@ -93,6 +94,8 @@ def summarize(runs: list[ArmRun], blocks: list[int], every_s: float) -> dict[str
         out["arms"][arm] = {"throughput_ratio": tput["ratio"], "throughput_ci": tput["ci"],
                             "step_ms_ratio": step["ratio"], "step_ms_ci": step["ci"],
                             "blocks": tput["n"], "run_s": round(sum(run_s) / max(len(run_s), 1), 2)}
+    out["short_runs"] = [{"block": b, "arm": r.arm, "steps": n} for b, r in zip(blocks, runs, strict=True)
+                         if (n := sum(p.engine.steps or 0 for p in r.phases)) < MIN_STEPS]
     return out
 
 
