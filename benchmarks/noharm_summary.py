@@ -166,14 +166,20 @@ def _short(r: dict[str, Any]) -> dict[str, Any]:
     return {"ratio": r["ratio"], "ci": r["ci"]}
 
 
-def overall(shapes: Sequence[dict[str, Any]], pushes: float, minutes: float) -> str:
-    """meets: every shape's interval at or above the target and pushes within theirs; misses:
-    a shape wholly below, or more pushes than the target allows; otherwise undecided."""
+def overall(runs: Sequence[Run], shapes: Sequence[dict[str, Any]], pushes: float,
+            minutes: float) -> str:
+    """meets: every shape's interval at or above the target (each at 95%: all must hold, an
+    intersection-union test) and pushes within theirs; misses: a shape wholly below at the
+    95% split over the shapes (Bonferroni: any one may, so the family's false rate stays
+    within 5%), or more pushes than the target allows; otherwise undecided."""
     verdicts = [s["verdict"] for s in shapes]
     rate = 10 * pushes / minutes if minutes > 0 else None
     if not shapes or "too_few_blocks" in verdicts or rate is None:
         return "too_few_blocks"
-    if "misses" in verdicts or rate > PUSHES_PER_10_MIN:
+    split = ALPHA / len(shapes)
+    below = [verdict(ratio_interval(paired(runs, s["shape"]), arm_throughput, split)["ci"])
+             == "misses" for s in shapes]
+    if any(below) or rate > PUSHES_PER_10_MIN:
         return "misses"
     return "meets" if all(v == "meets" for v in verdicts) else "undecided"
 
@@ -187,7 +193,7 @@ def summarize(record: dict[str, Any]) -> dict[str, Any]:
     measured = sidecar_counts([r for r in runs if r.arm == "sidecar"])
     return {"shapes": shapes, "target": TARGET, "ci_level": 1 - ALPHA,
             "pushes_target_per_10min": PUSHES_PER_10_MIN,
-            "verdict": overall(shapes, measured.pushes, measured.minutes),
+            "verdict": overall(runs, shapes, measured.pushes, measured.minutes),
             "measured": measured.model_dump(),
             "warmup": sidecar_counts([r for r in runs_of(record.get("warmup", []))
                                       if r.arm == "sidecar"]).model_dump(),

@@ -174,6 +174,18 @@ def test_summary_holds_the_issues_fields_per_shape_and_counts_only_measured_push
     assert shapes_["burst-c8"]["engine_ratio"]["ratio"] == shapes_["burst-c8"]["ratio"]
 
 
+def test_the_overall_misses_only_when_a_shape_is_below_at_the_split_level() -> None:
+    """A shape's own verdict stands at 95%; "misses" for the run needs a shape below the target
+    with the 5% split over the shapes (any one shape may miss: Bonferroni)."""
+    near = [0.985 + 0.0054 * d for d in (-1, 1, -0.5, 0.5)]   # below 0.995 at 95%, not at 97.5%
+    got = summarize(record({"burst-c8": [1.0, 1.01, 1.0, 1.01], "poisson-r2": near}))
+    shapes_ = {s["shape"]: s for s in got["shapes"]}
+    assert shapes_["poisson-r2"]["verdict"] == "misses" and got["verdict"] == "undecided"
+    far = [0.95, 0.951, 0.949, 0.95]
+    assert summarize(record({"burst-c8": [1.0, 1.01, 1.0, 1.01], "poisson-r2": far}))[
+        "verdict"] == "misses"
+
+
 def test_a_block_missing_an_arm_is_left_out_and_too_many_pushes_miss() -> None:
     rec = record({"burst-c8": [1.0, 1.01, 1.0]}, pushes=2)  # 2 pushes in 1.5 minutes
     rec["runs"].append(arm(3, "burst-c8", "table", 1000.0).model_dump(mode="json"))  # cut short
