@@ -201,7 +201,7 @@ async def run(cfg: Config) -> dict[str, Any]:
             save(cfg, record)
 
         await recorded(run_blocks(round_, cfg.blocks, record, info, first, t0,
-                                  lambda: save(cfg, record), say, _progress),
+                                  keep, say, _progress),
                        info, t0, arms.close, keep)
     return record
 

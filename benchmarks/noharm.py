@@ -155,7 +155,7 @@ async def run(cfg: Config) -> dict[str, Any]:
             save(cfg, record)
 
         await recorded(run_blocks(round_, cfg.blocks, record, info, first, t0,
-                                  lambda: save(cfg, record), say, lambda summary: "; ".join(
+                                  keep, say, lambda summary: "; ".join(
                                       f"{x['shape']} {x['ratio']} {x['ci']}"
                                       for x in summary["shapes"])),
                        info, t0, arms.close, keep)

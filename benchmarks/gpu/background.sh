@@ -8,10 +8,10 @@
 #   next calls:  CALL_S=595 bash benchmarks/gpu/background.sh
 # CALL_S: the call's timeout_s; the wait ends 20 s before it (its limit counts from the call's
 # start, so a script started late in the call passes CALL_S - $SECONDS). RECORD: the files copied
-# (default: the field bench's). Issue the next call within the machine's 30-s idle release.
+# (default: the field bench's record and sidecar logs). Issue the next call within the machine's 30-s idle release.
 set -u
 CALL_S=${CALL_S:-595}
-RECORD=${RECORD:-runs/h200-32b-eagle3-v2/field/field.json runs/h200-32b-eagle3-v2/field/summary.json}
+RECORD=${RECORD:-runs/h200-32b-eagle3-v2/field/field.json runs/h200-32b-eagle3-v2/field/summary.json runs/h200-32b-eagle3-v2/field/sidecar-part*.log.gz}
 BG=/tmp/bg; mkdir -p $BG "${OUT:-/tmp/out}"
 if [ -n "${BG_START:-}" ]; then
   OUT=$BG setsid bash -c "$BG_START" > $BG/stage.log 2>&1 < /dev/null &
