@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.client_bench import bench_parser, run_main
 from benchmarks.scenario import scenario_of, serving
@@ -58,32 +59,59 @@ SIDECAR_ARGS = {"watch": ("--dry-run",), "full": ()}  # after the user's default
 SETTLE_S = 2.0  # after an arm change: the thawed sidecar's first scrape, the policy in force
 
 
+class CostWindow(BaseModel):
+    """One arm's measured window: the engine's throughput and step time, the sidecar's CPU."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    load: int
+    cycle: int
+    arm: str
+    tokens_per_s: float
+    window_s: float
+    step_ms: float | None            # None: the window had no plugin step counts
+    requests_per_step: float | None = None
+    sidecar_cpu_s: float             # the awake sidecar's user + system seconds in the window
+    table_changes: int
+    table: str | None = None         # the engine's table at the window's end (wire form)
+
+
+class CostRecord(BaseModel):
+    """cost.json: the command, the start table and every measured window, written per cycle."""
+
+    model_config = ConfigDict(extra="forbid")
+    schema_: int = Field(1, alias="schema")
+    command: str
+    start_table: list[list[int]]
+    window_s: float
+    windows: list[CostWindow] = []
+
+
 def order(cycle: int) -> tuple[str, ...]:
     """The arms' order in `cycle`: a rotation, so each arm comes first, second and third."""
     i = cycle % len(ARMS)
     return ARMS[i:] + ARMS[:i]
 
 
-def summarize(windows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def summarize(windows: Sequence[CostWindow]) -> dict[str, Any]:
     """Per load and arm: the ratio to `off` over cycles with both, its 95% interval, mean step
     time ratio and the sidecar's CPU share. Pure."""
     loads: list[dict[str, Any]] = []
-    for n in sorted({w["load"] for w in windows}):
-        by_cycle: dict[int, dict[str, dict[str, Any]]] = {}
+    for n in sorted({w.load for w in windows}):
+        by_cycle: dict[int, dict[str, CostWindow]] = {}
         for w in windows:
-            if w["load"] == n:
-                by_cycle.setdefault(w["cycle"], {})[w["arm"]] = w
+            if w.load == n:
+                by_cycle.setdefault(w.cycle, {})[w.arm] = w
         for arm in ARMS[1:]:
             both = [c for c in by_cycle.values() if arm in c and "off" in c]
             loads.append({"load": n, "arm": arm, "cycles": len(both),
-                          **_ratio([math.log(c[arm]["tokens_per_s"] / c["off"]["tokens_per_s"])
+                          **_ratio([math.log(c[arm].tokens_per_s / c["off"].tokens_per_s)
                                     for c in both]),
-                          "step_ms_ratio": _ratio([math.log(c[arm]["step_ms"] / c["off"]["step_ms"])
-                                                   for c in both if c[arm]["step_ms"]
-                                                   and c["off"]["step_ms"]])["ratio"],
-                          "sidecar_cpu_share": _mean([c[arm]["sidecar_cpu_s"] / c[arm]["window_s"]
+                          "step_ms_ratio": _ratio([
+                              math.log(a / o) for c in both
+                              if (a := c[arm].step_ms) and (o := c["off"].step_ms)])["ratio"],
+                          "sidecar_cpu_share": _mean([c[arm].sidecar_cpu_s / c[arm].window_s
                                                       for c in both]),
-                          "table_changes": sum(c[arm]["table_changes"] for c in both)})
+                          "table_changes": sum(c[arm].table_changes for c in both)})
     return {"loads": loads}
 
 
@@ -135,7 +163,7 @@ class Arms:
             await s.close()
 
 
-async def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
+async def run(args: argparse.Namespace, argv: list[str]) -> CostRecord:
     scenario = scenario_of(args, bench_engine_args(tuple(args.engine_arg or ())))
     out, profile_path, profile = scenario.out, scenario.profile_path, scenario.profile
     out.mkdir(parents=True, exist_ok=True)
@@ -143,9 +171,8 @@ async def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     start = flags.table(args.start_table, "--start-table") if args.start_table else profile.build().table
     long = repetitive(64, vocab_size(model), length=args.prompt_tokens, seed=11)
     pool = request_pool(args.mix, long, args.prompt_tokens, args.max_tokens, max_model_len(extra))
-    record: dict[str, Any] = {"schema": 1, "command": "python -m benchmarks.sidecar_cost "
-                              + shlex.join(argv), "start_table": start.to_list(),
-                              "window_s": args.window_s, "windows": []}
+    record = CostRecord(command="python -m benchmarks.sidecar_cost " + shlex.join(argv),
+                        start_table=start.to_list(), window_s=args.window_s)
     t0 = time.monotonic()
     async with serving(scenario) as up:
         server, admin, engine = up.server, up.admin, up.engine
@@ -165,11 +192,12 @@ async def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
                             say(f"budget: stopping at N={n} cycle {cycle}")
                             break
                         for arm in order(max(cycle, 0)):
-                            w = await window(arms, arm, engine, admin, traffic, args.window_s)
+                            w = await window(arms, arm, engine, admin, traffic, args.window_s,
+                                             n, cycle)
                             if cycle >= 0:
-                                record["windows"].append({"load": n, "cycle": cycle, **w})
-                            say(f"N={n} cycle {cycle} {arm:>5}: {w['tokens_per_s']:8.1f} tok/s, "
-                                f"step {w['step_ms']} ms, sidecar CPU {w['sidecar_cpu_s']} s")
+                                record.windows.append(w)
+                            say(f"N={n} cycle {cycle} {arm:>5}: {w.tokens_per_s:8.1f} tok/s, "
+                                f"step {w.step_ms} ms, sidecar CPU {w.sidecar_cpu_s} s")
                         if cycle >= 0:
                             save(out, record)
         finally:
@@ -179,23 +207,24 @@ async def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
 
 
 async def window(arms: Arms, arm: str, engine: EngineClient, admin: EngineClient,
-                 traffic: StationaryLoad, window_s: float) -> dict[str, Any]:
+                 traffic: StationaryLoad, window_s: float, load: int, cycle: int) -> CostWindow:
     """One arm's window: enter it, settle, measure; the awake sidecar's CPU meanwhile."""
     await arms.enter(arm)
     await asyncio.sleep(SETTLE_S)
     c0 = cpu_seconds(arms.pid(arm))
     m = await measure(engine, admin, traffic, window_s)
     steps = m.steps
-    return {"arm": arm, "tokens_per_s": round(m.tokens_per_s, 3), "window_s": round(m.window_s, 3),
-            "step_ms": round(steps.step_ms, 4) if steps and steps.step_ms else None,
-            "requests_per_step": round(steps.requests_per_step, 3) if steps else None,
-            "sidecar_cpu_s": round(cpu_seconds(arms.pid(arm)) - c0, 3),
-            "table_changes": m.table_changes, "table": m.table}
+    return CostWindow(load=load, cycle=cycle, arm=arm, tokens_per_s=round(m.tokens_per_s, 3),
+                      window_s=round(m.window_s, 3),
+                      step_ms=round(steps.step_ms, 4) if steps and steps.step_ms else None,
+                      requests_per_step=round(steps.requests_per_step, 3) if steps else None,
+                      sidecar_cpu_s=round(cpu_seconds(arms.pid(arm)) - c0, 3),
+                      table_changes=m.table_changes, table=m.table)
 
 
-def save(out: Path, record: dict[str, Any]) -> None:
-    (out / "cost.json").write_text(json.dumps(record, indent=1))
-    (out / "summary.json").write_text(json.dumps(summarize(record["windows"]), indent=1))
+def save(out: Path, record: CostRecord) -> None:
+    (out / "cost.json").write_text(record.model_dump_json(by_alias=True, indent=1))
+    (out / "summary.json").write_text(json.dumps(summarize(record.windows), indent=1))
 
 
 def say(text: str) -> None:
@@ -220,7 +249,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    def start(args: argparse.Namespace, argv_: list[str]) -> Coroutine[Any, Any, dict[str, Any]]:
+    def start(args: argparse.Namespace, argv_: list[str]) -> Coroutine[Any, Any, CostRecord]:
         for flag, value in (("--cycles", args.cycles), ("--window-s", args.window_s)):
             if value <= 0:
                 raise InvalidInput(f"{flag}={value}: must be > 0")
@@ -230,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     rc, record = run_main(sys.argv[1:] if argv is None else argv, parser(), start)
     if rc:
         return rc
-    print(json.dumps(summarize(record["windows"]), indent=1))
+    print(json.dumps(summarize(record.windows), indent=1))
     return 0
 
 

@@ -3,12 +3,15 @@ ratios to `off`, with intervals, from raw windows."""
 
 from __future__ import annotations
 
+import json
 import math
-from typing import Any
+from pathlib import Path
 
 import pytest
 
-from benchmarks.sidecar_cost import ARMS, order, summarize
+from benchmarks.sidecar_cost import ARMS, CostRecord, CostWindow, order, summarize
+
+COMMITTED = Path(__file__).parents[2] / "benchmarks/results/cpu-tiny-sidecar-cost"
 
 
 def test_every_arm_takes_every_place_over_three_cycles() -> None:
@@ -18,9 +21,9 @@ def test_every_arm_takes_every_place_over_three_cycles() -> None:
         assert {o[place] for o in orders} == set(ARMS)
 
 
-def _window(cycle: int, arm: str, tps: float, cpu: float = 0.0, step: float | None = 10.0) -> dict[str, Any]:
-    return {"load": 4, "cycle": cycle, "arm": arm, "tokens_per_s": tps, "window_s": 10.0,
-            "step_ms": step, "sidecar_cpu_s": cpu, "table_changes": 0}
+def _window(cycle: int, arm: str, tps: float, cpu: float = 0.0, step: float | None = 10.0) -> CostWindow:
+    return CostWindow(load=4, cycle=cycle, arm=arm, tokens_per_s=tps, window_s=10.0,
+                      step_ms=step, sidecar_cpu_s=cpu, table_changes=0)
 
 
 def test_ratios_to_off_are_paired_by_cycle_with_an_interval() -> None:
@@ -47,3 +50,18 @@ def test_one_cycle_gives_a_ratio_without_an_interval() -> None:
     assert watch["ratio"] == pytest.approx(0.98) and watch["ci"] == [None, None]
     full = next(r for r in got if r["arm"] == "full")
     assert full["cycles"] == 0 and full["ratio"] is None and not math.isnan(full["table_changes"])
+
+
+def test_the_committed_record_parses_and_summarizes_to_its_summary() -> None:
+    record = CostRecord.model_validate_json((COMMITTED / "cost.json").read_text())
+    assert len(record.windows) == 48
+    assert summarize(record.windows) == json.loads((COMMITTED / "summary.json").read_text())
+    again = CostRecord.model_validate_json(record.model_dump_json(by_alias=True))
+    assert again == record
+
+
+def test_a_renamed_field_fails_the_parse_instead_of_reading_as_a_default() -> None:
+    row = _window(0, "off", 100.0).model_dump()
+    row["tokens_per_second"] = row.pop("tokens_per_s")
+    with pytest.raises(ValueError, match="tokens_per_s"):
+        CostWindow.model_validate(row)
