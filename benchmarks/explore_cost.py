@@ -35,6 +35,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from benchmarks.design import rotated
 from benchmarks.scenario import scenario_of, serving
 from benchmarks.switch import interval
@@ -42,6 +44,24 @@ from benchmarks.window import measure, settle
 from tuner.engine_defaults import vocab_size
 from tuner.load import Request, StationaryLoad
 from tuner.prompts import repetitive
+
+
+class ExploreWindow(BaseModel):
+    """One exploring window of a block: the engine's throughput and the steps it explored."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    tps: float
+    share: float                     # explored steps over engine steps
+    explore_steps: int
+    engine_steps: int
+
+
+class ExploreBlock(BaseModel):
+    """A block: exploration off, then every rate (keyed by its explore_every) in turn."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    off_tps: float
+    arms: dict[str, ExploreWindow]
 
 
 def cost_slope(off_tps: float, arms: Sequence[tuple[float, float]]) -> float | None:
@@ -53,22 +73,22 @@ def cost_slope(off_tps: float, arms: Sequence[tuple[float, float]]) -> float | N
     return num / den if den > 0 else None
 
 
-def summarize(rows: list[dict[str, Any]], rates: Sequence[int]) -> dict[str, Any]:
+def summarize(rows: Sequence[ExploreBlock], rates: Sequence[int]) -> dict[str, Any]:
     """Per rate the direct ratio and slope; pooled the slope and the default's cost (pure)."""
     default = rates[0]
     per_rate: dict[str, Any] = {}
     for r in rates:
-        ratios = [row["arms"][str(r)]["tps"] / row["off_tps"] for row in rows]
+        ratios = [row.arms[str(r)].tps / row.off_tps for row in rows]
         slopes = [s for row in rows
-                  if (s := cost_slope(row["off_tps"], [(row["arms"][str(r)]["tps"],
-                                                        row["arms"][str(r)]["share"])])) is not None]
-        explored = sum(row["arms"][str(r)]["explore_steps"] for row in rows)
-        steps = sum(row["arms"][str(r)]["engine_steps"] for row in rows)
+                  if (s := cost_slope(row.off_tps, [(row.arms[str(r)].tps,
+                                                     row.arms[str(r)].share)])) is not None]
+        explored = sum(row.arms[str(r)].explore_steps for row in rows)
+        steps = sum(row.arms[str(r)].engine_steps for row in rows)
         per_rate[str(r)] = {"over_off": interval(ratios), "share": round(explored / max(steps, 1), 4),
                             "cost_per_share": interval(slopes)}
     pooled = [s for row in rows
-              if (s := cost_slope(row["off_tps"], [(a["tps"], a["share"])
-                                                   for a in row["arms"].values()])) is not None]
+              if (s := cost_slope(row.off_tps, [(a.tps, a.share)
+                                                for a in row.arms.values()])) is not None]
     slope = interval(pooled)
     share = per_rate[str(default)]["share"]
     cost = None if slope is None else {
@@ -89,11 +109,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         server, admin, engine = up.server, up.admin, up.engine
         await admin.put_table(table)
         for load_n in args.loads:
-            rows = []
+            rows: list[ExploreBlock] = []
             async with StationaryLoad(server.url, requests, load_n, seed=load_n) as traffic:
                 await asyncio.sleep(2.0)
                 for b in range(args.blocks):
-                    got: dict[int, dict[str, Any]] = {}
+                    got: dict[int, ExploreWindow] = {}
                     for every in rotated([0, *args.rates], b):
                         await admin.put_policy(explore_every=every, explore_run=args.explore_run)
                         s0 = await admin.get_stats()
@@ -103,13 +123,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         s2 = await admin.get_stats()
                         steps = s2.engine_steps - s1.engine_steps
                         explored = s2.explore_steps - s1.explore_steps
-                        got[every] = {"tps": m.tokens_per_s, "share": round(explored / max(steps, 1), 4),
-                                      "explore_steps": explored, "engine_steps": steps}
-                    rows.append({"off_tps": got[0]["tps"],
-                                 "arms": {str(r): got[r] for r in args.rates}})
+                        got[every] = ExploreWindow(tps=m.tokens_per_s,
+                                                   share=round(explored / max(steps, 1), 4),
+                                                   explore_steps=explored, engine_steps=steps)
+                    rows.append(ExploreBlock(off_tps=got[0].tps,
+                                             arms={str(r): got[r] for r in args.rates}))
                     print(f"explore-cost: N={load_n} block {b + 1}/{args.blocks}", file=sys.stderr,
                           flush=True)
-            out["loads"][str(load_n)] = {"blocks": rows, **summarize(rows, args.rates)}
+            out["loads"][str(load_n)] = {"blocks": [r.model_dump() for r in rows],
+                                         **summarize(rows, args.rates)}
         await admin.put_policy(explore_every=0)
     return out
 

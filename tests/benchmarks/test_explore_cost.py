@@ -4,10 +4,12 @@ cost at the default rate (its rotating order: tests/benchmarks/test_switch.py)."
 from __future__ import annotations
 
 import argparse
+import json
 
 import pytest
 
-from benchmarks.explore_cost import cost_slope, rates_arg, summarize
+from benchmarks.explore_cost import ExploreBlock, ExploreWindow, cost_slope, rates_arg, summarize
+
 
 
 def test_the_slope_recovers_a_linear_loss_and_ignores_windows_that_explored_nothing() -> None:
@@ -18,10 +20,11 @@ def test_the_slope_recovers_a_linear_loss_and_ignores_windows_that_explored_noth
     assert cost_slope(100.0, [(102.0, 0.2)]) == pytest.approx(-0.1)
 
 
-def block(off: float, loss_per_share: float, shares: dict[int, float]) -> dict[str, object]:
-    return {"off_tps": off, "arms": {str(r): {"tps": off * (1 - loss_per_share * s), "share": s,
-                                               "explore_steps": round(1000 * s), "engine_steps": 1000}
-                                     for r, s in shares.items()}}
+def block(off: float, loss_per_share: float, shares: dict[int, float]) -> ExploreBlock:
+    return ExploreBlock(off_tps=off, arms={
+        str(r): ExploreWindow(tps=off * (1 - loss_per_share * s), share=s,
+                              explore_steps=round(1000 * s), engine_steps=1000)
+        for r, s in shares.items()})
 
 
 def test_the_default_cost_is_the_pooled_slope_times_the_default_share() -> None:
@@ -40,3 +43,13 @@ def test_a_bad_rates_argument_names_the_fix() -> None:
     for bad in ("150,x", "0,10", "-5"):
         with pytest.raises(argparse.ArgumentTypeError, match="--rates"):
             rates_arg(bad)
+
+
+
+def test_a_block_written_as_json_parses_back_and_a_renamed_field_fails() -> None:
+    b = block(100.0, 0.25, {150: 0.02, 20: 0.15})
+    assert ExploreBlock.model_validate(json.loads(b.model_dump_json())) == b
+    row = b.model_dump()
+    row["arms"]["20"]["explore_share"] = row["arms"]["20"].pop("share")  # the first schema's name
+    with pytest.raises(ValueError, match="share"):
+        ExploreBlock.model_validate(row)
