@@ -14,6 +14,8 @@ shuffled order, on the same requests), what users of vLLM's benchmark client rea
   the documented table, in output throughput (above 1 is faster) and in p50 TPOT (below 1 is
   faster): the geometric mean of the per-block ratios with its 95% Student's t-interval on
   their logs, and a word: `faster`, `slower`, or `same within noise` (the interval holds 1);
+- `after_learning`: a sidecar policy against the tuned table in the blocks where its sidecar
+  had been awake ≥ LEARN_S (60 s) before its run, both metrics (uncorrected, 95%);
 - `headline`, the claims the README shows (each non-fixed, non-documented policy against the
   best fixed k and against the documented table, both metrics, every shape) as one family,
   Holm-corrected at 5% family-wise, each interval at the level its claim was tested at (a run
@@ -54,6 +56,7 @@ METRICS: dict[str, tuple[Callable[[ArmRun], float], bool]] = {
 HEADLINE = ("output_throughput", "p50_tpot")
 FIGURES = ("output_throughput", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
            "itl_p50_ms", "itl_p99_ms")
+LEARN_S = 60.0  # a sidecar policy is also compared with the tuned table once awake this long
 SAME = "same within noise"
 SAME_TABLE = "same table"  # the two policies ran one table: an A/A, no claim
 BEST_FIXED = "best fixed k"
@@ -257,21 +260,47 @@ def _same(c: dict[str, Any], tables: dict[str, Any]) -> dict[str, Any]:
     return {**c, "word": SAME_TABLE} if a is not None and a == b and c["word"] else c
 
 
+def awake_before(runs: Sequence[Run]) -> dict[int, float]:
+    """Per sidecar run (by id): the seconds its sidecar had been awake before it. The record
+    lists runs as they ran, and each part (call) starts a new sidecar."""
+    out: dict[int, float] = {}
+    awake: dict[int, float] = {}
+    for r in runs:
+        if r.sidecar is not None:
+            out[id(r)] = awake.get(r.part, 0.0)
+            awake[r.part] = out[id(r)] + 60 * r.sidecar.minutes
+    return out
+
+
+def after_learning(blocks: dict[tuple[int, int], dict[str, Run]], policy: str,
+                   awake: dict[int, float], learn_s: float = LEARN_S) -> list[dict[str, Any]]:
+    """A sidecar policy against the tuned table in the blocks where its sidecar had been awake
+    at least ``learn_s`` before its run (what it keeps once it has learned), both metrics."""
+    learned = {key: b for key, b in blocks.items()
+               if policy in b and awake.get(id(b[policy]), 0.0) >= learn_s}
+    return [{**compare(learned, policy, "tuned", m), "awake_s": learn_s} for m in HEADLINE]
+
+
 def shape_summary(runs: Sequence[Run], shape: str, policies: Sequence[str],
                   tables: dict[str, Any] | None = None) -> dict[str, Any]:
     blocks = by_block(runs, shape)
     complete = [b for b in blocks.values() if all(p in b for p in policies)]
     fixed = sorted((p for p in policies if is_fixed(p)), key=policy_key)
     others = [p for p in policies if not is_fixed(p)]
-    references = [*fixed, *(["documented"] if "documented" in policies else [])]
+    references = [*fixed, *(["documented"] if "documented" in policies else []),
+                  *(["tuned"] if "tuned" in policies else [])]
     tables = tables or {}
     comparisons = [_same(compare(blocks, p, v, m), tables) for p in others for v in references
                    if v != p for m in HEADLINE]
+    awake = awake_before(runs)
+    learned = [c for p in others if p.startswith("sidecar-") and "tuned" in policies
+               for c in after_learning(blocks, p, awake)]
     return {"shape": shape, "blocks": len(complete),
             "policies": {p: {**policy_figures([b[p] for b in blocks.values() if p in b]),
                              "figures": figures(blocks, p, fixed)}
                          for p in policies},
             "comparisons": comparisons,
+            "after_learning": learned,
             "versus_best_fixed": [v for p in others for m in HEADLINE
                                   if (v := versus_best_fixed(blocks, p, fixed, m)) is not None]}
 

@@ -251,3 +251,36 @@ def test_two_wild_blocks_give_intervals_that_reach_zero_without_failing_the_summ
     json.dumps(got, allow_nan=False)  # strict JSON: no inf or nan anywhere
     tpot = got["shapes"][0]["policies"]["tuned"]["figures"]["tpot_p50_ms"]["versus_best_fixed"]
     assert tpot is not None and tpot["word"] in (SAME, "faster", "slower", None)
+
+
+def test_a_sidecar_is_compared_with_the_tuned_table_once_it_has_been_awake_a_minute() -> None:
+    """Each sidecar run is awake 0.5 min: its run in block b follows 30·b s of learning, so
+    blocks 2.. count after 60 s; there it runs at the tuned table's speed, before it at 80%."""
+    from tests.benchmarks.arm_runs import seen
+
+    runs = []
+    for b in range(6):
+        for p, tps in (("fixed-k1", 900.0), ("tuned", 1000.0),
+                       ("sidecar-from-quarter", 800.0 if b < 2 else 1000.0 * (1 + 0.002 * (-1) ** b))):
+            one = phase(round(tps * 10), 10.0, 1000.0 / tps, p50_tpot_ms=1000.0 / tps)
+            sc = seen(minutes=0.5) if p.startswith("sidecar-") else None
+            runs.append(block_run(b, "burst-c16", p, [one], sc).model_dump(mode="json"))
+    policies = ["fixed-k1", "tuned", "sidecar-from-quarter"]
+    got = summarize({"meta": {"shapes": [{"name": "burst-c16"}], "policies": policies,
+                              "parts": [{}], "tables": {}}, "runs": runs})
+    (shape,) = got["shapes"]
+    by_metric = {c["metric"]: c for c in shape["after_learning"]}
+    tps = by_metric["output_throughput"]
+    assert tps["policy"] == "sidecar-from-quarter" and tps["versus"] == "tuned"
+    assert tps["blocks"] == 4 and tps["ratio"] == pytest.approx(1.0, abs=0.005)
+    assert tps["word"] == SAME and by_metric["p50_tpot"]["blocks"] == 4
+    # over every block the early runs show: the tuned table is a reference there too
+    every = {(c["policy"], c["versus"], c["metric"]): c for c in shape["comparisons"]}
+    assert every[("sidecar-from-quarter", "tuned", "output_throughput")]["blocks"] == 6
+    assert every[("sidecar-from-quarter", "tuned", "output_throughput")]["ratio"] < 0.95
+    assert ("tuned", "tuned", "output_throughput") not in every
+
+
+def test_without_a_sidecar_or_a_tuned_table_there_is_no_comparison_after_learning() -> None:
+    got = summarize(record({"fixed-k1": 900.0, "tuned": 1000.0}))
+    assert got["shapes"][0]["after_learning"] == []
