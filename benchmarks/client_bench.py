@@ -223,7 +223,7 @@ def placed(runs: list[tuple[int, ArmRun]], block: int, part: int) -> list[dict[s
 
 
 async def recorded(blocks: Awaitable[None], info: dict[str, Any], t0: float,
-                   close: Callable[[], Awaitable[None]], keep: Callable[[], None]) -> None:
+                   close: Callable[[], Awaitable[None]], keep: Callable[[], object]) -> None:
     """Run the blocks; whatever ends them, say why in ``info``, close the arms, then keep the
     wall time, the sidecar's log and the record (``keep``): nothing measured is lost."""
     try:
@@ -244,6 +244,12 @@ def next_part(record: dict[str, Any]) -> tuple[dict[str, Any], int]:
     info: dict[str, Any] = {"part": part, "first_block": first, "stop_reason": "blocks"}
     record["meta"]["parts"].append(info)
     return info, first
+
+
+def run_tag(part: int, block: int, shape: str, arm: str) -> str:
+    """The name of a run's client files: a warmup round (block < 0) carries its call's part,
+    since every resumed call warms up as block -1 again."""
+    return f"b{block}-{shape}-{arm}" if block >= 0 else f"p{part}-b{block}-{shape}-{arm}"
 
 
 def keep_log(log: Path, dest: Path) -> None:

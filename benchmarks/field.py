@@ -38,7 +38,7 @@ from benchmarks.arm_run import ArmRun
 from benchmarks.client_arms import Arms
 from benchmarks.client_bench import (Blocks, add_traffic_flags, bench_parser, blocks_of,
                                      keep_log, next_part, printer, recorded, run_blocks, run_main,
-                                     shape_meta, traffic)
+                                     run_tag, shape_meta, traffic)
 from benchmarks.design import rotated
 from benchmarks.field_summary import summarize
 from benchmarks.noharm_summary import arm_throughput
@@ -153,12 +153,13 @@ def order(policies: tuple[str, ...], block: int, seed: int) -> list[str]:
     return out
 
 
-async def one_round(arms: Arms, cfg: Config, block: int, seed: int) -> list[tuple[int, ArmRun]]:
+async def one_round(arms: Arms, cfg: Config, block: int, seed: int,
+                    part: int) -> list[tuple[int, ArmRun]]:
     """Every shape (in an order rotating with the block) under every policy (shuffled)."""
     out = []
     for shape in rotated(cfg.shapes, max(block, 0)):
         for position, policy in enumerate(order(cfg.policies, block, cfg.blocks.seed)):
-            run = await arms.run(shape, policy, seed, f"b{block}-{shape.name}-{policy}")
+            run = await arms.run(shape, policy, seed, run_tag(part, block, shape.name, policy))
             out.append((position, run))
             say(f"block {block} {shape.name:>14} {policy:>22}: {arm_throughput(run):8.1f} "
                 f"tok/s in {run.wall_s:.0f} s")
@@ -193,12 +194,12 @@ async def run(cfg: Config) -> dict[str, Any]:
                     s.out, cfg.idle_s, client_flags, sidecar_arm=cfg.sidecar or "")
 
         async def round_(block: int, seed: int) -> list[tuple[int, ArmRun]]:
-            return await one_round(arms, cfg, block, seed)
+            return await one_round(arms, cfg, block, seed, info["part"])
 
-        def keep() -> None:
+        def keep() -> dict[str, Any]:
             if sidecar is not None:
                 keep_log(sidecar.log, s.out / info["sidecar_log"])
-            save(cfg, record)
+            return save(cfg, record)
 
         await recorded(run_blocks(round_, cfg.blocks, record, info, first, t0,
                                   keep, say, _progress),

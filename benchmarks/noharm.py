@@ -38,7 +38,7 @@ from benchmarks import client_bench
 from benchmarks.arm_run import ArmRun
 from benchmarks.client_bench import (Blocks, add_traffic_flags, bench_parser, blocks_of,
                                      keep_log, next_part, printer, recorded, run_blocks, run_main,
-                                     shape_meta, traffic)
+                                     run_tag, shape_meta, traffic)
 from benchmarks.design import rotated
 from benchmarks.client_arms import Arms
 from benchmarks.noharm_summary import ARMS, arm_throughput, summarize
@@ -112,7 +112,8 @@ def save(cfg: Config, record: dict[str, Any]) -> dict[str, Any]:
 say = printer("noharm")
 
 
-async def one_round(arms: Arms, cfg: Config, block: int, seed: int) -> list[tuple[int, ArmRun]]:
+async def one_round(arms: Arms, cfg: Config, block: int, seed: int,
+                    part: int) -> list[tuple[int, ArmRun]]:
     """Every shape once in each arm: shapes in an order rotating with the block, the arms
     table-sidecar in even blocks and sidecar-table in odd ones."""
     out = []
@@ -121,7 +122,7 @@ async def one_round(arms: Arms, cfg: Config, block: int, seed: int) -> list[tupl
     order = ARMS if block % 2 == 0 or block < 0 else ARMS[::-1]
     for shape in rotated(cfg.shapes, max(block, 0)):
         for position, arm in enumerate(order):
-            run = await arms.run(shape, arm, seed, f"b{block}-{shape.name}-{arm}")
+            run = await arms.run(shape, arm, seed, run_tag(part, block, shape.name, arm))
             out.append((position, run))
             seen = run.sidecar
             say(f"block {block} {shape.name:>14} {arm:>7}: {arm_throughput(run):8.1f} tok/s "
@@ -148,11 +149,11 @@ async def run(cfg: Config) -> dict[str, Any]:
         info["sidecar_log"] = f"sidecar-part{part}.log.gz"
 
         async def round_(block: int, seed: int) -> list[tuple[int, ArmRun]]:
-            return await one_round(arms, cfg, block, seed)
+            return await one_round(arms, cfg, block, seed, info["part"])
 
-        def keep() -> None:
+        def keep() -> dict[str, Any]:
             keep_log(sidecar.log, s.out / info["sidecar_log"])
-            save(cfg, record)
+            return save(cfg, record)
 
         await recorded(run_blocks(round_, cfg.blocks, record, info, first, t0,
                                   keep, say, lambda summary: "; ".join(
