@@ -54,6 +54,7 @@ class SidecarSeen(_Record):
     engine_table: Ranges | None
     a_hat: list[float]
     rebuilds: dict[str, int]         # by outcome, since the sidecar started
+    cpu_s: float | None = None       # its CPU seconds since its last reading (None: older records)
 
 
 class ArmRun(_Record):

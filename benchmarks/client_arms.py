@@ -148,7 +148,8 @@ class Arms:
         return SidecarSeen(**{k: now.counts[k] - before.counts[k] for k in COUNTS},
                            minutes=round(minutes, 3), decisions=decisions,
                            cumulative=dict(now.counts), engine_table=state.engine_table,
-                           a_hat=state.a_hat, rebuilds=now.rebuilds)
+                           a_hat=state.a_hat, rebuilds=now.rebuilds,
+                           cpu_s=round(now.cpu_s - before.cpu_s, 3))
 
     async def _read(self, deadline: float) -> Reading:
         """The sidecar's counters from its /v1/state and /metrics, retried until `deadline`
@@ -164,7 +165,7 @@ class Arms:
                         state = await r.json()
                     async with s.get(base + "/metrics") as r:
                         metrics = await r.text()
-                return _reading(SidecarState.model_validate(state), metrics)
+                return _reading(SidecarState.model_validate(state), metrics, sidecar.cpu_s())
             except (aiohttp.ClientError, TimeoutError) as exc:
                 if sidecar.returncode() is not None or time.monotonic() > deadline:
                     raise EngineUnavailable(f"{base}: the sidecar does not answer ({exc}); "
@@ -184,6 +185,7 @@ class Reading:
     counts: dict[str, int]    # COUNTS, since the sidecar started
     rebuilds: dict[str, int]  # by outcome
     monotonic: float
+    cpu_s: float              # the sidecar process's CPU seconds so far
 
     @property
     def newest(self) -> float:
@@ -191,7 +193,7 @@ class Reading:
         return max((d.time for d in self.state.recent_decisions), default=0.0)
 
 
-def _reading(state: SidecarState, metrics: str) -> Reading:
+def _reading(state: SidecarState, metrics: str, cpu_s: float) -> Reading:
     pushes, rebuilds = 0, {}
     for fam in text_string_to_metric_families(metrics):
         for s in fam.samples:
@@ -201,7 +203,7 @@ def _reading(state: SidecarState, metrics: str) -> Reading:
                 rebuilds[s.labels["outcome"]] = int(s.value)
     counts = {"pushes": pushes, "traffic_changes": state.traffic_changes,
               "rollbacks": state.guardrail.rollbacks, "foreign_tables": state.foreign_tables_seen}
-    return Reading(state, counts, rebuilds, time.monotonic())
+    return Reading(state, counts, rebuilds, time.monotonic(), cpu_s)
 
 
 def _delta(before: list[int], after: list[int]) -> list[int]:

@@ -8,6 +8,8 @@ with the sidecar, in alternating order, on the same requests):
   Student's t-interval on the logs (benchmarks/inference.py: exact for normal log ratios at
   any number of blocks). The target holds at a shape when the interval's lower end is at least
   TARGET: "meets"; "misses" when its upper end is below; otherwise "undecided".
+- sidecar_cpu_share: the sidecar's CPU seconds per second awake, from /proc (on a host whose
+  cores the engine fills, what it takes from the engine);
 - pushes, minutes, false_changes: the sidecar's pushes, the minutes it ran (thawed) and the
   traffic changes it detected in that shape's measured arms. Every block serves the same
   shapes from the same distribution, so nothing changes from block to block: a detected
@@ -115,6 +117,7 @@ class SidecarCounts(BaseModel):
     false_changes: int        # traffic changes detected where nothing changed
     rollbacks: int
     pushes_per_10min: float | None
+    cpu_share: float | None   # its CPU seconds per awake second (None: records without them)
 
 
 def sidecar_counts(arms: Sequence[Run]) -> SidecarCounts:
@@ -122,10 +125,14 @@ def sidecar_counts(arms: Sequence[Run]) -> SidecarCounts:
     seen = [r.sidecar for r in arms if r.sidecar is not None]
     pushes = sum(s.pushes for s in seen)
     minutes = sum(s.minutes for s in seen)
+    timed = [s for s in seen if s.cpu_s is not None]
+    awake_s = 60 * sum(s.minutes for s in timed)
     return SidecarCounts(pushes=pushes, minutes=round(minutes, 2),
                          false_changes=sum(s.traffic_changes for s in seen),
                          rollbacks=sum(s.rollbacks for s in seen),
-                         pushes_per_10min=round(10 * pushes / minutes, 3) if minutes > 0 else None)
+                         pushes_per_10min=round(10 * pushes / minutes, 3) if minutes > 0 else None,
+                         cpu_share=round(sum(s.cpu_s or 0.0 for s in timed) / awake_s, 4)
+                         if awake_s > 0 else None)
 
 
 def latency(arms: Sequence[Run]) -> dict[str, float | None]:
@@ -152,6 +159,7 @@ def shape_summary(runs: Sequence[Run], shape: str) -> dict[str, Any]:
             "false_changes": counts.false_changes,
             "verdict": verdict(tput["ci"]),
             "pushes_per_10min": counts.pushes_per_10min, "rollbacks": counts.rollbacks,
+            "sidecar_cpu_share": counts.cpu_share,
             "engine_ratio": _short(ratio_interval(pairs, engine_throughput)),
             "mean_tpot_ratio": _short(ratio_interval(pairs, mean_of("mean_tpot_ms"))),
             "mean_ttft_ratio": _short(ratio_interval(pairs, mean_of("mean_ttft_ms"))),

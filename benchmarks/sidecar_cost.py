@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import json
 import math
-import os
 import shlex
 import sys
 import time
@@ -126,14 +125,6 @@ def _mean(xs: Sequence[float]) -> float | None:
     return round(sum(xs) / len(xs), 4) if xs else None
 
 
-def cpu_seconds(pid: int | None) -> float:
-    """User and system CPU seconds of a process so far (0 for none)."""
-    if pid is None:
-        return 0.0
-    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
-
-
 class Arms:
     """The engine's two sidecars and which of them is awake."""
 
@@ -154,9 +145,10 @@ class Arms:
             await self.sidecars[arm].enter(settle_steps=0)
             self.awake = arm
 
-    def pid(self, arm: str) -> int | None:
+    def cpu_s(self, arm: str) -> float:
+        """The arm's sidecar's CPU seconds so far (0: the arm has none)."""
         s = self.sidecars.get(arm)
-        return None if s is None else s.pid()
+        return 0.0 if s is None else s.cpu_s()
 
     async def close(self) -> None:
         for s in self.sidecars.values():
@@ -211,14 +203,14 @@ async def window(arms: Arms, arm: str, engine: EngineClient, admin: EngineClient
     """One arm's window: enter it, settle, measure; the awake sidecar's CPU meanwhile."""
     await arms.enter(arm)
     await asyncio.sleep(SETTLE_S)
-    c0 = cpu_seconds(arms.pid(arm))
+    c0 = arms.cpu_s(arm)
     m = await measure(engine, admin, traffic, window_s)
     steps = m.steps
     return CostWindow(load=load, cycle=cycle, arm=arm, tokens_per_s=round(m.tokens_per_s, 3),
                       window_s=round(m.window_s, 3),
                       step_ms=round(steps.step_ms, 4) if steps and steps.step_ms else None,
                       requests_per_step=round(steps.requests_per_step, 3) if steps else None,
-                      sidecar_cpu_s=round(cpu_seconds(arms.pid(arm)) - c0, 3),
+                      sidecar_cpu_s=round(arms.cpu_s(arm) - c0, 3),
                       table_changes=m.table_changes, table=m.table)
 
 

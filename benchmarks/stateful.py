@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import subprocess
 import time
@@ -33,6 +34,17 @@ from benchmarks.engines import TOKEN
 # bench's minutes, every k allowed; USER_DEFAULTS: as a user starts it (benchmarks/noharm.py)
 BENCH_SIDECAR = ("--interval-s", "0.5", "--rebuild-every-steps", "100", "--allowed-k", "all")
 USER_DEFAULTS: tuple[str, ...] = ()
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User and system CPU seconds of a process so far (0 for none, or one that ended)."""
+    if pid is None:
+        return 0.0
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def sidecar_log(log_dir: Path, port: int) -> Path:
@@ -113,8 +125,12 @@ class PausedSidecar:
         await self.admin.put_policy(**_policy_fields(self.plain))
 
     def pid(self) -> int | None:
-        """The process id once started (its CPU time is read from /proc)."""
+        """The process id once started."""
         return None if self._proc is None else self._proc.pid
+
+    def cpu_s(self) -> float:
+        """Its user + system CPU seconds so far (0 before it started or after it ended)."""
+        return cpu_seconds(self.pid())
 
     def returncode(self) -> int | None:
         """The process's exit status once it ended (None: running, or not started)."""

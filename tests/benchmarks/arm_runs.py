@@ -26,10 +26,11 @@ def phase(tokens: float, seconds: float, tpot: float = 20.0, engine: float | Non
                                      accepted_per_pos=[], drafted_per_pos=[]))
 
 
-def seen(pushes: int = 0, changes: int = 0, minutes: float = 0.5) -> SidecarSeen:
+def seen(pushes: int = 0, changes: int = 0, minutes: float = 0.5,
+         cpu_s: float | None = None) -> SidecarSeen:
     return SidecarSeen(pushes=pushes, traffic_changes=changes, rollbacks=0, foreign_tables=0,
                        minutes=minutes, decisions=[], cumulative={}, engine_table=None, a_hat=[],
-                       rebuilds={})
+                       rebuilds={}, cpu_s=cpu_s)
 
 
 def block_run(block: int, shape: str, arm: str, phases: list[Phase],

@@ -25,8 +25,12 @@ from tuner.core.engine_client import EngineClient
 
 
 class Sidecar:
-    def __init__(self, port: int) -> None:
-        self.port = port
+    def __init__(self, port: int, cpu: tuple[float, ...] = (0.0,)) -> None:
+        self.port, self.cpu = port, list(cpu)
+
+    def cpu_s(self) -> float:
+        """Its CPU seconds at each reading in turn (the last one after)."""
+        return self.cpu.pop(0) if len(self.cpu) > 1 else self.cpu[0]
 
 
 @asynccontextmanager
@@ -44,7 +48,7 @@ async def arms_beside(scrapes: list[float], tmp_path: Path) -> AsyncIterator[tup
     async with TestServer(app) as server:
         # never entered: the catch-up wait opens and closes its own session
         client = EngineClient(engine_url="http://127.0.0.1:1")
-        yield Arms("http://127.0.0.1:1", client, client, Sidecar(server.port),  # type: ignore[arg-type]
+        yield Arms("http://127.0.0.1:1", client, client, Sidecar(server.port, (1.5, 1.75)),  # type: ignore[arg-type]
                    {}, tmp_path, "m", tmp_path, 0.0), asked
 
 
@@ -102,7 +106,7 @@ async def test_a_sidecar_arm_reports_what_happened_since_the_last_reading(tmp_pa
     app.router.add_get("/metrics", metrics)
     async with TestServer(app) as server:
         client = EngineClient(engine_url="http://127.0.0.1:1")
-        arms = Arms("http://127.0.0.1:1", client, client, Sidecar(server.port),  # type: ignore[arg-type]
+        arms = Arms("http://127.0.0.1:1", client, client, Sidecar(server.port, (1.5, 1.75)),  # type: ignore[arg-type]
                     {}, tmp_path, "m", tmp_path, 0.0)
         arms.seen = await arms._read(deadline=time.monotonic() + 30)
         arms.thawed_at = arms.seen.monotonic
@@ -111,4 +115,19 @@ async def test_a_sidecar_arm_reports_what_happened_since_the_last_reading(tmp_pa
     assert seen.decisions == [new]  # not the old push, not the unchanged rebuild
     assert seen.cumulative["pushes"] == 3 and seen.rebuilds == {"unchanged": 6, "pushed": 2}
     assert seen.engine_table == [[1, 8, 3], [9, 32, 2]] and seen.a_hat == [0.4]
+    assert seen.cpu_s == 0.25  # its CPU between the two readings
     assert SidecarSeen.model_validate_json(seen.model_dump_json()) == seen
+
+
+def test_a_process_cpu_seconds_come_from_proc_and_none_for_no_process() -> None:
+    import os
+
+    from benchmarks.stateful import cpu_seconds
+
+    t0 = time.process_time()
+    while time.process_time() - t0 < 0.05:
+        pass
+    assert cpu_seconds(os.getpid()) >= 0.05
+    assert cpu_seconds(None) == 0.0
+    beyond = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
+    assert cpu_seconds(beyond) == 0.0  # no such process: no /proc entry

@@ -242,3 +242,16 @@ def test_the_engine_runs_without_its_prefix_cache_unless_asked(profile: Path, tm
     assert plain.scenario.engine_args[0] == "--no-enable-prefix-caching"
     asked = base + ["--engine-arg=--enable-prefix-caching"]
     assert config(parser().parse_args(asked), asked).scenario.engine_args == ("--enable-prefix-caching",)
+
+
+def test_the_sidecars_cpu_share_is_its_cpu_seconds_per_awake_second_over_timed_arms() -> None:
+    from benchmarks.noharm_summary import sidecar_counts
+    from tests.benchmarks.arm_runs import block_run, phase, seen
+
+    def arm(minutes: float, cpu_s: float | None) -> Any:
+        return block_run(0, "burst-c4", "sidecar", [phase(100, 1.0)], seen(minutes=minutes, cpu_s=cpu_s))
+
+    # 1.2 s of CPU over 2 awake minutes; an older record's arm (no CPU figure) is left out
+    counts = sidecar_counts([arm(1.0, 0.9), arm(1.0, 0.3), arm(5.0, None)])
+    assert counts.cpu_share == 0.01 and counts.minutes == 7.0
+    assert sidecar_counts([arm(1.0, None)]).cpu_share is None
