@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from benchmarks.cells import TABLES, Window, write_windows
 from benchmarks.engines import max_model_len
 from benchmarks.report import write as write_report
@@ -57,6 +59,52 @@ from tuner.load import Request, StationaryLoad
 from tuner.core.profile import Profile
 from tuner.prompts import repetitive
 from tuner.core.table import Table
+
+
+class Followed(BaseModel):
+    """What one sidecar did from the wrong table under a load: the table's k at the batch
+    size the load ran at (the mode of the last 60 s), when it last changed, and its versions."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    batch_size: int
+    start_k: int
+    sidecar_k: int
+    seconds_to_final: float
+    pushes: int                                  # table versions the sidecar wrote
+    final_table: list[list[int]]
+    timeline: list[tuple[float, list[list[int]]]]  # (seconds, the table) at every change
+
+
+class GoodputRun(Followed):
+    """A run as goodput.json keeps it: the load's verdict on the fixed k's beside it."""
+
+    load: int
+    run: int
+    best_fixed_k: int
+    best_fixed_ci: list[float | None]
+    best_set: list[int]
+    decided_by: dict[str, int]                   # the pushes' changes by who decided them
+    match: bool                                  # sidecar_k in best_set
+
+    @classmethod
+    def of(cls, got: Followed, verdicts: dict[str, Any], load: int, run: int,
+           decided_by: dict[str, int]) -> GoodputRun:
+        """A sidecar's run judged by its load's fixed_verdicts."""
+        return cls(**{f: getattr(got, f) for f in Followed.model_fields}, load=load, run=run,
+                   best_fixed_k=verdicts["best_fixed_k"], best_fixed_ci=verdicts["best_fixed_ci"],
+                   best_set=verdicts["best_set"], decided_by=decided_by,
+                   match=got.sidecar_k in verdicts["best_set"])
+
+    def judged(self, verdicts: dict[str, Any]) -> GoodputRun:
+        """The run against its load's verdicts recomputed."""
+        return GoodputRun.of(self, verdicts, self.load, self.run, self.decided_by)
+
+
+def rates(runs: list[GoodputRun]) -> dict[str, Any]:
+    """The runs' share that matched, whether all settled within 180 s, the most pushes."""
+    return {"match_rate": round(sum(r.match for r in runs) / len(runs), 3) if runs else None,
+            "within_180s": all(r.seconds_to_final <= 180 for r in runs),
+            "max_pushes_per_run": max((r.pushes for r in runs), default=0)}
 
 
 def scale_of(text: str) -> tuple[int, float] | None:
@@ -116,7 +164,7 @@ def fixed_verdicts(tps: dict[int, list[float]], alpha: float = 0.05) -> dict[str
 
 async def sidecar_run(url: str, admin: EngineClient, requests: list[Request], n: int,
                       start: Table, profile_path: Path, log_dir: Path, follow_s: float,
-                      seed: int, args: tuple[str, ...]) -> dict[str, Any]:
+                      seed: int, args: tuple[str, ...]) -> Followed:
     """A fresh sidecar from the wrong table under load n: its table over time, the load's B."""
     await admin.put_table(start)
     await admin.put_policy(explore_every=0, duels=[])
@@ -148,9 +196,9 @@ async def sidecar_run(url: str, admin: EngineClient, requests: list[Request], n:
     for t, table in timeline:
         if Table.from_list(table).k_at(B) != k_at_before(timeline, t, start, B):
             seconds = t
-    return {"batch_size": B, "start_k": start.k_at(B), "sidecar_k": k_final,
-            "seconds_to_final": seconds, "pushes": versions, "final_table": final.to_list(),
-            "timeline": timeline}
+    return Followed(batch_size=B, start_k=start.k_at(B), sidecar_k=k_final,
+                    seconds_to_final=seconds, pushes=versions, final_table=final.to_list(),
+                    timeline=timeline)
 
 
 def k_at_before(timeline: list[tuple[float, list[list[int]]]], t: float, start: Table,
@@ -217,12 +265,9 @@ def analysed(out: Path, loads: dict[Any, dict[str, Any]], ks: list[int], window_
     write_report(windows, analyze(windows, Settings()), out, str(meta["title"]), meta)
 
 
-def summary(runs: list[dict[str, Any]], loads: dict[int, dict[str, Any]], start: Table,
+def summary(runs: list[GoodputRun], loads: dict[int, dict[str, Any]], start: Table,
             base: Profile, args: argparse.Namespace) -> dict[str, Any]:
-    matched = [r["match"] for r in runs]
-    return {"runs": runs, "match_rate": round(sum(matched) / len(matched), 3) if runs else None,
-            "within_180s": all(r["seconds_to_final"] <= 180 for r in runs),
-            "max_pushes_per_run": max((r["pushes"] for r in runs), default=0),
+    return {"runs": [r.model_dump(mode="json") for r in runs], **rates(runs),
             "loads": loads, "scale": args.scale, "start_table": start.to_list(),
             "profile_table": base.table, "window_s": args.window_s, "blocks": args.blocks,
             "follow_s": args.follow_s, "ks": fixed_ks(args, base.K),
@@ -249,7 +294,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     requests = request_pool("steady", long, args.prompt_tokens, args.max_tokens,
                             max_model_len(extra), seed=0)
     K = base.K
-    runs: list[dict[str, Any]] = []
+    runs: list[GoodputRun] = []
     loads: dict[int, dict[str, Any]] = {}
     async with serving(scenario) as up:
         server, admin, engine = up.server, up.admin, up.engine
@@ -269,13 +314,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                         args.follow_s, seed=100 * n + r,
                                         args=tuple(args.sidecar_arg or ()))
                 log = next(logs.glob("sidecar-*.log"), None)
-                runs.append({"load": n, "run": r, "best_fixed_k": best["best_fixed_k"],
-                             "best_fixed_ci": best["best_fixed_ci"], "best_set": best["best_set"],
-                             **got, "decided_by": decisions(log) if log else {},
-                             "match": got["sidecar_k"] in best["best_set"]})
-                print(f"N={n} run {r}: k {got['start_k']} -> {got['sidecar_k']} after "
-                      f"{got['seconds_to_final']} s, {got['pushes']} pushes "
-                      f"({'match' if runs[-1]['match'] else 'MISS'})", file=sys.stderr)
+                runs.append(GoodputRun.of(got, best, n, r, decisions(log) if log else {}))
+                print(f"N={n} run {r}: k {got.start_k} -> {got.sidecar_k} after "
+                      f"{got.seconds_to_final} s, {got.pushes} pushes "
+                      f"({'match' if runs[-1].match else 'MISS'})", file=sys.stderr)
                 # after every run: a run cut short by a time limit keeps what it has
                 (out / "goodput.json").write_text(json.dumps(summary(runs, loads, start, base,
                                                                      args), indent=1))
@@ -299,16 +341,8 @@ def revised(g: dict[str, Any]) -> dict[str, Any]:
     run's best set and match with them, and the rates."""
     loads = {str(n): {**fk, **fixed_verdicts({int(k): v for k, v in fk["tokens_per_s"].items()})}
              for n, fk in g["loads"].items()}
-    runs = []
-    for r in g["runs"]:
-        v = loads[str(r["load"])]
-        runs.append({**r, "best_fixed_k": v["best_fixed_k"], "best_fixed_ci": v["best_fixed_ci"],
-                     "best_set": v["best_set"], "match": r["sidecar_k"] in v["best_set"]})
-    matched = [r["match"] for r in runs]
-    return {**g, "runs": runs, "loads": loads,
-            "match_rate": round(sum(matched) / len(matched), 3) if runs else None,
-            "within_180s": all(r["seconds_to_final"] <= 180 for r in runs),
-            "max_pushes_per_run": max((r["pushes"] for r in runs), default=0),
+    runs = [GoodputRun.model_validate(r).judged(loads[str(r["load"])]) for r in g["runs"]]
+    return {**g, "runs": [r.model_dump(mode="json") for r in runs], "loads": loads, **rates(runs),
             "blocks": {n: min(len(v) for v in fk["tokens_per_s"].values()) for n, fk in loads.items()}}
 
 

@@ -14,8 +14,10 @@ from benchmarks.readme_table import goodput_row
 
 
 def part(n: int, tps: dict[int, list[float]], k_end: int) -> dict[str, object]:
-    return {"runs": [{"load": n, "run": 0, "start_k": k_end, "sidecar_k": k_end,
-                      "seconds_to_final": 0.0, "pushes": 0, "match": True}],
+    return {"runs": [{"load": n, "run": 0, "batch_size": n, "start_k": k_end, "sidecar_k": k_end,
+                      "seconds_to_final": 0.0, "pushes": 0, "final_table": [[1, n, k_end]],
+                      "timeline": [], "best_fixed_k": k_end, "best_fixed_ci": [None, None],
+                      "best_set": [k_end], "decided_by": {}, "match": True}],
             "loads": {str(n): {"tokens_per_s": {str(k): v for k, v in tps.items()},
                                "best_set": [k_end]}},
             "window_s": 7.0, "follow_s": 180.0, "ks": [1, 2, 3],
@@ -79,8 +81,8 @@ def test_the_best_set_is_a_family_corrected_for_the_loads_pairs(tmp_path: Path) 
     v = fixed_verdicts({1: k1, 2: k2, 3: k3})
     assert v["ratios"]["2/1"]["ci_low"] < 1.0 and v["best_set"] == [1, 2]
     assert v["family"] == {"pairs": 3, "method": "bonferroni", "alpha": 0.05}
-    old = {"runs": [{"load": 8, "sidecar_k": 1, "seconds_to_final": 0.0, "pushes": 0,
-                     "match": False, "best_set": [2]}],
+    old = {"runs": [{**part(8, {1: k1}, 1)["runs"][0],  # type: ignore[index]
+                     "match": False, "best_set": [2], "best_fixed_k": 2}],
            "loads": {"8": {"tokens_per_s": {"1": k1, "2": k2, "3": k3}, "best_set": [2]}}}
     g = revised(old)
     assert g["runs"][0]["match"] and g["runs"][0]["best_set"] == [1, 2] and g["match_rate"] == 1.0
@@ -98,3 +100,28 @@ def test_the_scale_flag_is_read_or_named() -> None:
             scale_of(bad)
     with pytest.raises(InvalidInput, match=r"--scale K=9: the profile has k \[0, 1, 2, 3\]"):
         scaled(paper_profile(), 9, 1.3, names=("--scale K", "--scale FACTOR"))
+
+
+COMMITTED = sorted((Path(__file__).parents[2] / "benchmarks/results").rglob("goodput.json"))
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.parent.name)
+def test_every_committed_run_parses_and_is_judged_again_by_todays_verdicts(path: Path) -> None:
+    from benchmarks.goodput import GoodputRun, revised
+
+    g = json.loads(path.read_text())
+    runs = [GoodputRun.model_validate(r) for r in g["runs"]]
+    assert runs and all(r.match == (r.sidecar_k in r.best_set) for r in runs)
+    again = [GoodputRun.model_validate(r) for r in json.loads(json.dumps(revised(g)))["runs"]]
+    assert [(r.load, r.run, r.sidecar_k, r.timeline) for r in again] == \
+        [(r.load, r.run, r.sidecar_k, r.timeline) for r in runs]
+    assert all(r.best_set == revised(g)["loads"][str(r.load)]["best_set"] for r in again)
+
+
+def test_a_run_with_a_renamed_field_fails_the_parse() -> None:
+    from benchmarks.goodput import GoodputRun
+
+    run = part(64, {1: [1.0]}, 1)["runs"][0]  # type: ignore[index]
+    run["seconds_to_last"] = run.pop("seconds_to_final")
+    with pytest.raises(ValueError, match="seconds_to_final"):
+        GoodputRun.model_validate(run)
