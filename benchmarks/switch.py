@@ -52,7 +52,7 @@ from benchmarks.stateful import sidecar
 from benchmarks.summary import MIN_STEPS, step_counts
 from benchmarks.window import measure, swap
 from benchmarks.workload import requests as request_pool
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from tuner import flags
 from tuner.core.errors import InvalidInput
 from tuner.replay import Replay
@@ -167,7 +167,7 @@ async def right_table_after(admin: EngineClient, table_b: Table, n: int, t0: flo
 async def arm(url: str, engine: EngineClient, admin: EngineClient, requests: list[Request],
               n: int, works: tuple[Workload, Workload], tables: tuple[Table, Table], which: str,
               side: Callable[[], AbstractAsyncContextManager[Any]], adapt_s: float,
-              follow_s: float, window_s: float, seed: int) -> dict[str, Any]:
+              follow_s: float, window_s: float, seed: int) -> SwitchArm:
     """One arm of a cycle: A's traffic from A's table, then B's; `which` says what follows B."""
     await admin.put_table(tables[0])
     await admin.put_policy(explore_every=0)  # a sidecar arm's sidecar sets its own at start
@@ -185,44 +185,79 @@ async def arm(url: str, engine: EngineClient, admin: EngineClient, requests: lis
             await admin.put_table(tables[1])
         async with StationaryLoad(url, requests, n, works[1].temperature, seed=seed + 1) as traffic:
             poll = asyncio.create_task(right_table_after(admin, tables[1], n, t0, follow_s))
-            windows: list[dict[str, Any]] = []
+            windows: list[SwitchWindow] = []
             while time.monotonic() - t0 + window_s <= follow_s:
                 m = await measure(engine, admin, traffic, window_s, min_steps=MIN_STEPS)
-                windows.append({"end_s": round(time.monotonic() - t0, 2), "tps": m.tokens_per_s,
-                                "steps": m.steps.steps if m.steps is not None else None,
-                                "discarded": [why for _, why in m.discarded]})
+                windows.append(SwitchWindow(
+                    end_s=round(time.monotonic() - t0, 2), tps=m.tokens_per_s,
+                    steps=m.steps.steps if m.steps is not None else None,
+                    discarded=[why for _, why in m.discarded]))
             seconds = await poll
             table_after = (await admin.get_table()).table
     first = _mean_between(windows, 0.0, 30.0)
-    return {"arm": which, "table_before_switch": table_before, "table_after": table_after,
-            "seconds_to_right_table": seconds, "windows": windows,
-            "mean_30s": None if first is None else round(first, 2)}
+    return SwitchArm(arm=which, table_before_switch=table_before, table_after=table_after,
+                     seconds_to_right_table=seconds, windows=windows,
+                     mean_30s=None if first is None else round(first, 2))
 
 
 ARMS = ("stale", "best", "sidecar")
 
 
-def recovery(arms: dict[str, dict[str, Any]]) -> float | None:
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SwitchWindow(_Record):
+    """One window after the switch: its end (seconds after it) and the engine's throughput."""
+
+    end_s: float
+    tps: float
+    steps: int | None = None             # engine steps (None: a file before they were kept)
+    discarded: list[str] | None = None   # why a measurement was taken again (None: ditto)
+
+
+class SwitchArm(_Record):
+    """One arm of a cycle: A's traffic from A's table, then B's under `arm`'s policy."""
+
+    arm: str
+    table_before_switch: list[list[int]] | None
+    table_after: list[list[int]] | None
+    seconds_to_right_table: float | None
+    windows: list[SwitchWindow]
+    mean_30s: float | None
+
+
+class SwitchCycle(_Record):
+    """A switch A -> B under every arm, in `order`; `part`: the call that ran it (merged)."""
+
+    order: list[str]
+    arms: dict[str, SwitchArm]
+    seconds_to_right_table: float | None
+    recovery_30s: float | None
+    part: int | None = None
+
+
+def recovery(arms: dict[str, SwitchArm]) -> float | None:
     """(sidecar - stale) / (best - stale) over the first 30 s of each arm; None without a gap."""
-    st, bt, sc = (arms[a]["mean_30s"] for a in ("stale", "best", "sidecar"))
-    if None in (st, bt, sc) or bt <= st:
+    st, bt, sc = (arms[a].mean_30s for a in ("stale", "best", "sidecar"))
+    if st is None or bt is None or sc is None or bt <= st:
         return None
-    return round(float(sc - st) / float(bt - st), 4)
+    return round((sc - st) / (bt - st), 4)
 
 
-def _mean_between(windows: list[dict[str, Any]], lo: float, hi: float) -> float | None:
-    got = [float(w["tps"]) for w in windows if lo < w["end_s"] <= hi]
+def _mean_between(windows: list[SwitchWindow], lo: float, hi: float) -> float | None:
+    got = [w.tps for w in windows if lo < w.end_s <= hi]
     return statistics.mean(got) if got else None
 
 
-def after(cycles: list[dict[str, Any]], from_s: float = 10.0, to_s: float = 30.0) -> dict[str, Any]:
+def after(cycles: list[SwitchCycle], from_s: float = 10.0, to_s: float = 30.0) -> dict[str, Any]:
     """Once the right table is in (the switch's target is 10 s): the sidecar arm's throughput
     over the best arm's and over the stale arm's, windows ending in (from_s, to_s], per cycle
     and as medians with 95% intervals. Ratios of arms, not a share of the gap: a gap of ~10%
     under ±10% window noise makes the share's interval far wider than the ratios'."""
     best, stale = [], []
     for c in cycles:
-        sc, bt, st = (_mean_between(c["arms"][a]["windows"], from_s, to_s)
+        sc, bt, st = (_mean_between(c.arms[a].windows, from_s, to_s)
                       for a in ("sidecar", "best", "stale"))
         if sc is not None and bt and st:
             best.append(sc / bt)
@@ -231,23 +266,23 @@ def after(cycles: list[dict[str, Any]], from_s: float = 10.0, to_s: float = 30.0
             "sidecar_over_stale": interval(stale)}
 
 
-def arm_steps(cycles: list[dict[str, Any]]) -> dict[str, Any]:
+def arm_steps(cycles: list[SwitchCycle]) -> dict[str, Any]:
     """Engine steps in the arms' windows (at least MIN_STEPS each, rule 12 of
     docs/measurement.md); a switch.json from before the count was kept says so (None)."""
-    windows = [w for c in cycles for a in c["arms"].values() for w in a["windows"]]
-    steps = [w["steps"] for w in windows if w.get("steps") is not None]
+    windows = [w for c in cycles for a in c.arms.values() for w in a.windows]
+    steps = [w.steps for w in windows if w.steps is not None]
     # windows measured again (an implausible engine count): None where a file predates the record
-    discarded = (sum(len(w["discarded"]) for w in windows)
-                 if windows and all("discarded" in w for w in windows) else None)
+    discarded = (sum(len(w.discarded) for w in windows if w.discarded is not None)
+                 if windows and all(w.discarded is not None for w in windows) else None)
     return {**step_counts(steps), "windows_measured_again": discarded}
 
 
 def summarize(stale_tps: list[float], best_tps: list[float],
-              cycles: list[dict[str, Any]]) -> dict[str, Any]:
+              cycles: list[SwitchCycle]) -> dict[str, Any]:
     """Every figure of switch.json from its raw windows and cycles (pure), so a committed
     switch.json can be re-analysed: ``python -m benchmarks.switch --rerender FILE``."""
-    seconds = [c["seconds_to_right_table"] for c in cycles]
-    recovered = [c["recovery_30s"] for c in cycles if c["recovery_30s"] is not None]
+    seconds = [c.seconds_to_right_table for c in cycles]
+    recovered = [c.recovery_30s for c in cycles if c.recovery_30s is not None]
     st, bt = statistics.median(stale_tps), statistics.median(best_tps)
     return {"best_over_stale": interval([b / s for b, s in zip(best_tps, stale_tps, strict=True)]),
             "stale_loss": round(1 - st / bt, 4) if bt else None,
@@ -257,8 +292,20 @@ def summarize(stale_tps: list[float], best_tps: list[float],
             "recovery_30s": interval(recovered, ratio=False),
             "after_right_table": after(cycles),
             "arm_steps": arm_steps(cycles),
-            "switch_gap_30s": interval([c["arms"]["best"]["mean_30s"] / c["arms"]["stale"]["mean_30s"]
-                                        for c in cycles if c["arms"]["stale"]["mean_30s"]])}
+            "switch_gap_30s": interval([best_30 / stale_30 for c in cycles
+                                        if (stale_30 := c.arms["stale"].mean_30s)
+                                        and (best_30 := c.arms["best"].mean_30s) is not None])}
+
+
+def cycles_of(rows: list[dict[str, Any]]) -> list[SwitchCycle]:
+    """A switch.json's cycles, parsed (a field renamed on one side fails here)."""
+    return [SwitchCycle.model_validate(c) for c in rows]
+
+
+def dumped(cycles: list[SwitchCycle]) -> list[dict[str, Any]]:
+    """Cycles as switch.json keeps them (a merged file's `part`, else none)."""
+    return [c.model_dump(mode="json", exclude_none=False, exclude={"part"} if c.part is None else set())
+            for c in cycles]
 
 
 def rerender(path: Path) -> dict[str, Any]:
@@ -267,7 +314,7 @@ def rerender(path: Path) -> dict[str, Any]:
     if "arms" not in (old.get("cycles") or [{}])[0]:
         raise ValueError(f"{path}: cycles without paired arms (the design before switch-paired) "
                          "cannot be re-analysed")
-    return {**old, **summarize(old["stale_tps"], old["best_tps"], old["cycles"]),
+    return {**old, **summarize(old["stale_tps"], old["best_tps"], cycles_of(old["cycles"])),
             "analysis": "re-analysed: geometric means / means with t-intervals (issue #26)"}
 
 
@@ -281,7 +328,8 @@ def merge(paths: list[Path]) -> dict[str, Any]:
     for p, g in zip(paths, parts, strict=True):
         if "arms" not in (g.get("cycles") or [{}])[0]:
             raise ValueError(f"{p}: cycles without paired arms cannot be merged")
-    cycles = [{**c, "part": i} for i, g in enumerate(parts) for c in g["cycles"]]
+    cycles = [c.model_copy(update={"part": i}) for i, g in enumerate(parts)
+              for c in cycles_of(g["cycles"])]
     stale = [x for g in parts for x in g["stale_tps"]]
     best = [x for g in parts for x in g["best_tps"]]
     names = sorted(set.intersection(*(set(g["candidates_tps"]) for g in parts)))
@@ -296,7 +344,7 @@ def merge(paths: list[Path]) -> dict[str, Any]:
                        "a_b": g["a_b"], "cycles": len(g["cycles"]), "command": g.get("command")}
                       for p, g in zip(paths, parts, strict=True)],
             "best_candidates_over_table_b": versus_b,
-            "stale_tps": stale, "best_tps": best, "cycles": cycles,
+            "stale_tps": stale, "best_tps": best, "cycles": dumped(cycles),
             **summarize(stale, best, cycles)}
 
 
@@ -350,12 +398,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             arms = {w: await arm(server.url, engine, admin, requests, n, works, (table_a, table_b),
                                  w, side, args.adapt_s, args.follow_s, args.window_s, seed=10 * i)
                     for w in order}
-            cycles.append({"order": order, "arms": arms,
-                           "seconds_to_right_table": arms["sidecar"]["seconds_to_right_table"],
-                           "recovery_30s": recovery(arms)})
+            cycles.append(SwitchCycle(order=list(order), arms=arms,
+                                      seconds_to_right_table=arms["sidecar"].seconds_to_right_table,
+                                      recovery_30s=recovery(arms)))
             print(f"cycle {i + 1}/{args.cycles}: right table after "
-                  f"{cycles[-1]['seconds_to_right_table']} s, 30 s recovery "
-                  f"{cycles[-1]['recovery_30s']}", file=sys.stderr)
+                  f"{cycles[-1].seconds_to_right_table} s, 30 s recovery "
+                  f"{cycles[-1].recovery_30s}", file=sys.stderr)
             # after every cycle: a run cut short by a time limit keeps its cycles
             result = report(args, works, a_a, a_b, table_a, table_b, paired, cycles)
             (out / "switch.json").write_text(json.dumps(result, indent=1))
@@ -364,11 +412,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def report(args: argparse.Namespace, works: tuple[Workload, Workload], a_a: list[float],
            a_b: list[float], table_a: Table, table_b: Table, paired: dict[str, Any],
-           cycles: list[dict[str, Any]]) -> dict[str, Any]:
+           cycles: list[SwitchCycle]) -> dict[str, Any]:
     return {"load": args.load, "workload_a": works[0].describe(),
             "workload_b": works[1].describe(), "a_a": a_a, "a_b": a_b,
             "table_a": table_a.to_list(), "table_b": table_b.to_list(), **paired,
-            "cycles": cycles, **summarize(paired["stale_tps"], paired["best_tps"], cycles),
+            "cycles": dumped(cycles), **summarize(paired["stale_tps"], paired["best_tps"], cycles),
             "window_s": args.window_s, "adapt_s": args.adapt_s, "follow_s": args.follow_s,
             "sidecar_args": args.sidecar_arg or [],
             "command": "python -m benchmarks.switch " + " ".join(sys.argv[1:])}

@@ -4,8 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typing import Any
+
 from benchmarks.design import rotated
-from benchmarks.switch import ARMS, recovery
+from benchmarks.switch import ARMS, SwitchArm, SwitchCycle, SwitchWindow, recovery
+
+
+def arm_of(windows: list[dict[str, Any]], mean_30s: float | None = None) -> SwitchArm:
+    return SwitchArm(arm="sidecar", table_before_switch=None, table_after=None,
+                     seconds_to_right_table=None, mean_30s=mean_30s,
+                     windows=[SwitchWindow.model_validate(w) for w in windows])
+
+
+def cycle_of(**arms: SwitchArm) -> SwitchCycle:
+    return SwitchCycle(order=list(arms), arms=arms, seconds_to_right_table=None, recovery_30s=None)
 
 
 def test_each_arm_runs_first_in_turn() -> None:
@@ -16,19 +28,19 @@ def test_each_arm_runs_first_in_turn() -> None:
 
 
 def test_recovery_is_the_sidecars_share_of_its_own_cycles_gap() -> None:
-    arms = {"stale": {"mean_30s": 200.0}, "best": {"mean_30s": 240.0}, "sidecar": {"mean_30s": 236.0}}
+    arms = {"stale": arm_of([], 200.0), "best": arm_of([], 240.0), "sidecar": arm_of([], 236.0)}
     assert recovery(arms) == 0.9
-    arms["best"]["mean_30s"] = 190.0                       # no gap in this cycle: no figure
+    arms["best"] = arm_of([], 190.0)                       # no gap in this cycle: no figure
     assert recovery(arms) is None
 
 
 def test_after_the_right_table_the_arms_are_compared_by_ratio() -> None:
     from benchmarks.switch import after
 
-    def arm(*tps: float) -> dict[str, object]:
-        return {"windows": [{"end_s": 5.0 * (i + 1), "tps": t} for i, t in enumerate(tps)]}
-    cycles = [{"arms": {"stale": arm(100, 100, 100), "best": arm(150, 110, 110),
-                        "sidecar": arm(100, 110, 121)}}] * 3
+    def arm(*tps: float) -> SwitchArm:
+        return arm_of([{"end_s": 5.0 * (i + 1), "tps": t} for i, t in enumerate(tps)])
+    cycles = [cycle_of(stale=arm(100, 100, 100), best=arm(150, 110, 110),
+                       sidecar=arm(100, 110, 121))] * 3
     got = after(cycles, from_s=5.0, to_s=15.0)       # windows ending at 10 and 15 s
     assert got["sidecar_over_best"]["estimate"] == 1.05 and got["sidecar_over_stale"]["estimate"] == 1.155
     assert got["sidecar_over_best"]["ci_low"] == got["sidecar_over_best"]["ci_high"] == 1.05  # no spread
@@ -37,15 +49,15 @@ def test_after_the_right_table_the_arms_are_compared_by_ratio() -> None:
 def test_the_arms_windows_count_their_engine_steps_and_old_files_say_none_were_kept() -> None:
     from benchmarks.switch import arm_steps
 
-    def arm(*steps: int | None) -> dict[str, object]:
-        return {"windows": [{"end_s": 5.0, "tps": 1.0, "steps": s} for s in steps]}
-    got = arm_steps([{"arms": {"stale": arm(120, 49), "best": arm(80), "sidecar": arm(None, 60)}}])
+    def arm(*steps: int | None) -> SwitchArm:
+        return arm_of([{"end_s": 5.0, "tps": 1.0, "steps": s} for s in steps])
+    got = arm_steps([cycle_of(stale=arm(120, 49), best=arm(80), sidecar=arm(None, 60))])
     assert got == {"min_steps": 50, "windows_with_steps": 4, "fewest_steps": 49,
                    "windows_below_min_steps": 1, "windows_measured_again": None}
-    kept = {"windows": [{"end_s": 5.0, "tps": 1.0, "steps": 60, "discarded": ["implausible"]}]}
-    assert arm_steps([{"arms": {"sidecar": kept}}])["windows_measured_again"] == 1
-    old = {"windows": [{"end_s": 5.0, "tps": 1.0}]}                  # before steps were kept
-    assert arm_steps([{"arms": {"stale": old}}]) == {
+    kept = arm_of([{"end_s": 5.0, "tps": 1.0, "steps": 60, "discarded": ["implausible"]}])
+    assert arm_steps([cycle_of(sidecar=kept)])["windows_measured_again"] == 1
+    old = arm_of([{"end_s": 5.0, "tps": 1.0}])                  # before steps were kept
+    assert arm_steps([cycle_of(stale=old)]) == {
         "min_steps": 50, "windows_with_steps": 0, "fewest_steps": None,
         "windows_below_min_steps": 0, "windows_measured_again": None}
 
@@ -106,8 +118,8 @@ def test_calls_merge_into_one_switch_file_that_keeps_each_calls_best(tmp_path: P
     from benchmarks.switch import merge
 
     def part(best: str, cand: dict[str, list[float]], recovery: float) -> dict[str, object]:
-        arm = {"mean_30s": 100.0, "windows": [{"end_s": 20.0, "tps": 100.0, "steps": 90}]}
-        cycle = {"seconds_to_right_table": 1.0, "recovery_30s": recovery,
+        arm = arm_of([{"end_s": 20.0, "tps": 100.0, "steps": 90}], 100.0).model_dump()
+        cycle = {"order": list(ARMS), "seconds_to_right_table": 1.0, "recovery_30s": recovery,
                  "arms": {"stale": arm, "best": arm, "sidecar": arm}}
         return {"load": 64, "best_name": best, "best_table": [[1, 256, 0]], "table_a": [[1, 256, 3]],
                 "table_b": [[1, 256, 1]], "a_a": [0.7], "a_b": [0.1], "cycles": [cycle],
@@ -124,3 +136,21 @@ def test_calls_merge_into_one_switch_file_that_keeps_each_calls_best(tmp_path: P
     assert got["recovery_30s"]["n"] == 2 and got["recovery_30s"]["estimate"] == 0.8
     assert got["best_candidates_over_table_b"]["fixed-k0"]["n"] == 3
     assert got["arm_steps"]["windows_with_steps"] == 6
+
+
+def test_every_committed_paired_switch_file_parses_and_reanalyses_to_its_figures() -> None:
+    import json
+
+    from benchmarks.switch import cycles_of, rerender
+
+    results = Path(__file__).parents[2] / "benchmarks/results"
+    files = sorted(p for p in results.rglob("switch.json")
+                   if "arms" in (json.loads(p.read_text()).get("cycles") or [{}])[0])
+    assert len(files) >= 5  # the paired design's runs (CPU and the H200's)
+    for path in files:
+        old = json.loads(path.read_text())
+        cycles = cycles_of(old["cycles"])
+        assert [c.recovery_30s for c in cycles] == [c["recovery_30s"] for c in old["cycles"]]
+        if "stale_tps" in old:
+            assert rerender(path)["recovery_30s"] is not None or not any(
+                c.recovery_30s is not None for c in cycles)
