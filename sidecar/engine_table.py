@@ -4,8 +4,9 @@ It remembers what the last admin call said (the engine's table and version, and 
 endpoint last answered), what the sidecar wants the engine to run (``desired``), and applies
 the rule for a table someone else wrote.
 
-Foreign table: the engine's table version moved without a push of ours, and its table is not
-the one we want (e.g. an operator's ``PUT /v1/table``). Seen on every scrape (the plugin's
+Foreign table: the engine's table version moved without a push of ours, and its table is
+neither the one we want nor the one it ran before (e.g. an operator's ``PUT /v1/table``; the
+same table written again is not one). Seen on every scrape (the plugin's
 ``tabletune_table_version``, confirmed with ``GET /v1/table``) and at every rebuild. The
 sidecar logs one ``foreign_table`` event, then for ``foreign_hold_s`` seconds only recommends
 (rebuild outcome ``held``: dry-run behaviour); when the hold is over it logs
@@ -202,6 +203,8 @@ class EngineTable:
             return
         if self.desired is not None and self.table == self.desired:
             return  # ours after all (a push whose reply was lost)
+        if fresh.parsed_table() == known.parsed_table():
+            return  # the same table written again (a config reconcile): nothing else runs
         self._foreign(known, fresh)
 
     def _foreign(self, known: TableReply, fresh: TableReply) -> None:

@@ -520,6 +520,26 @@ async def test_a_version_we_did_write_is_not_foreign(tmp_path: Path,
         assert c.engine.info is not None and c.engine.info.version == 3
 
 
+async def test_the_same_table_written_again_is_not_foreign(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A version move that leaves the table as it was (a config reconcile re-applying it, or a
+    bench that ran other tables while the sidecar was frozen and put its table back) holds
+    nothing; a different table still does."""
+    caplog.set_level(logging.INFO, "sidecar")
+    async with controller_for(FakeEngine(), tmp_path, foreign_hold_s=300.0) as (c, fake):
+        assert await c.tick() is None  # never pushed: the startup table is what runs
+        fake.operator_put(STARTUP)
+        fake.operator_put(OPERATOR)  # unseen: the next scrape finds v3 back on STARTUP
+        fake.operator_put(STARTUP)
+        await c.tick()
+        assert events(caplog, "foreign_table") == [] and not c.engine.holding()
+        assert c.engine.info is not None and c.engine.info.version == 4
+        fake.operator_put(OPERATOR)
+        await c.tick()
+        (event,) = events(caplog, "foreign_table")
+        assert event.foreign_table["table"] == OPERATOR and c.engine.holding()
+
+
 @asynccontextmanager
 async def restarted_sidecar(c: Controller,
                             clock: Callable[[], float] = time.time) -> AsyncIterator[Controller]:
