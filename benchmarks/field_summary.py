@@ -260,24 +260,25 @@ def _same(c: dict[str, Any], tables: dict[str, Any]) -> dict[str, Any]:
     return {**c, "word": SAME_TABLE} if a is not None and a == b and c["word"] else c
 
 
-def awake_before(runs: Sequence[Run]) -> dict[int, float]:
-    """Per sidecar run (by id): the seconds its sidecar had been awake before it. The record
-    lists runs as they ran, and each part (call) starts a new sidecar."""
-    out: dict[int, float] = {}
+def awake_before(runs: Sequence[Run]) -> dict[tuple[int, int, str, str], float]:
+    """Per sidecar run, keyed (part, block, shape, arm): the seconds its sidecar had been awake
+    before it. The record lists runs as they ran, and each part (call) starts a new sidecar."""
+    out: dict[tuple[int, int, str, str], float] = {}
     awake: dict[int, float] = {}
     for r in runs:
         if r.sidecar is not None:
-            out[id(r)] = awake.get(r.part, 0.0)
-            awake[r.part] = out[id(r)] + 60 * r.sidecar.minutes
+            out[(r.part, r.block, r.shape, r.arm)] = before = awake.get(r.part, 0.0)
+            awake[r.part] = before + 60 * r.sidecar.minutes
     return out
 
 
 def after_learning(blocks: dict[tuple[int, int], dict[str, Run]], policy: str,
-                   awake: dict[int, float], learn_s: float = LEARN_S) -> list[dict[str, Any]]:
+                   awake: dict[tuple[int, int, str, str], float],
+                   learn_s: float = LEARN_S) -> list[dict[str, Any]]:
     """A sidecar policy against the tuned table in the blocks where its sidecar had been awake
     at least ``learn_s`` before its run (what it keeps once it has learned), both metrics."""
-    learned = {key: b for key, b in blocks.items()
-               if policy in b and awake.get(id(b[policy]), 0.0) >= learn_s}
+    learned = {key: b for key, b in blocks.items() if policy in b and awake.get(
+        (b[policy].part, b[policy].block, b[policy].shape, policy), 0.0) >= learn_s}
     return [{**compare(learned, policy, "tuned", m), "awake_s": learn_s} for m in HEADLINE]
 
 

@@ -304,7 +304,7 @@ def cycles_of(rows: list[dict[str, Any]]) -> list[SwitchCycle]:
 
 def dumped(cycles: list[SwitchCycle]) -> list[dict[str, Any]]:
     """Cycles as switch.json keeps them (a merged file's `part`, else none)."""
-    return [c.model_dump(mode="json", exclude_none=False, exclude={"part"} if c.part is None else set())
+    return [c.model_dump(mode="json", exclude={"part"} if c.part is None else None)
             for c in cycles]
 
 
