@@ -284,3 +284,12 @@ def test_a_sidecar_is_compared_with_the_tuned_table_once_it_has_been_awake_a_min
 def test_without_a_sidecar_or_a_tuned_table_there_is_no_comparison_after_learning() -> None:
     got = summarize(record({"fixed-k1": 900.0, "tuned": 1000.0}))
     assert got["shapes"][0]["after_learning"] == []
+
+
+FIELD_RESULTS = sorted((Path(__file__).parents[2] / "benchmarks/results").rglob("field.json"))
+
+
+@pytest.mark.parametrize("path", FIELD_RESULTS, ids=lambda p: str(p.parent.name))
+def test_every_committed_field_summary_is_its_runs_summarized(path: Path) -> None:
+    assert summarize(json.loads(path.read_text())) == json.loads(
+        (path.parent / "summary.json").read_text())

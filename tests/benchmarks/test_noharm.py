@@ -255,3 +255,12 @@ def test_the_sidecars_cpu_share_is_its_cpu_seconds_per_awake_second_over_timed_a
     counts = sidecar_counts([arm(1.0, 0.9), arm(1.0, 0.3), arm(5.0, None)])
     assert counts.cpu_share == 0.01 and counts.minutes == 7.0
     assert sidecar_counts([arm(1.0, None)]).cpu_share is None
+
+
+NOHARM_RESULTS = sorted((Path(__file__).parents[2] / "benchmarks/results").rglob("noharm.json"))
+
+
+@pytest.mark.parametrize("path", NOHARM_RESULTS, ids=lambda p: str(p.parent.name))
+def test_every_committed_noharm_summary_is_its_runs_summarized(path: Path) -> None:
+    assert summarize(json.loads(path.read_text())) == json.loads(
+        (path.parent / "summary.json").read_text())
