@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import json
 import os
@@ -26,6 +25,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from benchmarks.proc import cpu_seconds, rss_mb
 from benchmarks.synthetic import paper_profile
 from tuner.core.engine_client import EngineClient
 from tuner.engine_defaults import default_model, plugin_env, vocab_size
@@ -123,8 +123,7 @@ def tree_cpu_s(pid: int) -> float:
     total = 0.0
     for p in subprocess.run(["pgrep", "-g", str(os.getpgid(pid))], capture_output=True,
                             text=True, check=False).stdout.split():
-        with contextlib.suppress(FileNotFoundError):
-            total += proc_usage(int(p))[0]
+        total += cpu_seconds(int(p))  # 0 for one that ended meanwhile
     return total
 
 
@@ -149,15 +148,6 @@ class Engine:
     model: Path | None = None
     max_num_seqs: int = 16
     extra_args: tuple[str, ...] = ()
-
-
-def proc_usage(pid: int) -> tuple[float, float]:
-    """(CPU seconds, RSS MB) of a process from /proc."""
-    stat = Path(f"/proc/{pid}/stat").read_text().split()
-    cpu = (int(stat[13]) + int(stat[14])) / os.sysconf("SC_CLK_TCK")
-    rss = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-               if line.startswith("VmRSS")) / 1024
-    return cpu, rss
 
 
 async def throughput(with_plugin: bool, loads: list[int], window_s: float, out: Path,
@@ -201,10 +191,10 @@ async def sidecar_usage(url: str, admin_url: str, prompts: list[Any], out: Path,
                             env={**os.environ, "TABLETUNE_SIDECAR_ADMIN_TOKEN": TOKEN})
     try:
         await asyncio.sleep(3.0)  # imports and first scrape are not steady state
-        cpu0, _ = proc_usage(proc.pid)
+        cpu0 = cpu_seconds(proc.pid)
         t0 = time.monotonic()
         await closed_loop(url, prompts, 8, 48, 0.0, seconds)
-        cpu1, rss = proc_usage(proc.pid)
+        cpu1, rss = cpu_seconds(proc.pid), rss_mb(proc.pid)
         async with EngineClient(admin_url=admin_url) as engine:
             table = await engine.get_table()
         return {"cpu_share_of_one_core": (cpu1 - cpu0) / (time.monotonic() - t0), "rss_mb": rss,

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.proc import cpu_seconds
 from benchmarks.window import Settled, settle
 from tabletune.sidecar_process import sidecar_process
 from tuner.core.admin_api import PolicyReply
@@ -34,17 +34,6 @@ from benchmarks.engines import TOKEN
 # bench's minutes, every k allowed; USER_DEFAULTS: as a user starts it (benchmarks/noharm.py)
 BENCH_SIDECAR = ("--interval-s", "0.5", "--rebuild-every-steps", "100", "--allowed-k", "all")
 USER_DEFAULTS: tuple[str, ...] = ()
-
-
-def cpu_seconds(pid: int | None) -> float:
-    """User and system CPU seconds of a process so far (0 for none, or one that ended)."""
-    if pid is None:
-        return 0.0
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def sidecar_log(log_dir: Path, port: int) -> Path:

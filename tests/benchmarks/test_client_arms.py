@@ -122,7 +122,7 @@ async def test_a_sidecar_arm_reports_what_happened_since_the_last_reading(tmp_pa
 def test_a_process_cpu_seconds_come_from_proc_and_none_for_no_process() -> None:
     import os
 
-    from benchmarks.stateful import cpu_seconds
+    from benchmarks.proc import cpu_seconds
 
     c0, t0 = cpu_seconds(os.getpid()), time.process_time()
     while time.process_time() - t0 < 0.2:  # CPU seconds, whatever else the box runs
