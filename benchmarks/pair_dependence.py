@@ -17,12 +17,12 @@ comparisons on the pairs centred per comparison.
 Without logs: simulated null comparisons (true ratio 1) whose pairs are independent, AR(1)
 between neighbours, or wander (the ratio itself an Ornstein-Uhlenbeck process of sd 2% and time
 constant 200 engine steps, a pair every 45 steps, under per-pair noise), each looked at after
-every pair up to 500 by the sidecar's own `paired_interval` at the sidecar's level over three
-challengers. `false_by_N`: the share whose interval excluded 1 at some look up to pair N, and
-`bound_500` that share at 500 plus 2 SE (one-sided). `before`: the same series under the
-interval as it was (eq. CS on the pairs' plain sd, from pair 5). `power`: independent pairs
-with a real gain: the median pairs until the interval clears the tie (0.5%) and the share that
-cleared it within `max_pairs` (40) and 500 pairs.
+every pair up to 500 by the sidecar's own `paired_interval` (eq. EARLY from EARLY_PAIRS, eq.
+LRV from MIN_PAIRS) at the sidecar's level over three challengers. `false_by_N`: the share
+whose interval excluded 1 at some look up to pair N, and `bound_500` that share at 500 plus 2
+SE (one-sided). `before`: the same series under the interval as it was (eq. CS on the pairs'
+plain sd, from pair 5). `power`: independent pairs with a real gain: the median pairs until the
+interval clears the tie (0.5%) and the share that cleared it within `max_pairs` (40) and 500 pairs.
 
     python -m benchmarks.pair_dependence --trials 2000 \\
         --out benchmarks/results/calibration/pair_dependence.json
@@ -41,7 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from sidecar.measured import MIN_PAIR_SD, MIN_PAIRS, confidence_sequence, paired_interval
+from sidecar.measured import (EARLY_PAIRS, MIN_PAIR_SD, MIN_PAIRS, confidence_sequence,
+                              paired_interval)
 
 Key = tuple[int, int, int]  # (band, smaller k, larger k)
 BATCH = 5
@@ -116,7 +117,9 @@ TIE = 0.005
 NULL_CASES = (("iid", 0.0, 0.03, True), ("ar0.25", 0.25, 0.03, True), ("ar0.5", 0.5, 0.03, True),
               ("ar0.8", 0.8, 0.03, False), ("wander_noise0.04", None, 0.04, True),
               ("wander_noise0.03", None, 0.03, True), ("wander_noise0.02", None, 0.02, False))
-POWER_CASES = ((0.02, 0.03), (0.03, 0.06), (0.034, 0.018))  # (gain, pair sd): the last the H200's
+# (gain, pair sd): the third the H200's, the last two large gains that bursts leave few pairs for
+# (the H100's 3B: k=3 at 2.3-2.8x of k=0, sd ~0.07)
+POWER_CASES = ((0.02, 0.03), (0.03, 0.06), (0.034, 0.018), (0.1, 0.05), (1.4, 0.07))
 
 
 def ar1(trials: int, n: int, rho: float, rng: np.random.Generator) -> np.ndarray:
@@ -155,7 +158,7 @@ def first_looks(x: np.ndarray, alpha: float, before: bool, tie: float | None) ->
     """Per row, the first look (pair count) whose interval excludes 0 (``tie`` None) or clears
     log(1 + tie) from above; inf where none did."""
     first = np.full(x.shape[0], math.inf)
-    for n in range(5 if before else MIN_PAIRS, x.shape[1] + 1):
+    for n in range(5 if before else EARLY_PAIRS, x.shape[1] + 1):
         if before:
             low, high = _bounds_before(x[:, :n], alpha)
         else:
@@ -195,6 +198,7 @@ def simulate(trials: int, seed: int, alpha: float = ALPHA) -> dict[str, Any]:
                       "after": _power_figures(first_looks(x, alpha, False, TIE)),
                       "before": _power_figures(first_looks(x, alpha, True, TIE))})
     return {"trials": trials, "seed": seed, "alpha": round(alpha, 6), "min_pairs": MIN_PAIRS,
+            "early_pairs": EARLY_PAIRS,
             "horizon": HORIZON, "steps_per_pair": STEPS_PER_PAIR, "wander_steps": WANDER_STEPS,
             "wander_sd": WANDER_SD, "tie": TIE, "null": null, "power": power}
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from sidecar.arbiter import URGENT_PAIRS, arbitrate
-from sidecar.measured import MeasuredGoodput
+from sidecar.measured import EARLY_PAIRS, MeasuredGoodput
 
 
 def draws(ratio: dict[int, float], max_b: int = 16, reps: int = 200, sd: float = 0.01) -> np.ndarray:
@@ -177,11 +177,18 @@ def test_an_urgent_duel_whose_first_pairs_disagree_with_the_model_drops_to_the_u
     mean favours the challenger; the duel itself goes on at the usual share until it settles."""
     old = [3] * 16
     flattered = draws({0: 0.5, 1: 0.6, 2: 1.5, 3: 1.0})
-    for n, log_ratio, urgent in ((URGENT_PAIRS - 1, -0.35, True), (URGENT_PAIRS, -0.35, False),
-                                 (20, -0.35, False), (20, 0.2, True), (10, -0.03, False)):
-        m = measured_with(16, 2, 3, log_ratio, n=n, sd=0.05)
+    # each too noisy or too close for an early verdict (eq. EARLY)
+    for n, log_ratio, sd, urgent in ((URGENT_PAIRS - 1, -0.35, 0.5, True),
+                                     (URGENT_PAIRS, -0.35, 0.5, False), (20, -0.35, 0.5, False),
+                                     (20, 0.2, 0.5, True), (10, -0.03, 0.05, False)):
+        m = measured_with(16, 2, 3, log_ratio, n=n, sd=sd)
         v = decide(flattered, m, {16: 100}, old, live_error={16: 0.02}, can_duel=True)
         assert v.duels == ((9, 16, (2,)),) and v.urgent is urgent, (n, log_ratio)
+    # pairs that agree on a loss end the duel early (eq. EARLY): k=2 is kept out, by measurement
+    m = measured_with(16, 2, 3, -0.35, n=URGENT_PAIRS + 2, sd=0.05)
+    v = decide(flattered, m, {16: 100}, old, live_error={16: 0.02}, can_duel=True)
+    (call,) = [c for c in v.calls if c.k == 2]
+    assert v.duels == () and (call.status, call.decided_by) == ("keep", "measured")
     # the pairs read either way round (k=3 over k=2 here): the same verdict
     m = MeasuredGoodput()
     m.pairs[(16, 3, 2)] = __import__("collections").deque((0.35, 15, i) for i in range(6))
@@ -200,3 +207,24 @@ def test_while_a_duel_is_urgent_only_the_urgent_ones_run() -> None:
     assert v.urgent and v.duels == ((9, 16, (2,)),)
     calm = decide(near, MeasuredGoodput(), {8: 100, 16: 100}, old, can_duel=True)
     assert not calm.urgent and calm.duels == ((5, 8, (2,)), (9, 16, (2,)))
+
+
+def test_an_early_win_switches_only_where_the_model_wins_too() -> None:
+    """Under bursts a bucket gets a handful of pairs (the H100's 3B run: 5 pairs of k=3 at
+    2.3-2.8x of k=0): from EARLY_PAIRS on they decide a large gain, but only with the model's
+    interval on the same side; the same pairs against a model that sees no gain leave it open."""
+    old = [0] * 16
+    m = measured_with(16, 3, 0, math.log(2.4), n=EARLY_PAIRS + 1, sd=0.07)
+    sure = draws({0: 1.0, 1: 1.5, 2: 1.9, 3: 2.2})
+    v = decide(sure, m, {16: 100}, old, live_error={16: 0.02}, can_duel=True)
+    (s,) = v.switches()
+    assert (s.k, s.decided_by, s.measured.pairs) == (3, "measured", EARLY_PAIRS + 1)
+    assert list(v.ks[8:]) == [3] * 8
+    unsure = draws({0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0})
+    v = decide(unsure, m, {16: 100}, old, live_error={16: 0.02}, can_duel=True)
+    assert not v.switches() and list(v.ks) == old
+    assert any(c.k == 3 and c.status == "open" for c in v.calls)
+    # too few pairs for even an early look: nothing measured yet
+    few = measured_with(16, 3, 0, math.log(2.4), n=EARLY_PAIRS - 1, sd=0.07)
+    v = decide(sure, few, {16: 100}, old, live_error={16: 0.02}, can_duel=True)
+    assert not v.switches() and all(c.measured is None for c in v.calls)

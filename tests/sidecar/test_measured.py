@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from sidecar.measured import (MIN_PAIRS, MeasuredGoodput, confidence_sequence, paired_interval,
+from sidecar.measured import (EARLY_PAIRS, MIN_PAIRS, MeasuredGoodput, confidence_sequence, paired_interval,
                               pairs_in, smallest_gain)
 from tuner.core.admin_api import Step
 
@@ -73,6 +73,27 @@ def test_few_pairs_give_no_comparison_and_a_new_engine_run_keeps_the_pairs() -> 
     assert m.compare(120, 1, 3, 0.05) is not None
     m.forget()
     assert m.compare(120, 1, 3, 0.05) is None and m.served == {}
+
+
+def test_an_early_comparison_reads_a_large_gain_from_a_handful_of_pairs() -> None:
+    """Bursts leave a bucket a few pairs (the H100's 3B: 5 pairs of k=3 at 2.3-2.8x of k=0):
+    asked for early, EARLY_PAIRS of them give an interval, wider than eq. CS on their plain sd
+    by at least the assumed dependence, and a 2.4x gain clears it."""
+    few = MeasuredGoodput()
+    few.ingest(ring({0: 1000, 3: 2400}, duels([3], 0, runs=EARLY_PAIRS - 1), noise=0.05))
+    assert few.compare(120, 3, 0, 0.05, early=True) is None
+    m = MeasuredGoodput()
+    m.ingest(ring({0: 1000, 3: 2400}, duels([3], 0, runs=EARLY_PAIRS), noise=0.05))
+    assert m.compare(120, 3, 0, 0.05) is None          # not asked for early: eq. LRV's 24
+    c = m.compare(120, 3, 0, 0.05, early=True)
+    assert c is not None and c.early and c.pairs == EARLY_PAIRS and c.low > 1.3
+    x = np.asarray([v for _, v, _ in m._ordered(120, 3, 0)])
+    plain = confidence_sequence(0.0, float(np.std(x, ddof=1)), len(x), 0.05)[1]
+    assert c.half_width >= math.sqrt(3.0) * plain
+    full = MeasuredGoodput()
+    full.ingest(ring({0: 1000, 3: 2400}, duels([3], 0, runs=MIN_PAIRS), noise=0.05))
+    got = full.compare(120, 3, 0, 0.05, early=True)
+    assert got is not None and not got.early
 
 
 def test_the_confidence_sequence_errs_in_at_most_5_percent_of_null_runs_at_any_look() -> None:
