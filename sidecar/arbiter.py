@@ -20,10 +20,9 @@ bucket with live steps:
   predicted against realized goodput of the table's k there); where that live error is not
   known yet, the model switches nothing (``live_error``);
 - from EARLY_PAIRS pairs an early measurement (sidecar/measured.py, eq. EARLY: its dependence
-  assumed, not estimated) counts too, so that under bursts, which leave a bucket a handful of
-  pairs, a large gain is found (the H100's 3B run: 5 pairs of k=3 at 2.3-2.8x of k=0, never
-  decided); but an early win switches only where the model's interval, at its error, wins as
-  well: two readings must agree before a table changes on so few pairs;
+  assumed, not estimated) counts too, so a large gain is found under bursts, which leave a
+  bucket a handful of pairs; an early win switches only where the model's interval, at its
+  error, wins as well: two readings must agree before a table changes on so few pairs;
 - c replaces k only if the deciding interval's lower end beats the tie; with several
   challengers the level is split among them (Bonferroni), so one bucket's verdict errs at most
   at 1 - confidence whatever the number of k's;

@@ -23,7 +23,7 @@ from sidecar import checkpoint, probes, profile_fit, publish, scrape_delta
 from sidecar.arbiter import Arbiter
 from sidecar.belief import Belief, cell_fields
 from sidecar.counters import Stats
-from sidecar.decision import BIAS_NOTE, Decision, Outcome, Source
+from sidecar.decision import BIAS_NOTE, Decision, Outcome
 from sidecar.engine_table import EngineTable
 from sidecar.guard_watch import GuardWatch, rollback_reason
 from sidecar.guardrail import Sample, Verdict
@@ -77,19 +77,6 @@ class Controller:
         self.beat = probes.Heartbeat(clock(), settings.interval_s)  # what /healthz reads
 
     # -- the control loop's bookkeeping (sidecar/app.py) -----------------------------------
-    @property
-    def source(self) -> Source | None:
-        return self.observer.source
-
-    @property
-    def consecutive_failures(self) -> int:
-        return self.observer.consecutive_failures
-
-    @property
-    def connected(self) -> bool:
-        """The engine's admin endpoint (or, in dry-run, its absence) is known."""
-        return self.engine.is_connected
-
     def tick_failed(self, exc: Exception) -> None:
         """A tick raised: count it, back off, and say so once. Call it in the except block:
         the condition logs the traceback being handled."""
@@ -200,9 +187,7 @@ class Controller:
         self.observer.took(ring)
         for p in self.belief.read_ring(ring, self.engine.table):
             # every pair, so the dependence between neighbours can be estimated from real runs
-            log.info("pair", extra={"pair": {"seq": p.first, "bucket": p.bucket, "k": p.k,
-                                             "ref": p.ref, "log_ratio": round(p.log_ratio, 6),
-                                             "steps": p.steps}})
+            log.info("pair", extra={"pair": p.logged()})
 
     # -- immediate rebuilds ---------------------------------------------------------------
     def _measured_settles(self) -> str | None:
@@ -307,10 +292,10 @@ class Controller:
 
     def _decide(self, choice: Choice, old: Table | None, outcome: Outcome, reason: str,
                 trigger: str) -> Decision:
-        acceptance = self.belief.acceptance
+        acceptance, source = self.belief.acceptance, self.observer.source or "stock"
         decision = Decision(
             **choice.described(old, self.K), time=self.clock(), outcome=outcome, reason=reason,
-            source=self.source or "stock", bias_note=BIAS_NOTE if self.source == "stock" else None,
+            source=source, bias_note=BIAS_NOTE if source == "stock" else None,
             steps=self.steps_since_rebuild, accepted=acceptance.accepted.tolist(),
             drafted=acceptance.drafted.tolist(), prior_weight=acceptance.w,
             engine_version=self.engine.version, drift=self.belief.drift_cells, trigger=trigger,

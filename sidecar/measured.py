@@ -39,17 +39,16 @@ runs ran) and taken at its upper 90% bound, since a few batches estimate it loos
 (overlapping batch means; s floored: a few pairs can agree by chance). Its error rates with
 dependent pairs: benchmarks/pair_dependence.py, and the tests.
 
-Below MIN_PAIRS eq. LRV has too few batches, yet under bursts a bucket may see only a handful
-of pairs (the H100's 3B run: 5 pairs in 70 s awake, k=3 at 2.3-2.8x of k=0, never decided). An
-*early* comparison (EARLY_PAIRS to MIN_PAIRS - 1 pairs, asked for with ``early=True``) assumes
-the dependence instead of estimating it: the plain variance at its upper LRV_LEVEL bound times
-EARLY_DEPENDENCE, the long-run factor of AR(1) ρ = 0.5 (real pairs measured 0.67-0.87 pooled):
+Below MIN_PAIRS eq. LRV has too few batches, yet bursts may leave a bucket only a handful of
+pairs (docs/sidecar.md, *Early comparisons*). An *early* comparison (EARLY_PAIRS to
+MIN_PAIRS - 1 pairs, asked for with ``early=True``) assumes the dependence instead of
+estimating it: the plain variance at its upper LRV_LEVEL bound times EARLY_DEPENDENCE, the
+long-run factor of AR(1) ρ = 0.5 (real pairs measured 0.67-0.87 pooled):
 
     s² = EARLY_DEPENDENCE · S²·(n−1)/χ²_{n−1}(0.1)                               (eq. EARLY)
 
-It resolves only large effects (a 2.4x gain at 4 pairs; +10% at sd 0.05 in 3 of 4 comparisons
-by pair 23); its one-sided false rate over looks 4-23 is below 0.1% at ρ ≤ 0.5 and 2.3% at
-ρ = 0.8 (benchmarks/pair_dependence.py, `early`).
+It resolves only large effects (a 2.4x gain at 4 pairs, +10% at sd 0.05 by a median 20); the
+early looks add 0.4 points to the null error by pair 500 at ρ = 0.5 (benchmarks/pair_dependence.py).
 """
 
 from __future__ import annotations
@@ -256,6 +255,11 @@ class Pair:
     log_ratio: float
     steps: int
     first: int   # seq of the run's first steady step (each run is paired once)
+
+    def logged(self) -> dict[str, float | int]:
+        """The sidecar's `pair` event (benchmarks/pair_dependence.py reads it back)."""
+        return {"seq": self.first, "bucket": self.bucket, "k": self.k, "ref": self.ref,
+                "log_ratio": round(self.log_ratio, 6), "steps": self.steps}
 
 
 def pairs_in(steps: Sequence[Step], done: set[int],

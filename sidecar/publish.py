@@ -60,12 +60,12 @@ def sidecar_state(c: Controller, now: float) -> SidecarState:
     hold = None if not e.holding() or e.hold_until is None else ForeignHold(
         version=e.hold_version, until=e.hold_until, remaining_s=round(e.hold_until - now, 3))
     return SidecarState(
-        ready=ready, ready_reason=reason, dry_run=c.settings.dry_run, source=c.source,
+        ready=ready, ready_reason=reason, dry_run=c.settings.dry_run, source=c.observer.source,
         last_scrape_ok_at=seen, last_scrape_age_s=age(seen),
         last_admin_ok_at=e.last_ok_at, admin_age_s=age(e.last_ok_at), foreign_hold=hold,
         foreign_tables_seen=c.stats.foreign_tables, conditions=dict(c.conditions.states),
         condition_details={name: ConditionDetail(**d) for name, d in c.conditions.details.items()},
-        bias_note=BIAS_NOTE if c.source == "stock" else None,
+        bias_note=BIAS_NOTE if c.observer.source == "stock" else None,
         estimator=Estimator(**belief.acceptance.to_dict()),
         a_hat=estimate(belief.acceptance).tolist(),
         a_used=projected(belief.acceptance)[0].tolist(),

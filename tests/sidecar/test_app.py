@@ -167,7 +167,7 @@ async def test_a_tick_that_raises_is_counted_said_once_and_backs_off(
         monkeypatch.setattr(c, "tick", tick)
         with caplog.at_level(logging.WARNING, logger="sidecar"):
             await control_loop(c, stop)
-    assert c.stats.failures["tick_error"] == 3 and c.consecutive_failures == 3
+    assert c.stats.failures["tick_error"] == 3 and c.observer.consecutive_failures == 3
     assert c.snapshot().conditions["tick"] == "error: RuntimeError"
     assert c.beat.loop_delay_s == backoff_delay(s, 3)  # the period /healthz allows for
     said = [r for r in caplog.records if r.getMessage() == "tick failed; carrying on"]

@@ -170,14 +170,14 @@ async def test_metrics_faults_never_crash_and_log_once(tmp_path: Path, fault: st
         for _ in range(3):
             fake.run(100)
             assert await c.tick() is None
-        assert c.consecutive_failures == 3
+        assert c.observer.consecutive_failures == 3
         logged = records(caplog, "scrape")
         assert len(logged) == 1 and logged[0].levelno == logging.WARNING
         assert fake.table == TUNED  # the last good table stays in the engine
         fake.metrics_fault = None
         await c.tick()
         logged = records(caplog, "scrape")
-        assert len(logged) == 2 and logged[1].state == "ok" and c.consecutive_failures == 0
+        assert len(logged) == 2 and logged[1].state == "ok" and c.observer.consecutive_failures == 0
 
 
 async def test_vllm_down_is_not_a_crash(tmp_path: Path) -> None:
@@ -320,7 +320,7 @@ async def test_missing_plugin_series_are_skipped_not_a_restart(
         await c.tick()  # the next complete scrape covers the whole gap
         np.testing.assert_allclose(c.belief.acceptance.drafted, drafted + 3 * 10 * 4)
         assert [r.state for r in records(caplog, "scrape")] == ["incomplete", "ok"]
-        assert c.source == "plugin" and c.consecutive_failures == 0
+        assert c.observer.source == "plugin" and c.observer.consecutive_failures == 0
 
 
 async def test_stale_plugin_values_are_not_fed_as_fresh(
