@@ -21,8 +21,8 @@ bucket with live steps:
   known yet, the model switches nothing (``live_error``);
 - from EARLY_PAIRS pairs an early measurement (sidecar/measured.py, eq. EARLY: its dependence
   assumed, not estimated) counts too, so a large gain is found under bursts, which leave a
-  bucket a handful of pairs; an early win switches only where the model's interval, at its
-  error, wins as well: two readings must agree before a table changes on so few pairs;
+  bucket a handful of pairs; an early win switches only where the model's interval, at
+  ``model_error``, wins as well: two readings must agree before a table changes on so few pairs;
 - c replaces k only if the deciding interval's lower end beats the tie; with several
   challengers the level is split among them (Bonferroni), so one bucket's verdict errs at most
   at 1 - confidence whatever the number of k's;
@@ -174,7 +174,9 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
             # a conclusive measurement decides (its interval holds at this level whatever the
             # model says); an inconclusive one only once it is the tighter of the two; an early
             # win only where the model's interval wins too
-            confirmed = meas is None or meas.pairs >= MIN_PAIRS or model.low > 1.0 + tie
+            # the model's direction at its assumed error: its live error is one of level, which
+            # the ratio of two k's on one clock mostly cancels
+            confirmed = meas is None or meas.pairs >= MIN_PAIRS or best_case.low > 1.0 + tie
             decisive = meas is not None and (
                 (meas.low > 1.0 + tie and confirmed) or meas.high < 1.0 + tie)
             decided_by: Decider = ("measured" if meas is not None and (

@@ -220,6 +220,10 @@ def test_an_early_win_switches_only_where_the_model_wins_too() -> None:
     (s,) = v.switches()
     assert (s.k, s.decided_by, s.measured.pairs) == (3, "measured", EARLY_PAIRS + 1)
     assert list(v.ks[8:]) == [3] * 8
+    # the model's live error is one of level (a loaded box's steps 3x the profile's): the
+    # direction check is at its assumed error, so the early pairs still decide
+    v = decide(sure, m, {16: 100}, old, live_error={16: 1.1}, can_duel=True)
+    assert [c.k for c in v.switches()] == [3]
     unsure = draws({0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0})
     v = decide(unsure, m, {16: 100}, old, live_error={16: 0.02}, can_duel=True)
     assert not v.switches() and list(v.ks) == old
