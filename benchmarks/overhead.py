@@ -184,11 +184,13 @@ async def sidecar_usage(url: str, admin_url: str, prompts: list[Any], out: Path,
     profile.save(out / "profile.json")
     async with EngineClient(admin_url=admin_url, token=TOKEN) as engine:
         await engine.put_table(Table.from_list([[1, 16, 0]]))  # a table the sidecar will change
-    proc = subprocess.Popen([sys.executable, "-m", "sidecar", "--profile",
-                             str(out / "profile.json"), "--engine-url", url, "--admin-url", admin_url,
-                             "--interval-s", "1", "--listen-port", str(free_port()), "--allowed-k", "all"],
-                            stdout=open(out / "sidecar.log", "wb"), stderr=subprocess.STDOUT,
-                            env={**os.environ, "TABLETUNE_SIDECAR_ADMIN_TOKEN": TOKEN})
+    with open(out / "sidecar.log", "wb") as log:  # the child holds its own copy of the handle
+        proc = subprocess.Popen([sys.executable, "-m", "sidecar", "--profile",
+                                 str(out / "profile.json"), "--engine-url", url, "--admin-url",
+                                 admin_url, "--interval-s", "1", "--listen-port", str(free_port()),
+                                 "--allowed-k", "all"],
+                                stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, "TABLETUNE_SIDECAR_ADMIN_TOKEN": TOKEN})
     try:
         await asyncio.sleep(3.0)  # imports and first scrape are not steady state
         cpu0 = cpu_seconds(proc.pid)
