@@ -59,6 +59,8 @@ NOHARMS = {  # folder -> setting: the table alone against the table with the sid
         "CPU (2 cores), tiny model, ngram, do no harm at short bursts, the catch-up tick awaited",
     "cpu-tiny-noharm/bursts-cpu":
         "CPU (2 cores), tiny model, ngram, do no harm at bursts of 4, the sidecar's CPU counted",
+    "cpu-tiny-noharm/bursts-early":
+        "CPU (2 cores), tiny model, ngram, do no harm at bursts of 4, early comparisons",
     "cpu-tiny-noharm/stale-profile/before-fix":
         "CPU (2 cores), tiny model, ngram, do no harm from a stale profile flattering k=0 "
         "(urgent duels until an interval)",
