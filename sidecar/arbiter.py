@@ -15,6 +15,9 @@ bucket with live steps:
   model never switches a bucket on its own: a challenger it favours is dueled until the
   measurement settles it (the H200 under bursts: 111 of 111 ranges moved by the model, none by
   measurement; the CPU do-no-harm bench: both pushes in 16 minutes the model's k=0 at B 17-32);
+- a bucket the load only passes through (not ``pairable``: a burst drains through it in a few
+  steps, sidecar/measured.py) gives a duel no pairs, so none is asked for there, and it counts
+  as one where no duel can run;
 - only where no duel can run does the model decide, with its interval widened by the larger
   of ``model_error`` and its own error measured live at that bucket (sidecar/model_error.py:
   predicted against realized goodput of the table's k there); where that live error is not
@@ -48,7 +51,7 @@ edge is never moved on evidence from elsewhere).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Literal
@@ -96,6 +99,7 @@ class Arbiter:
     # the model's error measured live per bucket (None: model_error everywhere)
     live_error: Mapping[int, float] | None = None
     can_duel: bool = False       # the plugin duels: measurement, not the model, switches
+    pairable: frozenset[int] | None = None  # where a duel can pair (None: every bucket)
 
 
 def _model(G_reps: FloatArray, rows: npt.NDArray[np.int64], k: int, c: int, z: float,
@@ -139,13 +143,15 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
               duel_width: int, futile: Callable[[int, int, int, int], bool] | None = None,
               previous: tuple[Duel, ...] = (),
               live_error: Mapping[int, float] | None = None,
-              can_duel: bool = False) -> Verdicts:
+              can_duel: bool = False, pairable: Collection[int] | None = None) -> Verdicts:
     """Per served bucket, the k to run and who decided it; the duels still worth running.
     ``futile(start, end, k, c)``: the incumbent k's extra drafts over a smaller c buy nothing
     and c is no slower (tuner/core/incumbent.py): c replaces it without waiting for a duel.
     ``live_error[bucket]``: the model's error measured there (None: ``model_error`` everywhere,
     the model may switch any served bucket). ``can_duel``: duels can settle what the model
-    favours, so the model switches nothing (it orders the duels)."""
+    favours, so the model switches nothing (it orders the duels). ``pairable``: the buckets
+    where a duel can pair (None: all); elsewhere no duel is asked for and the model decides
+    as where none can run."""
     max_b, num_k = G_reps.shape[1], G_reps.shape[2]
     ks = np.asarray(old_ks, dtype=np.int64).copy()
     calls: list[Call] = []
@@ -165,7 +171,8 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
         here: list[Call] = []
         # the model may switch only where no duel can settle it, where its own error is known,
         # and by more than that error
-        by_model = not can_duel and (live_error is None or bucket in live_error)
+        can_pair = can_duel and (pairable is None or bucket in pairable)
+        by_model = not can_pair and (live_error is None or bucket in live_error)
         error = model_error if live_error is None else max(model_error, live_error.get(bucket, 0.0))
         for c in rivals:
             model = _model(G_reps, rows, k, c, z, error)
@@ -214,7 +221,7 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
             open_ = sorted((c for c in here if c.status == "open"),
                            key=lambda c: (c.k not in before, before.index(c.k) if c.k in before
                                           else 0, -(c.measured or c.model).high))[:duel_width]
-            if open_:
+            if open_ and (pairable is None or bucket in pairable):
                 duel = (int(rows[0]), int(rows[-1]), tuple(c.k for c in open_))
                 duels.append(duel)
                 if _urgent(open_[0], measured.so_far(bucket, open_[0].k, k), tie):

@@ -91,7 +91,8 @@ class Belief:
         self.live_T = LiveStepTimes()
         # realized goodput from the plugin's step ring: what decides at the buckets the engine
         # serves, once tighter than the model (sidecar/arbiter.py)
-        self.goodput = MeasuredGoodput(variance_factor=settings.pair_variance_factor)
+        self.goodput = MeasuredGoodput(variance_factor=settings.pair_variance_factor,
+                                       window=3 * settings.duel_run)
         self.recent = StepTimeWindow(settings.interval_s)
         self.accept_windows = AcceptanceWindows(settings.change_window, settings.interval_s,
                                                 settings.change_window_s)

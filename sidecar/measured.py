@@ -54,7 +54,7 @@ early looks add 0.4 points to the null error by pair 500 at ρ = 0.5 (benchmarks
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
@@ -81,6 +81,8 @@ RHO = 10.0            # eq. CS is tightest near this many pairs
 KEEP_PAIRS = 400      # per (bucket, k, k'): older pairs fall out
 TAIL_STEPS = 1024     # ring steps kept to pair a run whose reference is still coming
 CYCLE_IDLE = 3.0      # a cycle this many times its neighbours' median had the engine idle
+PAIRABLE_SHARE = 1 / 3  # a pair needs a third of a run's window in its bucket (pairs_in: the
+                        # run's MIN_RUN_STEPS and half a run of reference steps)
 
 
 FloatArray = npt.NDArray[np.float64]
@@ -323,6 +325,13 @@ class MeasuredGoodput:
     done: set[int] = field(default_factory=set)
     measuring: bool = False   # a step with `emitted` was read: the plugin measures goodput
     variance_factor: float = 1.0  # widens eq. LRV further (1: as estimated)
+    # a duel run pairs only where the load stays near one bucket for the run and its two
+    # references: per bucket, the steps since the last ``mark`` whose last ``window`` steps
+    # held at least PAIRABLE_SHARE of that bucket's (pairable)
+    window: int = 48          # a duel run and as many steps on each side (3 x --duel-run)
+    recent: deque[int] = field(default_factory=deque)   # the last ``window`` steps' buckets
+    in_recent: Counter[int] = field(default_factory=Counter)
+    held: dict[int, int] = field(default_factory=dict)
 
     def ingest(self, steps: Sequence[Step], table_k: Sequence[int] | None = None) -> list[Pair]:
         """Add the ring's steps newer than the last seen (a six-field step, from a plugin that
@@ -338,6 +347,12 @@ class MeasuredGoodput:
         for s in new:
             bucket = band(s.batch_size)
             self.served[bucket] = self.served.get(bucket, 0) + 1
+            self.recent.append(bucket)
+            self.in_recent[bucket] += 1
+            if len(self.recent) > self.window:
+                self.in_recent[self.recent.popleft()] -= 1
+            if self.in_recent[bucket] >= PAIRABLE_SHARE * self.window:
+                self.held[bucket] = self.held.get(bucket, 0) + 1
             if s.k_verified == s.k_drafted:
                 cell = self.cells.setdefault((bucket, s.k_drafted), [0.0, 0.0, 0.0, 0.0])
                 cell[0] += 1
@@ -362,6 +377,8 @@ class MeasuredGoodput:
         """A new engine run (its seq starts again from 1), or reading from step ``since`` on;
         what was measured stays."""
         self.last_seq, self.tail, self.done = since, [], set()
+        self.recent.clear()
+        self.in_recent.clear()
 
     def pause(self) -> None:
         """The ring cannot be read: the model decides everywhere until a step is read again."""
@@ -372,10 +389,18 @@ class MeasuredGoodput:
         self.cells.clear()
         self.pairs.clear()
         self.served.clear()
+        self.held.clear()
 
     def mark(self) -> None:
-        """A push: from here on, `served` counts the steps under the new table."""
+        """A push: from here on, `served` and `held` count the steps under the new table."""
         self.served.clear()
+        self.held.clear()
+
+    def pairable(self) -> set[int]:
+        """The buckets where a duel can pair at all since the last push: some step of theirs
+        had PAIRABLE_SHARE of the last ``window`` steps in them (a burst holds its plateau's
+        bucket and drains through the others in a few steps each: those never pair)."""
+        return {b for b, n in self.held.items() if n > 0}
 
     def rate(self, bucket: int, k: int) -> tuple[float, float, float] | None:
         """(tokens per engine-second, steady steps, their mean B) of one cell, or None."""

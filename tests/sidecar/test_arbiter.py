@@ -232,3 +232,26 @@ def test_an_early_win_switches_only_where_the_model_wins_too() -> None:
     few = measured_with(16, 3, 0, math.log(2.4), n=EARLY_PAIRS - 1, sd=0.07)
     v = decide(sure, few, {16: 100}, old, live_error={16: 0.02}, can_duel=True)
     assert not v.switches() and all(c.measured is None for c in v.calls)
+
+
+def test_where_a_burst_only_passes_through_the_model_decides_beyond_its_live_error() -> None:
+    """A bucket the load drains through gives a duel no pairs (sidecar/measured.py,
+    pairable): no duel is asked for there, and the model switches it where it wins beyond
+    its error measured live there; where that error is not known, nothing moves. A pairable
+    bucket keeps the rule: duels, not the model."""
+    old = [0] * 16
+    sure = draws({0: 1.0, 1: 1.5, 2: 1.9, 3: 2.2})
+    v = decide(sure, MeasuredGoodput(), {16: 100}, old, live_error={16: 0.1}, can_duel=True,
+               pairable=frozenset())
+    (s,) = v.switches()
+    assert (s.k, s.decided_by) == (3, "model") and v.duels == ()
+    assert list(v.ks[8:]) == [3] * 8
+    v = decide(sure, MeasuredGoodput(), {16: 100}, old, live_error={16: 1.0}, can_duel=True,
+               pairable=frozenset())
+    assert not v.switches() and v.duels == ()        # a gain inside its live error: kept
+    v = decide(sure, MeasuredGoodput(), {16: 100}, old, live_error={}, can_duel=True,
+               pairable=frozenset())
+    assert not v.switches() and v.duels == ()        # its error unknown: kept
+    v = decide(sure, MeasuredGoodput(), {16: 100}, old, live_error={16: 0.1}, can_duel=True,
+               pairable=frozenset({16}))
+    assert not v.switches() and v.duels == ((9, 16, (3, 2)),)

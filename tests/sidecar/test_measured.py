@@ -10,6 +10,7 @@ import pytest
 from sidecar.measured import (EARLY_PAIRS, MIN_PAIRS, MeasuredGoodput, confidence_sequence, paired_interval,
                               pairs_in, smallest_gain)
 from tuner.core.admin_api import Step
+from tuner.core.buckets import band
 
 
 def ring(rates: dict[int, float], pattern: list[tuple[int, int]], B: int = 120, seed: int = 0,
@@ -280,3 +281,21 @@ def test_each_comparison_says_the_smallest_gain_it_finds_by_max_pairs() -> None:
     assert smallest_gain(0.03, 40, 0.1) < smallest_gain(0.03, 20, 0.1)
     assert smallest_gain(0.06, 40, 0.1) > smallest_gain(0.03, 40, 0.1)
     assert MeasuredGoodput().power(0.1, 40) == []  # no pairs: nothing to say
+
+
+def test_a_burst_holds_its_plateau_and_drains_through_the_rest_where_no_duel_can_pair() -> None:
+    """A burst of 256: 96 steps at B=256 while no request has finished, then one request
+    finishing a step. Only the plateau's bucket keeps a third of any 48-step window (a duel
+    run of 16 and its two references); the drain leaves each 8-wide bucket in 8 steps."""
+    m = MeasuredGoodput()
+    steps = [Step(i + 1, 256 if i < 96 else 256 - (i - 95), 3, 3, 0.01, 1024, 100)
+             for i in range(96 + 200)]
+    m.ingest(steps)
+    assert m.pairable() == {256}
+    assert {band(s.batch_size) for s in steps} > {256, 128, 64}   # all served, one pairable
+    m.mark()
+    assert m.pairable() == set()          # counted again under the new table
+    steady = MeasuredGoodput()
+    # a steady load wandering over two buckets (B 118-123 around the 120/128 edge) still pairs
+    steady.ingest([Step(i + 1, 118 + i % 6, 3, 3, 0.01, 480, 40) for i in range(200)])
+    assert steady.pairable() == {120, 128}
