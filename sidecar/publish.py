@@ -57,6 +57,7 @@ def sidecar_state(c: Controller, now: float) -> SidecarState:
     def age(at: float | None) -> float | None:
         return None if at is None else round(now - at, 3)
 
+    pairable = belief.goodput.pairable()
     hold = None if not e.holding() or e.hold_until is None else ForeignHold(
         version=e.hold_version, until=e.hold_until, remaining_s=round(e.hold_until - now, 3))
     return SidecarState(
@@ -78,7 +79,8 @@ def sidecar_state(c: Controller, now: float) -> SidecarState:
         last_decision=c.last_decision, drift=list(belief.drift_cells),
         step_times=_step_times(belief),
         model_error=[ModelError(batch_size=m.bucket, k=m.k, predicted_tokens_per_s=m.predicted,
-                                realized_tokens_per_s=m.realized, error=m.error, steps=m.steps)
+                                realized_tokens_per_s=m.realized, error=m.error, steps=m.steps,
+                                pairable=m.bucket in pairable)
                      for m in c.live_error.values()],
         duel_power=duel_power(belief, c.settings),
         guardrail=GuardrailState(

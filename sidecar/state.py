@@ -105,6 +105,8 @@ class ModelError(_Part):
     realized_tokens_per_s: float
     error: float             # |log(realized / predicted)|
     steps: float
+    pairable: bool = True    # a duel can pair here; False: the load only passes through, so
+                             # the model decides the bucket (beyond ``error``)
 
 
 class DuelPower(_Part):

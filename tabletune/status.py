@@ -114,9 +114,10 @@ def render(state: SidecarState, url: str, tty: bool, now: float | None = None) -
 
     lines.append(_section("the model against the engine (a switch by the model must beat the "
                           "error)", tty))
-    rows = [["B up to", "k", "model tok/s", "measured tok/s", "error", "steps"]]
+    rows = [["B up to", "k", "model tok/s", "measured tok/s", "error", "steps", "duels pair"]]
     rows += [[e.batch_size, e.k, f"{e.predicted_tokens_per_s:.0f}",
-              f"{e.realized_tokens_per_s:.0f}", f"{e.error:.1%}", f"{e.steps:.0f}"]
+              f"{e.realized_tokens_per_s:.0f}", f"{e.error:.1%}", f"{e.steps:.0f}",
+              "yes" if e.pairable else "no: the load passes through"]
              for e in state.model_error]
     lines += _table(rows, tty) if state.model_error else [
         "not measured yet (the plugin's step ring, 32 steady steps of the table's k a bucket)"]

@@ -66,3 +66,17 @@ def test_status_says_how_small_a_gain_each_duel_can_find() -> None:
     assert "64\t2 vs 3\t30/40\t0.031\t2.7%" in text
     empty = render(SidecarState.model_validate({}), "http://x:1", tty=False, now=5.0)
     assert "no comparison with enough pairs yet" in empty
+
+
+def test_status_says_where_the_load_only_passes_through() -> None:
+    """A bucket a burst drains through gives duels no pairs: the model decides it beyond its
+    live error, and status says which buckets those are."""
+    rows = [{"batch_size": 64, "k": 0, "predicted_tokens_per_s": 9000.0,
+             "realized_tokens_per_s": 8000.0, "error": 0.118, "steps": 300.0},
+            {"batch_size": 128, "k": 0, "predicted_tokens_per_s": 12000.0,
+             "realized_tokens_per_s": 11000.0, "error": 0.087, "steps": 40.0, "pairable": False}]
+    state = SidecarState.model_validate({"ready": True, "ready_reason": "ok", "dry_run": False,
+                                         "source": "plugin", "model_error": rows})
+    text = render(state, "http://x:1", tty=False, now=0.0)
+    assert "64\t0\t9000\t8000\t11.8%\t300\tyes" in text
+    assert "128\t0\t12000\t11000\t8.7%\t40\tno: the load passes through" in text
