@@ -311,8 +311,8 @@ def pairs_in(steps: Sequence[Step], done: set[int],
 
 @dataclass(slots=True)
 class MeasuredGoodput:
-    """Per (bucket, k): steady steps, seconds, emitted tokens, Σ B; per (bucket, k, k'): the
-    paired log ratios; per bucket: the steps served since the last ``mark``."""
+    """Per (bucket, k): steady decode steps, seconds, emitted tokens, Σ B; per (bucket, k, k'):
+    the paired log ratios; per bucket: the steps served since the last ``mark``."""
 
     cells: dict[tuple[int, int], list[float]] = field(default_factory=dict)
     # per (bucket, k, k'): (log ratio, steps, order); order numbers every pair stored, so the two
@@ -353,7 +353,10 @@ class MeasuredGoodput:
                 self.in_recent[self.recent.popleft()] -= 1
             if self.in_recent[bucket] >= PAIRABLE_SHARE * self.window:
                 self.held[bucket] = self.held.get(bucket, 0) + 1
-            if s.k_verified == s.k_drafted:
+            # the cells speak for decode steps, what the model describes: a step that also
+            # prefilled (a burst's ramp-up, through the same buckets) costs every k alike
+            decode = s.tokens <= s.batch_size * (1 + s.k_verified)
+            if s.k_verified == s.k_drafted and decode:
                 cell = self.cells.setdefault((bucket, s.k_drafted), [0.0, 0.0, 0.0, 0.0])
                 cell[0] += 1
                 cell[1] += _seconds(s)

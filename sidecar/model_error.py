@@ -2,11 +2,13 @@
 
 The model's goodput at a batch size, G(B, k) = B·τ(â)/T̂(B, k) (eq. G, tuner/core/goodput.py),
 is what a rebuild ranks k's by. At a bucket the engine served with its table's k, the plugin's
-ring says what that k delivered there: tokens per engine-second over its steady steps
+ring says what that k delivered there: tokens per engine-second over its steady decode steps
 (sidecar/measured.py). |log(realized / predicted)| is the model's own error at that bucket,
-measured live: it takes in what the model leaves out (host time between steps, request-steps
-of prefill that emit nothing, the acceptance of this bucket's requests against the pooled â,
-step times of serving against the profile's). A switch the model decides must win by more than
+measured live: it takes in what the model leaves out of a decode step (host time between
+steps, the acceptance of this bucket's requests against the pooled â, step times of serving
+against the profile's). Steps that also prefilled are left out: their chunk costs every k
+the same time, and a burst's ramp-up passes through the very buckets its drain leaves to the
+model (docs/sidecar.md). A switch the model decides must win by more than
 that error (sidecar/arbiter.py); a bucket without this measurement gets no switch from the
 model, only from paired measurement.
 """

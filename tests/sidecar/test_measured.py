@@ -299,3 +299,16 @@ def test_a_burst_holds_its_plateau_and_drains_through_the_rest_where_no_duel_can
     # a steady load wandering over two buckets (B 118-123 around the 120/128 edge) still pairs
     steady.ingest([Step(i + 1, 118 + i % 6, 3, 3, 0.01, 480, 40) for i in range(200)])
     assert steady.pairable() == {120, 128}
+
+
+def test_the_cells_count_decode_steps_only() -> None:
+    """A step that also prefilled (more tokens than B·(1 + k)) costs every k alike and is not
+    what the model describes: realized goodput per cell, which the model's live error is
+    measured against, leaves it out."""
+    m = MeasuredGoodput()
+    decode = [Step(i + 1, 64, 0, 0, 0.004, 64, 64) for i in range(40)]
+    prefill = [Step(41 + i, 64, 0, 0, 0.040, 64 + 8192, 60) for i in range(10)]
+    m.ingest([*decode, *prefill])
+    rate = m.rate(64, 0)
+    assert rate is not None and rate[1] == 40 and rate[0] == pytest.approx(64 / 0.004)
+    assert m.served[64] == 50   # served counts every step
