@@ -177,11 +177,6 @@ class PairedComparison:
     steps: int          # the challenger's steady steps behind the pairs
 
     @property
-    def early(self) -> bool:
-        """Fewer pairs than eq. LRV needs: the interval assumes their dependence (eq. EARLY)."""
-        return self.pairs < MIN_PAIRS
-
-    @property
     def half_width(self) -> float:
         """Half the interval's width on the log scale (comparable with a model's z·σ)."""
         return (math.log(self.high) - math.log(self.low)) / 2.0
@@ -326,12 +321,12 @@ class MeasuredGoodput:
     measuring: bool = False   # a step with `emitted` was read: the plugin measures goodput
     variance_factor: float = 1.0  # widens eq. LRV further (1: as estimated)
     # a duel run pairs only where the load stays near one bucket for the run and its two
-    # references: per bucket, the steps since the last ``mark`` whose last ``window`` steps
-    # held at least PAIRABLE_SHARE of that bucket's (pairable)
+    # references: the buckets that, since the last ``mark``, held at least PAIRABLE_SHARE of
+    # some ``window`` consecutive steps
     window: int = 48          # a duel run and as many steps on each side (3 x --duel-run)
     recent: deque[int] = field(default_factory=deque)   # the last ``window`` steps' buckets
     in_recent: Counter[int] = field(default_factory=Counter)
-    held: dict[int, int] = field(default_factory=dict)
+    held: set[int] = field(default_factory=set)
 
     def ingest(self, steps: Sequence[Step], table_k: Sequence[int] | None = None) -> list[Pair]:
         """Add the ring's steps newer than the last seen (a six-field step, from a plugin that
@@ -352,7 +347,7 @@ class MeasuredGoodput:
             if len(self.recent) > self.window:
                 self.in_recent[self.recent.popleft()] -= 1
             if self.in_recent[bucket] >= PAIRABLE_SHARE * self.window:
-                self.held[bucket] = self.held.get(bucket, 0) + 1
+                self.held.add(bucket)
             # the cells speak for decode steps, what the model describes: a step that also
             # prefilled (a burst's ramp-up, through the same buckets) costs every k alike
             decode = s.tokens <= s.batch_size * (1 + s.k_verified)
@@ -403,7 +398,7 @@ class MeasuredGoodput:
         """The buckets where a duel can pair at all since the last push: some step of theirs
         had PAIRABLE_SHARE of the last ``window`` steps in them (a burst holds its plateau's
         bucket and drains through the others in a few steps each: those never pair)."""
-        return {b for b, n in self.held.items() if n > 0}
+        return set(self.held)
 
     def rate(self, bucket: int, k: int) -> tuple[float, float, float] | None:
         """(tokens per engine-second, steady steps, their mean B) of one cell, or None."""

@@ -87,14 +87,14 @@ def test_an_early_comparison_reads_a_large_gain_from_a_handful_of_pairs() -> Non
     m.ingest(ring({0: 1000, 3: 2400}, duels([3], 0, runs=EARLY_PAIRS), noise=0.05))
     assert m.compare(120, 3, 0, 0.05) is None          # not asked for early: eq. LRV's 24
     c = m.compare(120, 3, 0, 0.05, early=True)
-    assert c is not None and c.early and c.pairs == EARLY_PAIRS and c.low > 1.3
+    assert c is not None and c.pairs == EARLY_PAIRS and c.low > 1.3
     x = np.asarray([v for _, v, _ in m._ordered(120, 3, 0)])
     plain = confidence_sequence(0.0, float(np.std(x, ddof=1)), len(x), 0.05)[1]
     assert c.half_width >= math.sqrt(3.0) * plain
     full = MeasuredGoodput()
     full.ingest(ring({0: 1000, 3: 2400}, duels([3], 0, runs=MIN_PAIRS), noise=0.05))
     got = full.compare(120, 3, 0, 0.05, early=True)
-    assert got is not None and not got.early
+    assert got is not None and got.pairs == MIN_PAIRS  # eq. LRV from here on
 
 
 def test_the_confidence_sequence_errs_in_at_most_5_percent_of_null_runs_at_any_look() -> None:
