@@ -35,7 +35,8 @@ bucket with live steps:
   noise); but exploration must pay for itself, so a challenger whose upper bound loses to the
   incumbent (the model's, at ``model_error``, or the measurement's) is "keep": no duel runs on
   a k that cannot win.
-- a duel whose challenger the model finds better beyond its error, before the pairs give an
+- a duel whose challenger the model finds better beyond its assumed ``model_error`` (not its
+  live error, which would hold back the share where it is needed), before the pairs give an
   interval, is "urgent" (``Verdicts.urgent``): the sidecar lets the plugin spend
   ``urgent_share`` of the steps on it until the pairs speak: at the usual share 24 runs need
   more than one ``explore_horizon`` (docs/sidecar.md); the measurement still decides. From its
@@ -44,7 +45,7 @@ bucket with live steps:
   worth). While any duel is urgent only the urgent ones run (the share is the plugin's for
   every duel it runs, and the others are near-ties that can wait).
 
-Buckets the engine did not serve since the last push are not decided here: their k stays (an
+Buckets the engine did not serve since the last push that changed them are not decided here: their k stays (an
 edge is never moved on evidence from elsewhere).
 """
 
@@ -61,10 +62,10 @@ import numpy.typing as npt
 
 from sidecar.decision import Call, Figures
 from sidecar.measured import MIN_PAIRS, PairedComparison, MeasuredGoodput
-from tuner.core.buckets import band_rows
+from tuner.core.buckets import band, band_rows
 from tuner.core.admin_api import Duel
 
-__all__ = ["URGENT_PAIRS", "Verdicts", "arbitrate"]
+__all__ = ["URGENT_PAIRS", "Verdicts", "arbitrate", "surviving"]
 
 URGENT_PAIRS = 4  # an urgent duel's first pairs: from then on they must agree with the model
 
@@ -90,7 +91,7 @@ class Arbiter:
     model's error (assumed, or measured live per bucket) and the duel budget."""
 
     goodput: MeasuredGoodput
-    served: dict[int, int]       # steps per bucket since the last push
+    served: dict[int, int]       # steps per bucket since the last push that changed it
     model_error: float
     min_served: int
     max_pairs: int
@@ -122,15 +123,23 @@ def _measured(c: PairedComparison | None) -> Figures | None:
                                           high=round(c.high, 5), pairs=c.pairs, steps=c.steps)
 
 
-def _urgent(c: Call, so_far: tuple[int, float], tie: float) -> bool:
-    """The model sure beyond its error that the challenger wins, and no interval yet: the table
-    is likely wrong here, and a duel at the usual share would take minutes to show it. Only
-    while the first pairs agree: from URGENT_PAIRS on, their mean must favour the challenger,
-    so a model that is wrong (a stale profile flattering a k) spends the larger share on a few
-    pairs, not on every pair an interval needs."""
+def _urgent(c: Call, assumed: Figures, so_far: tuple[int, float], tie: float) -> bool:
+    """The model, at its assumed error, sure that the challenger wins, and no interval yet: the
+    table is likely wrong here, and a duel at the usual share would take minutes to show it.
+    Its live error does not hold the share back (at a burst's plateau it read ~0.47 in log, so
+    the duel there paired once in 20 minutes): it is one of level, which the ratio mostly
+    cancels, and the pairs decide. Only while the first pairs agree: from URGENT_PAIRS on, their
+    mean must favour the challenger, so a model that is wrong (a stale profile flattering a k)
+    spends the larger share on a few pairs, not on every pair an interval needs."""
     pairs, mean = so_far
-    return ((c.measured is None or c.measured.pairs < MIN_PAIRS) and c.model.low > 1.0 + tie
+    return ((c.measured is None or c.measured.pairs < MIN_PAIRS) and assumed.low > 1.0 + tie
             and (pairs < URGENT_PAIRS or mean > math.log1p(tie)))
+
+
+def surviving(duels: tuple[Duel, ...], changed: Collection[int] | None) -> tuple[Duel, ...]:
+    """The duels a push leaves standing: those at buckets it did not change (``changed`` None:
+    it changed them all); where it changed the k, the challengers have no verdicts yet."""
+    return tuple(d for d in duels if changed is not None and band(d[1]) not in changed)
 
 
 def _half(f: Figures) -> float:
@@ -169,6 +178,7 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
         alpha = (1.0 - confidence) / len(rivals)       # Bonferroni over the challengers
         z = NormalDist().inv_cdf(1.0 - alpha / 2.0)
         here: list[Call] = []
+        assumed: dict[int, Figures] = {}  # the model at model_error, per challenger
         # the model may switch only where no duel can settle it, where its own error is known,
         # and by more than that error
         can_pair = can_duel and (pairable is None or bucket in pairable)
@@ -176,7 +186,8 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
         error = model_error if live_error is None else max(model_error, live_error.get(bucket, 0.0))
         for c in rivals:
             model = _model(G_reps, rows, k, c, z, error)
-            best_case = model if error == model_error else _model(G_reps, rows, k, c, z, model_error)
+            best_case = assumed[c] = (model if error == model_error
+                                      else _model(G_reps, rows, k, c, z, model_error))
             meas = _measured(measured.compare(bucket, c, k, alpha, early=True))
             # a conclusive measurement decides (its interval holds at this level whatever the
             # model says); an inconclusive one only once it is the tighter of the two; an early
@@ -224,7 +235,8 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
             if open_ and (pairable is None or bucket in pairable):
                 duel = (int(rows[0]), int(rows[-1]), tuple(c.k for c in open_))
                 duels.append(duel)
-                if _urgent(open_[0], measured.so_far(bucket, open_[0].k, k), tie):
+                if _urgent(open_[0], assumed[open_[0].k], measured.so_far(bucket, open_[0].k, k),
+                           tie):
                     urgent.append(duel)
         calls += here
     # the larger share is the plugin's for every duel it runs: only the urgent ones run then

@@ -26,7 +26,7 @@ from sidecar.decision import DriftCell
 from sidecar.estimator import (DRAW_PSEUDO, EstimatorState, decay_prior, halve_live, observe,
                                rebase, restart)
 from sidecar.logs import Conditions
-from sidecar.measured import MeasuredGoodput, Pair
+from sidecar.measured import MeasuredGoodput, Pair, changed_buckets
 from sidecar.model_error import LiveError, live_errors
 from sidecar.observer import RingRead
 from sidecar.rebuild import projected
@@ -205,6 +205,14 @@ class Belief:
             self.goodput.restart(since=read.restart_since)
         dense = table.dense(self.max_seqs, self.K) if table is not None else None
         return self.goodput.ingest(read.steps, dense)
+
+    def pushed(self, old: Table | None, new: Table) -> set[int] | None:
+        """A push: the buckets it changed (None: all) count their served steps again
+        (sidecar/measured.py); returned, as the duels there have no verdicts yet."""
+        changed = None if old is None else changed_buckets(
+            old.dense(self.max_seqs, self.K)[1:], new.dense(self.max_seqs, self.K)[1:])
+        self.goodput.mark(changed)
+        return changed
 
     def model_errors(self, table: Table) -> dict[int, LiveError]:
         """The model's error per served bucket for the k ``table`` runs there (eq. G against

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable
 
 from sidecar import checkpoint, probes, profile_fit, publish, scrape_delta
-from sidecar.arbiter import Arbiter
+from sidecar.arbiter import Arbiter, surviving
 from sidecar.belief import Belief, cell_fields
 from sidecar.counters import Stats
 from sidecar.decision import BIAS_NOTE, Decision, Outcome
@@ -272,8 +272,9 @@ class Controller:
                              if c.status == "switch" and c.decided_by == "measured")
             self.watch.guard.start(old, choice.table, measured)
         if outcome == "pushed":
-            self.belief.goodput.mark()  # served since this push: the buckets a next push may change
-            choice = dataclasses.replace(choice, duels=())  # the new k's have no verdicts yet
+            # served since: what a next push may change; duels where it did not change the k go on
+            changed = self.belief.pushed(old, choice.table)
+            choice = dataclasses.replace(choice, duels=surviving(choice.duels, changed))
         await self.engine.set_duels(choice.duels, choice.urgent and not self.belief.settling())
         return self._decide(choice, old, outcome, reason, trigger)
 

@@ -65,8 +65,9 @@ import numpy.typing as npt
 from tuner.core.admin_api import Step
 from tuner.core.buckets import band
 
-__all__ = ["EARLY_PAIRS", "MeasuredGoodput", "Pair", "PairPower", "PairedComparison", "confidence_sequence",
-           "long_run_variance", "paired_interval", "pairs_in", "smallest_gain"]
+__all__ = ["EARLY_PAIRS", "MeasuredGoodput", "changed_buckets", "Pair", "PairPower",
+           "PairedComparison", "confidence_sequence", "long_run_variance", "paired_interval",
+           "pairs_in", "smallest_gain"]
 
 
 MIN_RUN_STEPS = 4     # a run with fewer steady steps is too short to pair (a 3-step rotation run)
@@ -244,6 +245,11 @@ def _rate(steps: Iterable[Step]) -> tuple[float, float]:
     return emitted, seconds
 
 
+def changed_buckets(old: Sequence[int], new: Sequence[int]) -> set[int]:
+    """The buckets (as ``served`` keys them) where two dense tables (row b-1 is B=b) differ."""
+    return {band(b) for b, (k_old, k_new) in enumerate(zip(old, new), start=1) if k_old != k_new}
+
+
 @dataclass(frozen=True, slots=True)
 class Pair:
     bucket: int
@@ -389,15 +395,23 @@ class MeasuredGoodput:
         self.served.clear()
         self.held.clear()
 
-    def mark(self) -> None:
-        """A push: from here on, `served` and `held` count the steps under the new table."""
-        self.served.clear()
-        self.held.clear()
+    def mark(self, changed: Iterable[int] | None = None) -> None:
+        """A push: `served` and `held` count again from here at the buckets it ``changed`` (None:
+        all); elsewhere the table did not change, and resetting them would keep a bucket a burst
+        passes through from ever gathering min_served steps between two pushes."""
+        if changed is None:
+            self.served.clear()
+            self.held.clear()
+            return
+        for bucket in changed:
+            self.served.pop(bucket, None)
+            self.held.discard(bucket)
 
     def pairable(self) -> set[int]:
-        """The buckets where a duel can pair at all since the last push: some step of theirs
-        had PAIRABLE_SHARE of the last ``window`` steps in them (a burst holds its plateau's
-        bucket and drains through the others in a few steps each: those never pair)."""
+        """The buckets where a duel can pair at all since the last push that changed them: some
+        step of theirs had PAIRABLE_SHARE of the last ``window`` steps in them (a burst holds
+        its plateau's bucket and drains through the others in a few steps each: those never
+        pair)."""
         return set(self.held)
 
     def rate(self, bucket: int, k: int) -> tuple[float, float, float] | None:

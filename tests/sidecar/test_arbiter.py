@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from sidecar.arbiter import URGENT_PAIRS, arbitrate
+from sidecar.arbiter import URGENT_PAIRS, arbitrate, surviving
 from sidecar.measured import EARLY_PAIRS, MeasuredGoodput
 
 
@@ -171,6 +171,22 @@ def test_a_duel_the_model_is_sure_of_is_urgent_until_pairs_exist() -> None:
     assert not decide(sure, MeasuredGoodput(), {}, old, can_duel=True).urgent  # nothing served
 
 
+def test_a_wide_live_error_does_not_hold_back_the_urgent_share() -> None:
+    """The H100's plateau of bursts of 256 (B 249-256 at k=0): the model put k=2 at 1.5x, its
+    live error ~0.47 widened that to [0.53, 4.4], and the duel ran at the usual share, pairing
+    once in 20 minutes. The share follows the model at its assumed error; the live error still
+    keeps it from switching on its own, and the pairs still decide."""
+    old = [0] * 16
+    G = draws({0: 1.0, 1: 1.4, 2: 1.5, 3: 0.85})
+    v = decide(G, MeasuredGoodput(), {16: 100}, old, live_error={16: 0.47}, can_duel=True)
+    assert v.urgent and v.duels == ((9, 16, (2, 1)),) and v.switches() == []
+    assert all(c.model.low < 1.0 for c in v.calls)  # at the live error the model is not sure
+    # not where the model's own ratio sits inside its assumed error
+    near = draws({0: 1.0, 1: 0.9, 2: 1.03, 3: 0.85})
+    assert not decide(near, MeasuredGoodput(), {16: 100}, old, live_error={16: 0.47},
+                      can_duel=True).urgent
+
+
 def test_an_urgent_duel_whose_first_pairs_disagree_with_the_model_drops_to_the_usual_share() -> None:
     """A stale profile flattering k=2 (the CPU run: k=0 looked 50% better, its pairs read 30%
     worse): the urgent share holds for the first URGENT_PAIRS pairs, then only while their
@@ -255,3 +271,13 @@ def test_where_a_burst_only_passes_through_the_model_decides_beyond_its_live_err
     v = decide(sure, MeasuredGoodput(), {16: 100}, old, live_error={16: 0.1}, can_duel=True,
                pairable=frozenset({16}))
     assert not v.switches() and v.duels == ((9, 16, (3, 2)),)
+
+
+def test_a_push_ends_the_duels_only_where_it_changed_the_table() -> None:
+    """The H100's transit pushes, one bucket at a time, each ended the plateau's duel at B
+    249-256 until the next rebuild; a duel where the push left the k has the same verdict to
+    reach."""
+    duels = ((9, 16, (2,)), (249, 256, (1,)), (57, 64, (3, 2)))
+    assert surviving(duels, {64, 128}) == ((9, 16, (2,)), (249, 256, (1,)))
+    assert surviving(duels, set()) == duels
+    assert surviving(duels, None) == ()   # the first push: everything is new

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from sidecar.measured import (EARLY_PAIRS, MIN_PAIRS, MeasuredGoodput, confidence_sequence, paired_interval,
-                              pairs_in, smallest_gain)
+from sidecar.measured import (EARLY_PAIRS, MIN_PAIRS, MeasuredGoodput, changed_buckets,
+                              confidence_sequence, paired_interval, pairs_in, smallest_gain)
 from tuner.core.admin_api import Step
 from tuner.core.buckets import band
 
@@ -293,8 +293,12 @@ def test_a_burst_holds_its_plateau_and_drains_through_the_rest_where_no_duel_can
     m.ingest(steps)
     assert m.pairable() == {256}
     assert {band(s.batch_size) for s in steps} > {256, 128, 64}   # all served, one pairable
+    m.mark({128})
+    assert m.pairable() == {256} and 128 not in m.served   # a push elsewhere: still pairable
+    m.mark({256})
+    assert m.pairable() == set() and 256 not in m.served and 64 in m.served
     m.mark()
-    assert m.pairable() == set()          # counted again under the new table
+    assert m.pairable() == set() and m.served == {}   # counted again under the new table
     steady = MeasuredGoodput()
     # a steady load wandering over two buckets (B 118-123 around the 120/128 edge) still pairs
     steady.ingest([Step(i + 1, 118 + i % 6, 3, 3, 0.01, 480, 40) for i in range(200)])
@@ -312,3 +316,13 @@ def test_the_cells_count_decode_steps_only() -> None:
     rate = m.rate(64, 0)
     assert rate is not None and rate[1] == 40 and rate[0] == pytest.approx(64 / 0.004)
     assert m.served[64] == 50   # served counts every step
+
+
+def test_a_push_restarts_the_served_counts_only_where_it_changed_the_table() -> None:
+    """The buckets of B 1..40 under [[1,16,3],[17,40,0]] against [[1,16,3],[17,24,0],[25,40,3]]:
+    only the 8-wide buckets 32 and 40 changed."""
+    old = [3] * 16 + [0] * 24
+    new = [3] * 16 + [0] * 8 + [3] * 16
+    assert changed_buckets(old, new) == {32, 40}
+    assert changed_buckets(old, old) == set()
+    assert changed_buckets([1, 1, 1], [1, 1, 2]) == {4}   # B=3 is in the band 3-4
