@@ -73,6 +73,9 @@ NOHARMS = {  # folder -> setting: the table alone against the table with the sid
     "cpu-tiny-noharm/stale-profile/before-fix":
         "CPU (2 cores), tiny model, ngram, do no harm from a stale profile flattering k=0 "
         "(urgent duels until an interval)",
+    "cpu-tiny-noharm/stale-profile/assumed-error":
+        "CPU (2 cores), tiny model, ngram, do no harm from a stale profile flattering k=0 "
+        "(urgent duels by the model at its assumed error, not its live one)",
     "cpu-tiny-noharm/stale-profile":
         "CPU (2 cores), tiny model, ngram, do no harm from a stale profile flattering k=0 "
         "(urgent duels end when the first pairs disagree)",
