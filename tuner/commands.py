@@ -112,7 +112,7 @@ def _rule(profile: Profile, args: argparse.Namespace) -> Profile:
 
 
 def cmd_table(args: argparse.Namespace) -> int:
-    from tuner.findings import edge_lines
+    from tuner.findings import edge_lines, grid_warnings
 
     if args.save is not None and args.acceptance is not None:
         # the saved profile would hold a table its own measured acceptance does not give
@@ -125,7 +125,11 @@ def cmd_table(args: argparse.Namespace) -> int:
                           profile.engine.max_num_seqs)
     rule = {"tie": profile.tie, "confidence": profile.confidence, "min_width": profile.min_width,
             "min_k": profile.min_k}
-    print(json.dumps({**out, "rule": rule, "evidence": edge_lines(choice)}, indent=1))
+    warnings = grid_warnings(profile)
+    print(json.dumps({**out, "rule": rule, "evidence": edge_lines(choice), "warnings": warnings},
+                     indent=1))
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
     if args.save is not None:
         old = profile.table
         profile.table = choice.table.to_list()

@@ -15,7 +15,8 @@ from tuner.core.profile import Profile, StepSample
 from tuner.core.samples import cell_estimate, cell_level, filled, pooled_log_sd, spread, usable
 from tuner.core.table import Table
 
-__all__ = ["batch_warnings", "client_engine_gap", "cliff_lines", "edge_lines", "honor_warnings",
+__all__ = ["batch_warnings", "client_engine_gap", "cliff_lines", "edge_lines", "grid_warnings",
+           "honor_warnings",
            "interval_line", "new_refine_points", "noise_line", "repeat_spreads", "underfilled"]
 
 
@@ -125,6 +126,17 @@ def edge_lines(choice: Confident) -> list[str]:
         out.append(f"edge after B={e.end} (k={e.k_before} -> k={e.k_after}): "
                    f"{e.confidence * 100:.0f}% of the resampled profiles agree the switch gains")
     return out
+
+
+def grid_warnings(profile: Profile) -> list[str]:
+    """A grid that ends below max_num_seqs: above its last B the table rests on that B's step
+    times held (tuner/core/goodput.interpolate_step_times), not on a measurement."""
+    last, top = profile.grid[-1], profile.engine.max_num_seqs
+    if last >= top:
+        return []
+    return [f"the grid ends at B={last} but the engine runs up to max_num_seqs={top}: the table "
+            f"above B={last} rests on T(B={last}) held, not measured (past a CUDA-graph limit a "
+            f"step can cost several times more); tune again with {top} in --grid"]
 
 
 def honor_warnings(profile: Profile) -> list[str]:

@@ -162,7 +162,8 @@ def markdown(profile: Profile, png_name: str) -> str:
         lines += ["", "CUDA-graph and token-budget limits the engine reported: "
                   + "; ".join(f"k={b.k} past B={b.B_last} ({b.tokens} tokens)" for b in limits)
                   + " (both sides measured; table edges within 10% snap onto them)."]
-    warnings = findings.cliff_lines(profile) + findings.batch_warnings(profile)
+    warnings = (findings.grid_warnings(profile) + findings.cliff_lines(profile)
+                + findings.batch_warnings(profile))
     if warnings:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in warnings]
     if profile.preflight:

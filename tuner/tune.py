@@ -273,6 +273,6 @@ def summary(profile: Profile) -> dict[str, Any]:
             "client_vs_engine_median_gap": None if gap is None else round(gap, 3),
             "honor": None if honor is None else {"verified": honor.verified, "drafted": honor.drafted,
                                                  "finding": honor.finding},
-            "warnings": (findings.cliff_lines(profile) + findings.batch_warnings(profile)
-                         + findings.honor_warnings(profile)),
+            "warnings": (findings.grid_warnings(profile) + findings.cliff_lines(profile)
+                         + findings.batch_warnings(profile) + findings.honor_warnings(profile)),
             "timings_s": {k: round(v, 1) for k, v in profile.timings_s.items()}}

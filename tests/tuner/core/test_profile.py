@@ -175,6 +175,25 @@ def test_underfilled_workload_cells_are_named_on_the_h200_profile() -> None:
     assert findings.underfilled(old) == [] and findings.batch_warnings(old) == []
 
 
+def test_a_grid_that_stops_below_max_num_seqs_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    """The committed 3B EAGLE-3 profile timed B <= 128 of 256: its table ran k=3 to 256 on T(128)
+    held, past the 512-token graph limit where the engine's k=3 steps cost 5-8x (the H100's
+    field run). The tune summary, the report and `tabletune table` say so."""
+    from tuner.commands import cmd_table
+    from tuner.report import markdown
+    results = Path(__file__).parents[3] / "benchmarks" / "results"
+    short = load(results / "h100-vllm0.26-3b-eagle3-v2-field-transit" / "profile.json")
+    (w,) = findings.grid_warnings(short)
+    assert "grid ends at B=128" in w and "max_num_seqs=256" in w and "256 in --grid" in w
+    assert "grid ends at B=128" in markdown(short, "profile-report.png")
+    path = results / "h100-vllm0.26-3b-eagle3-v2-field-transit" / "profile.json"
+    assert cmd_table(args(profile=str(path), format="vllm", save=None, acceptance=None)) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["warnings"] == [w] and "warning: the grid ends at B=128" in out.err
+    full = load(results / "h200-vllm0.26-3b-ngram-v1" / "profile.json")
+    assert full.grid[-1] == full.engine.max_num_seqs and findings.grid_warnings(full) == []
+
+
 def test_bench_serves_the_shape_the_profile_was_timed_for(capsys: pytest.CaptureFixture[str]) -> None:
     from benchmarks.cli import request_shape
     from tuner.core.workload import Workload
