@@ -86,6 +86,9 @@ class Belief:
         self.T_dense = interpolate_step_times(profile.grid, profile.step_time_matrix(), n)
         self.sigma_dense = interpolate_step_times(profile.grid, profile.step_time_sigma(), n)
         self.cliffs = cliffs(profile.grid, profile.step_time_matrix(monotone=False))
+        if (note := profile.unmeasured_top()) is not None:
+            conditions.set("profile_grid", "short", f"the profile: {note}; live step times "
+                           "correct them only as their steps come (--step-prior-weight)")
         self.acceptance = acceptance  # eq. â's state (sidecar/estimator.py)
         self.w_T = settings.step_prior_weight
         self.live_T = LiveStepTimes()

@@ -129,14 +129,10 @@ def edge_lines(choice: Confident) -> list[str]:
 
 
 def grid_warnings(profile: Profile) -> list[str]:
-    """A grid that ends below max_num_seqs: above its last B the table rests on that B's step
-    times held (tuner/core/goodput.interpolate_step_times), not on a measurement."""
-    last, top = profile.grid[-1], profile.engine.max_num_seqs
-    if last >= top:
-        return []
-    return [f"the grid ends at B={last} but the engine runs up to max_num_seqs={top}: the table "
-            f"above B={last} rests on T(B={last}) held, not measured (past a CUDA-graph limit a "
-            f"step can cost several times more); tune again with {top} in --grid"]
+    """A grid that ends below max_num_seqs: the table above its last B rests on held times."""
+    note = profile.unmeasured_top()
+    return [] if note is None else [f"{note}; tune again with {profile.engine.max_num_seqs} in "
+                                    "--grid"]
 
 
 def honor_warnings(profile: Profile) -> list[str]:

@@ -655,3 +655,16 @@ async def test_with_the_plugins_counters_the_sidecar_never_reads_vllms_metrics(
         fake.run(100)
         assert await c.tick() is None and c.conditions.states["scrape"] == "unavailable"
         assert fake.metrics_gets == 0
+
+
+async def test_a_profile_whose_grid_stops_below_max_num_seqs_is_a_condition(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Above the grid's last B the profile's step times are held, not measured (the 3B EAGLE-3
+    profile timed B <= 128 of 256, and k=3 cost 5-8x that past the graph limit): the sidecar
+    says so at start, in its log and /v1/state's conditions."""
+    async with controller_for(FakeEngine(max_num_seqs=32), tmp_path,
+                              profile={"max_num_seqs": 32}) as (c, _):
+        assert c.conditions.states["profile_grid"] == "short"
+        assert "the grid ends at B=16 but the engine runs up to max_num_seqs=32" in caplog.text
+    async with controller_for(FakeEngine(), tmp_path) as (c, _):
+        assert "profile_grid" not in c.conditions.states

@@ -285,6 +285,16 @@ class Profile(_Model):
         return boundaries(self.graph.capture_sizes, self.graph.max_num_batched_tokens, self.K,
                           self.engine.max_num_seqs, prefill)
 
+    def unmeasured_top(self) -> str | None:
+        """In words, the batch sizes above the grid's last B, up to max_num_seqs: their step
+        times are that B's held (goodput.interpolate_step_times), not measured. None: none."""
+        last, top = self.grid[-1], self.engine.max_num_seqs
+        if last >= top:
+            return None
+        return (f"the grid ends at B={last} but the engine runs up to max_num_seqs={top}: above "
+                f"B={last} the step times are T(B={last}) held, not measured (past a CUDA-graph "
+                f"limit a step can cost several times more)")
+
     def recommendation(self) -> Recommendation:
         """What to deploy (tuner/core/recommend.py): the table, one k, or no speculation."""
         pf = self.preflight
