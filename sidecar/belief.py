@@ -201,9 +201,14 @@ class Belief:
         return better_at(B, blend.T[B - 1], blend.sigma[B - 1], projected(a)[0], a.w + a.drafted,
                          current, allowed_k, s.tie, s.confidence, pseudo=DRAW_PSEUDO) is not None
 
-    def read_ring(self, read: RingRead, table: Table | None) -> list[Pair]:
+    def read_ring(self, read: RingRead, table: Table | None, skip: bool = False) -> list[Pair]:
         """The plugin's steps since the last read: realized goodput per cell, and the paired
-        runs they complete (``table``: the engine's, to tell its own edges from duels)."""
+        runs they complete (``table``: the engine's, to tell its own edges from duels).
+        ``skip``: they ran under tables the sidecar did not see run: read on past them."""
+        if skip:
+            if read.steps:
+                self.goodput.restart(since=read.steps[-1].seq)
+            return []
         if read.restart_since is not None:
             self.goodput.restart(since=read.restart_since)
         dense = table.dense(self.max_seqs, self.K) if table is not None else None

@@ -121,17 +121,19 @@ class Controller:
             if read is None:
                 return None
             snap = read.snapshot
-            seen = self.observer.advance(snap)
+            seen = self.observer.advance(snap, self.engine.version)
             if seen.restart is not None:
                 self._restarted(seen.restart)
             if seen.delta is not None:
                 self._feed(seen.delta, snap)
-            if seen.kind in ("ok", "rebaseline"):  # the same engine run: a version we did not write?
+            if seen.kind in ("ok", "rebaseline", "foreign"):  # a version we did not write?
                 await self.engine.watch(snap.table_version)
             self.watch.foreign(self.stats.foreign_tables)
             if self.engine.needs_sync and not self.settings.dry_run:
                 await self.engine.sync()
             if seen.kind != "ok":
+                if seen.kind == "foreign":  # its steps ran tables we did not see: not ours
+                    await self._read_ring(read, skip=True)
                 return None
             await self._read_ring(read)
             verdict = self.watch.take()
@@ -173,10 +175,10 @@ class Controller:
             return None
         return self.belief.goodput.last_seq
 
-    async def _read_ring(self, read: Read) -> None:
+    async def _read_ring(self, read: Read, skip: bool = False) -> None:
         """The plugin's per-step ring since the last step read: realized goodput per cell and
         the paired duel runs (nothing without the plugin, or with decide_by=model); it came
-        with the counters, or (an older plugin) is read now."""
+        with the counters, or (an older plugin) is read now. ``skip``: only read past it."""
         since = self._ring_since()
         if since is None:
             return
@@ -184,8 +186,7 @@ class Controller:
         if ring is None:
             self.belief.goodput.pause()  # the model decides everywhere until it can be read
             return
-        self.observer.took(ring)
-        for p in self.belief.read_ring(ring, self.engine.table):
+        for p in self.belief.read_ring(self.observer.took(ring), self.engine.table, skip):
             # every pair, so the dependence between neighbours can be estimated from real runs
             log.info("pair", extra={"pair": p.logged()})
 

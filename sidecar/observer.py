@@ -44,8 +44,9 @@ STALE_INTERVALS = 2.0
 @dataclass(frozen=True, slots=True)
 class Observation:
     """One scrape against the last complete one: ``kind`` is "ok" (``delta`` holds the counts
-    since), "rebaseline" (counting from this scrape), or "incomplete" (skipped);
-    ``restart``: why the engine restarted since, if it did."""
+    since), "rebaseline" (counting from this scrape), "foreign" (the engine's table version
+    moved to one the sidecar did not write: steps under tables it did not see run, skipped) or
+    "incomplete" (skipped); ``restart``: why the engine restarted since, if it did."""
 
     kind: str
     delta: scrape_delta.SnapshotDelta | None = None
@@ -140,10 +141,11 @@ class Observer:
             stats, restart = await self.client.get_stats(since=0), 0
         return stats, RingRead(stats.recent_steps, restart, stats.started_at)
 
-    def took(self, ring: RingRead) -> None:
+    def took(self, ring: RingRead) -> RingRead:
         """The ring's steps were read into the belief: later reads continue its engine run (a
         ring fetched but not taken, in a tick that ended early, is fetched again)."""
         self.ring_started_at = ring.started_at
+        return ring
 
     def tick_failed(self) -> None:
         """A whole tick raised: it counts toward the loop's back-off like a failed scrape."""
@@ -154,9 +156,10 @@ class Observer:
         self.consecutive_failures += 1
         self.conditions.set("scrape", kind, message, error=error)
 
-    def advance(self, snap: Snapshot) -> Observation:
+    def advance(self, snap: Snapshot, ours: int | None = None) -> Observation:
         """``snap`` against the last complete scrape; it becomes the last complete one unless
-        it is incomplete."""
+        it is incomplete. ``ours``: the table version the sidecar knows (its last push or
+        read); a scrape whose version moved past it since the last one is "foreign"."""
         prev = self.prev
         restart = None
         if prev is None:
@@ -179,6 +182,12 @@ class Observer:
             log.info("new counter series; counting from this read",
                      extra={"reason": comparison.reason})
         if comparison.kind == "ok" and prev is not None:
+            if None not in (prev.table_version, snap.table_version) and \
+                    snap.table_version not in (prev.table_version, ours):
+                # e.g. a bench that froze the sidecar, ran other tables and put its table back
+                log.info("the engine ran a table version we did not write; skipping its steps",
+                         extra={"versions": [prev.table_version, snap.table_version, ours]})
+                return Observation("foreign", restart=restart)
             return Observation("ok", scrape_delta.delta(prev, snap), restart)
         return Observation(comparison.kind, restart=restart)
 

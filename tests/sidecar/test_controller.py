@@ -668,3 +668,34 @@ async def test_a_profile_whose_grid_stops_below_max_num_seqs_is_a_condition(
         assert "the grid ends at B=16 but the engine runs up to max_num_seqs=32" in caplog.text
     async with controller_for(FakeEngine(), tmp_path) as (c, _):
         assert "profile_grid" not in c.conditions.states
+
+
+async def test_steps_under_tables_the_sidecar_did_not_see_run_are_not_learned_from(
+        tmp_path: Path) -> None:
+    """The field and do-no-harm benches freeze one sidecar between its runs while other arms
+    run other tables, then put its table back: its first read after a thaw took in their steps
+    (the H100's 3B run: its k=3 cells at B=256 grew by the tuned arm's ~27 steps at a time). A
+    table version that moved past the one the sidecar knows skips that interval, counters and
+    ring alike; an operator's write is the same case."""
+    fake = FakeEngine()
+    ms = {k: 10.0 + k for k in range(4)}
+    rates = {k: 1000.0 * (1 + k) for k in range(4)}
+    async with controller_for(fake, tmp_path, decide_by="measured",
+                              rebuild_every_steps=100_000) as (c, fake):
+        for _ in range(2):   # a baseline, then the ring from its newest step
+            assert await c.tick() is None
+        fake.serve(50, 12, rates, ms)
+        assert await c.tick() is None
+        cells, served = dict(c.belief.live_T.steps), dict(c.belief.goodput.served)
+        assert cells and served == {16: 50}
+        ours = [list(r) for r in fake.table]
+        fake.operator_put([[1, 16, 0]])     # another arm's table, its steps, then ours again
+        fake.serve(80, 12, rates, ms)
+        fake.operator_put(ours)
+        assert await c.tick() is None
+        assert c.belief.live_T.steps == cells and c.belief.goodput.served == served
+        assert c.belief.goodput.last_seq == len(fake.ring)
+        assert c.engine.version == fake.version and c.stats.foreign_tables == 0  # the same table
+        fake.serve(20, 12, rates, ms)          # under its own table again: learned
+        assert await c.tick() is None
+        assert c.belief.goodput.served == {16: 70} and c.belief.live_T.steps != cells
