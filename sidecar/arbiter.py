@@ -45,8 +45,8 @@ bucket with live steps:
   worth). While any duel is urgent only the urgent ones run (the share is the plugin's for
   every duel it runs, and the others are near-ties that can wait).
 
-Buckets the engine did not serve since the last push that changed them are not decided here: their k stays (an
-edge is never moved on evidence from elsewhere).
+Buckets the engine did not serve since the last push that changed them are not decided here:
+their k stays (an edge is never moved on evidence from elsewhere).
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ class Decision(_Record):
     trigger: str = "scheduled"   # scheduled | change | guardrail | rollback
     a_raw: list[float] | None = None   # â before the non-increasing projection
     changes: list[RangeChange] = []
-    calls: list[Call] = []                         # at the buckets served since the last push there
+    calls: list[Call] = []               # at the buckets served since the last push changed them
     duels: list[tuple[int, int, list[int]]] = []   # asked of the plugin after this rebuild
     urgent: bool = False    # the model is sure a dueled challenger wins: run at urgent_share
     # did its bookkeeping (halve the live counts, cap the live steps at step_memory): every
