@@ -36,24 +36,28 @@ def options(**extra: Any) -> dict[str, Any]:
                 **extra)
 
 
-async def burst(c: Any, fake: FakeEngine, clock: Clock, level: float,
-                drain: dict[int, int]) -> list[Any]:
-    """One burst of 64: its plateau, its drain (B -> steps there), an idle second. Each k
-    emits B·τ(k) tokens a step times ``level``: the engine below the model by a level the
-    ratio of two k's does not see (the sidecar's live error there)."""
-    out = []
-    for B, steps in ((PLATEAU, 48), *drain.items()):
-        ms = step_ms(B)
-        rates = {k: level * B * TAU[k] / (ms[k] / 1000) for k in range(4)}
-        fake.serve(steps, B, rates, ms, a=A)
-        if B in (PLATEAU, 16):
-            clock.now += 1
-            if (d := await c.tick()) is not None:
-                out.append(d)
-    clock.now += 1
-    if (d := await c.tick()) is not None:
-        out.append(d)
-    return out
+async def bursts(tmp_path: Path, n: int, level: float,
+                 drain: dict[int, int]) -> tuple[FakeEngine, list[Any]]:
+    """``n`` bursts of 64 from the quarter table, each its plateau, its drain (B -> steps
+    there) and an idle second; the fake engine after them and the sidecar's decisions. Each k
+    emits B·τ(k) tokens a step times ``level``: the engine below the model by a level the ratio
+    of two k's does not see (the sidecar's live error there)."""
+    clock = Clock()
+    fake = FakeEngine(table=[list(r) for r in QUARTER], max_num_seqs=64)
+    decisions = []
+    async with controller_for(fake, tmp_path, clock=clock, **options()) as (c, fake):
+        assert await c.tick() is None
+        for _ in range(n):
+            for B, steps in ((PLATEAU, 48), *drain.items(), (0, 0)):
+                if steps:
+                    ms = step_ms(B)
+                    rates = {k: level * B * TAU[k] / (ms[k] / 1000) for k in range(4)}
+                    fake.serve(steps, B, rates, ms, a=A)
+                if B in (PLATEAU, 16, 0):   # a scrape after the plateau, the drain, the gap
+                    clock.now += 1
+                    if (d := await c.tick()) is not None:
+                        decisions.append(d)
+    return fake, decisions
 
 
 async def test_the_plateau_of_bursts_leaves_a_wrong_k_though_the_model_live_error_is_wide(
@@ -62,23 +66,17 @@ async def test_the_plateau_of_bursts_leaves_a_wrong_k_though_the_model_live_erro
     as at the H100's plateau of 256), so the model is not sure at its live error; at its
     assumed error it is, the plateau's duel runs at the urgent share and the pairs switch it
     within a few bursts (at the usual share: one pair every ~8 bursts, four needed)."""
-    clock = Clock()
-    fake = FakeEngine(table=[list(r) for r in QUARTER], max_num_seqs=64)
     drain = {56: 3, 48: 3, 40: 3, 32: 3, 24: 3, 16: 3, 8: 3, 4: 2, 2: 2, 1: 2}
-    async with controller_for(fake, tmp_path, clock=clock, **options()) as (c, fake):
-        assert await c.tick() is None
-        decisions = []
-        for _ in range(12):
-            decisions += await burst(c, fake, clock, 0.6, drain)
-        assert Table.from_list(fake.table).k_at(PLATEAU, 3) == 3, [
-            (d.trigger, d.outcome, d.new_table) for d in decisions]
-        push = next(d for d in decisions if d.outcome == "pushed")
-        (change,) = [ch for ch in push.changes if ch.batch_size_end == PLATEAU]
-        assert change.decided_by == "measured" and change.measured is not None
-        assert change.model is not None and change.model.low < 1.0   # not sure at its live error
-        assert any(p.get("duel_share") == 0.25 for p in fake.policy_puts)
-        # the drain's buckets: at this live error the model switches none of them
-        assert Table.from_list(fake.table).k_at(40, 3) == 0
+    fake, decisions = await bursts(tmp_path, 12, 0.6, drain)
+    assert Table.from_list(fake.table).k_at(PLATEAU, 3) == 3, [
+        (d.trigger, d.outcome, d.new_table) for d in decisions]
+    push = next(d for d in decisions if d.outcome == "pushed")
+    (change,) = [ch for ch in push.changes if ch.batch_size_end == PLATEAU]
+    assert change.decided_by == "measured" and change.measured is not None
+    assert change.model is not None and change.model.low < 1.0   # not sure at its live error
+    assert any(p.get("duel_share") == 0.25 for p in fake.policy_puts)
+    # the drain's buckets: at this live error the model switches none of them
+    assert Table.from_list(fake.table).k_at(40, 3) == 0
 
 
 async def test_the_drain_s_buckets_switch_as_each_gathers_its_steps(tmp_path: Path) -> None:
@@ -87,19 +85,13 @@ async def test_the_drain_s_buckets_switch_as_each_gathers_its_steps(tmp_path: Pa
     each once it served 32 steps. A push elsewhere no longer starts their counts again: on the
     H100 such buckets switched one or two a push over 20 minutes (here the slowest, 2 steps a
     burst, would need 16 bursts with no push anywhere)."""
-    clock = Clock()
-    fake = FakeEngine(table=[list(r) for r in QUARTER], max_num_seqs=64)
     # few steps a bucket, the first after a change of k a transition (not steady)
     drain = {56: 6, 48: 4, 40: 3, 32: 2, 24: 2, 16: 3, 8: 3, 4: 2, 2: 2, 1: 2}
-    async with controller_for(fake, tmp_path, clock=clock, **options()) as (c, fake):
-        assert await c.tick() is None
-        decisions = []
-        for _ in range(30):
-            decisions += await burst(c, fake, clock, 0.9, drain)
-        table = Table.from_list(fake.table)
-        assert all(table.k_at(B, 3) == 3 for B in range(17, 65)), fake.table
-        pushes = [d for d in decisions if d.outcome == "pushed"]
-        by = {(ch.batch_size_end, ch.decided_by) for d in pushes for ch in d.changes}
-        assert {(32, "model"), (24, "model"), (56, "model")} <= by, by
-        assert (PLATEAU, "measured") in by
-        assert len(pushes) >= 4   # one bucket after another, as each gathered its steps
+    fake, decisions = await bursts(tmp_path, 30, 0.9, drain)
+    table = Table.from_list(fake.table)
+    assert all(table.k_at(B, 3) == 3 for B in range(17, 65)), fake.table
+    pushes = [d for d in decisions if d.outcome == "pushed"]
+    by = {(ch.batch_size_end, ch.decided_by) for d in pushes for ch in d.changes}
+    assert {(32, "model"), (24, "model"), (56, "model")} <= by, by
+    assert (PLATEAU, "measured") in by
+    assert len(pushes) >= 4   # one bucket after another, as each gathered its steps
