@@ -264,3 +264,16 @@ NOHARM_RESULTS = sorted((Path(__file__).parents[2] / "benchmarks/results").rglob
 def test_every_committed_noharm_summary_is_its_runs_summarized(path: Path) -> None:
     assert summarize(json.loads(path.read_text())) == json.loads(
         (path.parent / "summary.json").read_text())
+
+
+def test_the_pooled_burst_figure_comes_from_the_committed_runs(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """README's pooled do-no-harm figure is benchmarks.noharm_pool over the runs it names."""
+    from benchmarks.noharm_pool import main, pool
+    root = Path(__file__).parents[2]
+    committed = json.loads((root / "benchmarks/results/cpu-tiny-noharm/pooled.json").read_text())
+    records = {name: json.loads((root / name / "noharm.json").read_text())
+               for name in committed["runs"]}
+    assert pool(records, [s["shape"] for s in committed["shapes"]]) == committed
+    assert main(["--out", str(root / "unused.json"), "--shapes", "burst-c4", "/nonexistent"]) == 2
+    assert "no noharm.json in /nonexistent" in capsys.readouterr().err
