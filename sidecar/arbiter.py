@@ -127,8 +127,8 @@ def _urgent(c: Call, assumed: Figures, so_far: tuple[int, float], tie: float) ->
     """The model, at its assumed error, sure that the challenger wins, and no interval yet: the
     table is likely wrong here, and a duel at the usual share would take minutes to show it.
     Its live error does not hold the share back (at a burst's plateau it read ~0.47 in log, so
-    the duel there paired once in 20 minutes): it is one of level, which the ratio mostly
-    cancels, and the pairs decide. Only while the first pairs agree: from URGENT_PAIRS on, their
+    the duel there paired once in 20 minutes): the share only buys pairs, and the pairs
+    decide. Only while the first pairs agree: from URGENT_PAIRS on, their
     mean must favour the challenger, so a model that is wrong (a stale profile flattering a k)
     spends the larger share on a few pairs, not on every pair an interval needs."""
     pairs, mean = so_far
