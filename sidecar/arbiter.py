@@ -192,8 +192,8 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
             # a conclusive measurement decides (its interval holds at this level whatever the
             # model says); an inconclusive one only once it is the tighter of the two; an early
             # win only where the model's interval wins too
-            # the model's direction at its assumed error: its live error is one of level, which
-            # the ratio of two k's on one clock mostly cancels
+            # the model's direction at its assumed error: the pairs give the size, and its live
+            # error would veto every early win where it is wide (docs/sidecar.md)
             confirmed = meas is None or meas.pairs >= MIN_PAIRS or best_case.low > 1.0 + tie
             decisive = meas is not None and (
                 (meas.low > 1.0 + tie and confirmed) or meas.high < 1.0 + tie)
