@@ -19,9 +19,10 @@ bucket with live steps:
   steps, sidecar/measured.py) gives a duel no pairs, so none is asked for there, and it counts
   as one where no duel can run;
 - only where no duel can run does the model decide, with its interval widened by the larger
-  of ``model_error`` and its own error measured live at that bucket (sidecar/model_error.py:
-  predicted against realized goodput of the table's k there); where that live error is not
-  known yet, the model switches nothing (``live_error``);
+  of ``model_error`` and its own error measured live: on ratios, where pairs checked them
+  (sidecar/model_error.py ``ratio_error``), else at that bucket (predicted against realized
+  goodput of the table's k there); where the bucket's live error is not known yet, the model
+  switches nothing there (``live_error``);
 - from EARLY_PAIRS pairs an early measurement (sidecar/measured.py, eq. EARLY: its dependence
   assumed, not estimated) counts too, so a large gain is found under bursts, which leave a
   bucket a handful of pairs; an early win switches only where the model's interval, at
@@ -62,6 +63,7 @@ import numpy.typing as npt
 
 from sidecar.decision import Call, Figures
 from sidecar.measured import MIN_PAIRS, PairedComparison, MeasuredGoodput
+from sidecar.model_error import model_log_ratio, ratio_error
 from tuner.core.buckets import band, band_rows
 from tuner.core.admin_api import Duel
 
@@ -80,6 +82,7 @@ class Verdicts:
     calls: list[Call]                          # every challenger at every served bucket
     duels: tuple[Duel, ...]
     urgent: bool = False    # a dueled challenger the model is sure wins, not yet measured
+    ratio_error: float | None = None  # the model's error on ratios, where pairs checked it
 
     def switches(self) -> list[Call]:
         return [c for c in self.calls if c.status == "switch"]
@@ -107,12 +110,10 @@ def _model(G_reps: FloatArray, rows: npt.NDArray[np.int64], k: int, c: int, z: f
            model_error: float) -> Figures:
     """The model's G(c)/G(k) over the bucket's rows: median of the draws, its spread widened
     by the model's own error (log scale)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        logs = np.mean(np.log(G_reps[:, rows - 1, c] / G_reps[:, rows - 1, k]), axis=1)
-    logs = logs[np.isfinite(logs)]
-    if not logs.size:  # a k the model cannot price here: no evidence either way
+    priced = model_log_ratio(G_reps, rows, k, c)
+    if priced is None:  # a k the model cannot price here: no evidence either way
         return Figures(ratio=1.0, low=0.0, high=1e9)
-    mid, sd = float(np.median(logs)), float(np.std(logs))
+    mid, sd = priced
     half = z * math.hypot(sd, model_error)
     return Figures(ratio=round(math.exp(mid), 5), low=round(math.exp(mid - half), 5),
                    high=round(math.exp(mid + half), 5))
@@ -167,6 +168,7 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
     duels = []
     urgent: list[Duel] = []
     ks_allowed = sorted(allowed) if allowed is not None else list(range(num_k))
+    checked = ratio_error(G_reps, measured) if live_error is not None else None
     for bucket in sorted(b for b, n in served.items() if n >= min_served):
         rows = np.asarray(band_rows(bucket, max_b), dtype=np.int64)
         if not rows.size:
@@ -183,7 +185,9 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
         # and by more than that error
         can_pair = can_duel and (pairable is None or bucket in pairable)
         by_model = not can_pair and (live_error is None or bucket in live_error)
-        error = model_error if live_error is None else max(model_error, live_error.get(bucket, 0.0))
+        # where pairs checked the model's ratios, that error bounds it, not its level's
+        error = model_error if live_error is None else max(
+            model_error, checked if checked is not None else live_error.get(bucket, 0.0))
         for c in rivals:
             model = _model(G_reps, rows, k, c, z, error)
             best_case = assumed[c] = (model if error == model_error
@@ -240,4 +244,4 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
                     urgent.append(duel)
         calls += here
     # the larger share is the plugin's for every duel it runs: only the urgent ones run then
-    return Verdicts(ks, calls, tuple(urgent or duels), bool(urgent))
+    return Verdicts(ks, calls, tuple(urgent or duels), bool(urgent), checked)

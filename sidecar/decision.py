@@ -137,6 +137,8 @@ class Decision(_Record):
     calls: list[Call] = []               # at the buckets served since the last push changed them
     duels: list[tuple[int, int, list[int]]] = []   # asked of the plugin after this rebuild
     urgent: bool = False    # the model is sure a dueled challenger wins: run at urgent_share
+    # the model's error on ratios where pairs checked it (None: unchecked; sidecar/model_error.py)
+    model_ratio_error: float | None = None
     # did its bookkeeping (halve the live counts, cap the live steps at step_memory): every
     # rebuild but a measured one that pushed nothing (it only looked at new pairs)
     bookkeeping: bool = True

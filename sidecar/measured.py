@@ -449,6 +449,16 @@ class MeasuredGoodput:
         x = [v for _, v, _ in self._ordered(bucket, k, ref)]
         return len(x), (sum(x) / len(x) if x else 0.0)
 
+    def compared(self, min_pairs: int) -> list[tuple[int, int, int, int, float]]:
+        """(bucket, k, ref, pairs, mean log ratio of k over ref) of every comparison with at least
+        ``min_pairs`` pairs, each once (k < ref)."""
+        out = []
+        for bucket, k, ref in sorted({(b, min(k, r), max(k, r)) for b, k, r in self.pairs}):
+            n, mean = self.so_far(bucket, k, ref)
+            if n >= min_pairs:
+                out.append((bucket, k, ref, n, mean))
+        return out
+
     def compare(self, bucket: int, k: int, ref: int, alpha: float,
                 early: bool = False) -> PairedComparison | None:
         """Goodput of k over ref at ``bucket`` from every pair of the two (either way round), in

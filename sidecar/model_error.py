@@ -11,6 +11,14 @@ the same time, and a burst's ramp-up passes through the very buckets its drain l
 model (docs/sidecar.md). A switch the model decides must win by more than
 that error (sidecar/arbiter.py); a bucket without this measurement gets no switch from the
 model, only from paired measurement.
+
+That error is one of level: a burst's live steps ran 1.1-2.9x the profile's at every k (the
+H100's 3B EAGLE-3, `h100-vllm0.26-3b-eagle3-v2-field-grid256`), which moves G(c) and G(k)
+alike. What a switch rests on is the ratio G(c)/G(k), and pairs measure that directly: where
+comparisons have EARLY_PAIRS pairs, the model's ratio error is their root-mean-square distance
+from the model's ratio (``ratio_error``: each pair mean's own noise counted in, so it errs
+large), and it bounds the model at buckets a duel cannot reach instead of the level error. It
+assumes the model errs on ratios alike at the buckets the pairs reach and at those they do not.
 """
 
 from __future__ import annotations
@@ -22,11 +30,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from sidecar.measured import MeasuredGoodput
+from sidecar.measured import EARLY_PAIRS, MeasuredGoodput
 from tuner.core.buckets import band_rows
 from tuner.core.goodput import goodput
 
-__all__ = ["MIN_ERROR_STEPS", "LiveError", "live_errors"]
+__all__ = ["MIN_ERROR_STEPS", "LiveError", "live_errors", "model_log_ratio", "ratio_error"]
 
 FloatArray = npt.NDArray[np.float64]
 MIN_ERROR_STEPS = 32  # steady steps of the table's k at a bucket before its error is known
@@ -66,3 +74,30 @@ def live_errors(goodput_by_ring: MeasuredGoodput, table_ks: Sequence[int], T_ms:
         out[bucket] = LiveError(bucket, k, round(predicted, 3), round(realized, 3),
                                 round(abs(math.log(realized / predicted)), 5), steps)
     return out
+
+
+def model_log_ratio(G_reps: FloatArray, rows: npt.NDArray[np.int64], k: int,
+                    c: int) -> tuple[float, float] | None:
+    """The model's log G(c)/G(k) over the rows (B = row): (median over its draws, their sd);
+    None where it cannot price one of the two k's."""
+    if max(k, c) >= G_reps.shape[2]:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.mean(np.log(G_reps[:, rows - 1, c] / G_reps[:, rows - 1, k]), axis=1)
+    logs = logs[np.isfinite(logs)]
+    return (float(np.median(logs)), float(np.std(logs))) if logs.size else None
+
+
+def ratio_error(G_reps: FloatArray, goodput_by_ring: MeasuredGoodput,
+                min_pairs: int = EARLY_PAIRS) -> float | None:
+    """The model's error on G(c)/G(k) where pairs measured it: the root mean square, over
+    comparisons with at least ``min_pairs`` pairs, of (pairs' mean − model's median) in log;
+    None with no such comparison."""
+    max_b = G_reps.shape[1]
+    errors = []
+    for bucket, k, ref, _, mean in goodput_by_ring.compared(min_pairs):
+        rows = np.asarray(band_rows(bucket, max_b), dtype=np.int64)
+        model = model_log_ratio(G_reps, rows, ref, k) if rows.size else None
+        if model is not None:
+            errors.append(mean - model[0])
+    return round(math.sqrt(float(np.mean(np.square(errors)))), 5) if errors else None

@@ -76,6 +76,7 @@ class Choice:
     calls: tuple[Call, ...] = ()
     duels: tuple[Duel, ...] = ()
     urgent: bool = False    # a duel the model is sure of (sidecar/arbiter.py): a larger share
+    ratio_error: float | None = None  # the model's, where pairs checked it (sidecar/model_error.py)
 
     def described(self, old: Table | None, K: int) -> dict[str, Any]:
         """The decision line's fields that come from this choice (sidecar/decision.py)."""
@@ -85,7 +86,7 @@ class Choice:
                 "gains": range_gains(self.G, old, self.table, K),
                 "changes": [c for c in self.changes if c.kept] or self.changes,
                 "calls": list(self.calls), "duels": [[lo, hi, list(ks)] for lo, hi, ks in self.duels],
-                "urgent": self.urgent}
+                "urgent": self.urgent, "model_ratio_error": self.ratio_error}
 
 
 def projected(state: EstimatorState) -> tuple[FloatArray, FloatArray]:
@@ -117,7 +118,8 @@ def choose(blend: Blend, T_prof: FloatArray, state: EstimatorState, old: Table |
     if old is None:
         v = _verdicts(arb, confident.ks, confident.G_reps, inputs) if arb else None
         return Choice(confident.table, confident.table, confident.G, a_used, a_raw, [], (),
-                      v.duels if v else (), v.urgent if v else False)
+                      v.duels if v else (), v.urgent if v else False,
+                      v.ratio_error if v else None)
     max_b = blend.T.shape[0]
     old_ks = old.dense(max_b, num_speculative_tokens)[1:]
     if arb is not None:
@@ -157,7 +159,7 @@ def choose(blend: Blend, T_prof: FloatArray, state: EstimatorState, old: Table |
         table = old
     v = _verdicts(arb, ks, confident.G_reps, inputs) if arb else None
     return Choice(table, confident.table, confident.G, a_used, a_raw, changes, (),
-                  v.duels if v else (), v.urgent if v else False)
+                  v.duels if v else (), v.urgent if v else False, v.ratio_error if v else None)
 
 
 def _verdicts(arb: Arbiter, ks: npt.NDArray[np.int64], G_reps: FloatArray,
@@ -199,4 +201,4 @@ def _by_measure(blend: Blend, T_prof: FloatArray, old: Table, old_ks: list[int],
     if table == Table.from_dense(old_ks):
         table = old
     return Choice(table, proposed, G, a_used, a_raw, changes, tuple(verdicts.calls),
-                  verdicts.duels, verdicts.urgent)
+                  verdicts.duels, verdicts.urgent, verdicts.ratio_error)

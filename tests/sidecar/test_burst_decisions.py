@@ -36,12 +36,13 @@ def options(**extra: Any) -> dict[str, Any]:
                 **extra)
 
 
-async def bursts(tmp_path: Path, n: int, level: float,
-                 drain: dict[int, int]) -> tuple[FakeEngine, list[Any]]:
+async def bursts(tmp_path: Path, n: int, level: float, drain: dict[int, int],
+                 flat: bool = False) -> tuple[FakeEngine, list[Any]]:
     """``n`` bursts of 64 from the quarter table, each its plateau, its drain (B -> steps
     there) and an idle second; the fake engine after them and the sidecar's decisions. Each k
     emits B·τ(k) tokens a step times ``level``: the engine below the model by a level the ratio
-    of two k's does not see (the sidecar's live error there)."""
+    of two k's does not see (the sidecar's live error there). ``flat``: every k delivers k=0's
+    goodput, whatever the model says (a profile that flatters speculation)."""
     clock = Clock()
     fake = FakeEngine(table=[list(r) for r in QUARTER], max_num_seqs=64)
     decisions = []
@@ -51,7 +52,8 @@ async def bursts(tmp_path: Path, n: int, level: float,
             for B, steps in ((PLATEAU, 48), *drain.items(), (0, 0)):
                 if steps:
                     ms = step_ms(B)
-                    rates = {k: level * B * TAU[k] / (ms[k] / 1000) for k in range(4)}
+                    rates = {k: level * B * TAU[0 if flat else k] / (ms[0 if flat else k] / 1000)
+                             for k in range(4)}
                     fake.serve(steps, B, rates, ms, a=A)
                 if B in (PLATEAU, 16, 0):   # a scrape after the plateau, the drain, the gap
                     clock.now += 1
@@ -60,23 +62,40 @@ async def bursts(tmp_path: Path, n: int, level: float,
     return fake, decisions
 
 
-async def test_the_plateau_of_bursts_leaves_a_wrong_k_though_the_model_live_error_is_wide(
+async def test_the_plateau_leaves_a_wrong_k_by_pairs_then_the_drain_by_the_checked_model(
         tmp_path: Path) -> None:
     """The engine delivers 0.6 of the model's goodput at every k (a live error of ~0.5 in log,
     as at the H100's plateau of 256), so the model is not sure at its live error; at its
     assumed error it is, the plateau's duel runs at the urgent share and the pairs switch it
-    within a few bursts (at the usual share: one pair every ~8 bursts, four needed)."""
+    within a few bursts (at the usual share: one pair every ~8 bursts, four needed). Those
+    pairs check the model's ratio, which the level does not move: the drain follows."""
     drain = {56: 3, 48: 3, 40: 3, 32: 3, 24: 3, 16: 3, 8: 3, 4: 2, 2: 2, 1: 2}
-    fake, decisions = await bursts(tmp_path, 12, 0.6, drain)
+    fake, decisions = await bursts(tmp_path, 16, 0.6, drain)
     assert Table.from_list(fake.table).k_at(PLATEAU, 3) == 3, [
         (d.trigger, d.outcome, d.new_table) for d in decisions]
     push = next(d for d in decisions if d.outcome == "pushed")
     (change,) = [ch for ch in push.changes if ch.batch_size_end == PLATEAU]
     assert change.decided_by == "measured" and change.measured is not None
-    assert change.model is not None and change.model.low < 1.0   # not sure at its live error
     assert any(p.get("duel_share") == 0.25 for p in fake.policy_puts)
-    # the drain's buckets: at this live error the model switches none of them
-    assert Table.from_list(fake.table).k_at(40, 3) == 0
+    # before the pairs the model was not sure at its level error (no push: the plateau's
+    # duel ran on its assumed error); the pairs then checked its ratio, which the level does
+    # not move, and the drain's buckets that served their steps switched by the model within it
+    pushes = [d for d in decisions if d.outcome == "pushed"]
+    drain = [ch for d in pushes for ch in d.changes if ch.batch_size_end < PLATEAU]
+    assert drain and all(ch.decided_by == "model" for ch in drain), pushes
+    assert all(d.model_ratio_error is not None and d.model_ratio_error < 0.1 for d in pushes)
+    assert Table.from_list(fake.table).k_at(40, 3) == 3
+
+
+async def test_pairs_that_contradict_the_model_keep_it_off_the_drain(tmp_path: Path) -> None:
+    """Do no harm: the model says k=3 doubles goodput, the engine delivers k=0's at every k.
+    The plateau's pairs say so, the model's ratio error they measure is large, and it switches
+    none of the drain's buckets (and the pairs none of the plateau)."""
+    drain = {56: 3, 48: 3, 40: 3, 32: 3, 24: 3, 16: 3, 8: 3, 4: 2, 2: 2, 1: 2}
+    fake, decisions = await bursts(tmp_path, 16, 0.6, drain, flat=True)
+    assert fake.table == QUARTER, [(d.outcome, d.new_table) for d in decisions]
+    checked = [d.model_ratio_error for d in decisions if d.model_ratio_error is not None]
+    assert checked and min(checked) > 0.5
 
 
 async def test_the_drain_s_buckets_switch_as_each_gathers_its_steps(tmp_path: Path) -> None:

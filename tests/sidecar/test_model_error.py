@@ -1,0 +1,58 @@
+"""The model's error measured live (sidecar/model_error.py): pure, on synthetic draws and pairs."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import numpy as np
+import pytest
+
+from sidecar.measured import EARLY_PAIRS, MeasuredGoodput
+from sidecar.model_error import model_log_ratio, ratio_error
+
+
+def draws(ratio: dict[int, float], max_b: int = 16, reps: int = 100) -> np.ndarray:
+    """G replicates [R, B, K+1] with G(k)/G(0) = ratio[k] at every B, no draw noise."""
+    base = np.array([ratio[k] for k in sorted(ratio)])
+    return np.broadcast_to(base, (reps, max_b, len(ratio))).copy()
+
+
+def with_pairs(*comparisons: tuple[int, int, int, list[float]]) -> MeasuredGoodput:
+    m = MeasuredGoodput()
+    order = 0
+    for bucket, k, ref, logs in comparisons:
+        m.pairs[(bucket, k, ref)] = deque((v, 15, order + i) for i, v in enumerate(logs))
+        order += len(logs)
+    return m
+
+
+G = draws({0: 1.0, 1: 1.5, 2: 1.8, 3: 2.0})
+
+
+def test_the_model_ratio_is_read_either_way_round() -> None:
+    rows = np.arange(9, 17)
+    mid, sd = model_log_ratio(G, rows, 0, 3) or (0.0, 1.0)
+    assert mid == pytest.approx(math.log(2.0)) and sd == pytest.approx(0.0)
+    assert (model_log_ratio(G, rows, 3, 0) or (0.0,))[0] == pytest.approx(-math.log(2.0))
+    assert model_log_ratio(G, rows, 0, 4) is None     # a k the model does not price
+
+
+def test_the_ratio_error_is_the_pairs_rms_distance_from_the_model() -> None:
+    """The H100's plateaus: pairs read k=3 over k=0 at 2.4x where the model said 2.0x, and k=1
+    over k=0 at 1.6x where it said 1.5x; stored either way round."""
+    m = with_pairs((16, 3, 0, [math.log(2.4)] * 5), (8, 0, 1, [-math.log(1.6)] * 5))
+    e = ratio_error(G, m)
+    want = math.sqrt((math.log(2.4 / 2.0) ** 2 + math.log(1.6 / 1.5) ** 2) / 2)
+    assert e == pytest.approx(want, abs=1e-5)
+    # a model far off where the pairs look (k=3 no better than k=0): a large error
+    assert (ratio_error(G, with_pairs((16, 3, 0, [0.0] * 5))) or 0.0) == pytest.approx(
+        math.log(2.0), abs=1e-5)
+
+
+def test_too_few_pairs_check_nothing() -> None:
+    assert ratio_error(G, MeasuredGoodput()) is None
+    assert ratio_error(G, with_pairs((16, 3, 0, [0.9] * (EARLY_PAIRS - 1)))) is None
+    # the two directions of one comparison count together
+    m = with_pairs((16, 3, 0, [0.9] * (EARLY_PAIRS - 2)), (16, 0, 3, [-0.9] * 2))
+    assert ratio_error(G, m) is not None
