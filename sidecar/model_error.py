@@ -12,13 +12,12 @@ model (docs/sidecar.md). A switch the model decides must win by more than
 that error (sidecar/arbiter.py); a bucket without this measurement gets no switch from the
 model, only from paired measurement.
 
-That error is one of level: a burst's live steps ran 1.1-2.9x the profile's at every k (the
-H100's 3B EAGLE-3, `h100-vllm0.26-3b-eagle3-v2-field-grid256`), which moves G(c) and G(k)
-alike. What a switch rests on is the ratio G(c)/G(k), and pairs measure that directly: where
-comparisons have EARLY_PAIRS pairs, the model's ratio error is their root-mean-square distance
-from the model's ratio (``ratio_error``: each pair mean's own noise counted in, so it errs
-large), and it bounds the model at buckets a duel cannot reach instead of the level error. It
-assumes the model errs on ratios alike at the buckets the pairs reach and at those they do not.
+That error is one of level: steps slower than the profile's at every k (a burst's, docs/sidecar.md)
+move G(c) and G(k) alike, while a switch rests on G(c)/G(k). Pairs measure that ratio
+directly: where comparisons have EARLY_PAIRS pairs, the model's ratio error is their
+root-mean-square distance from the model's ratio (``ratio_error``; each pair mean's own noise
+counts in, so it errs large), and it bounds the model instead of the level error. It assumes
+the model errs on ratios alike where the pairs reach and where they do not.
 """
 
 from __future__ import annotations
