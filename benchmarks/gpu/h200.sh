@@ -27,7 +27,8 @@
 #                NOHARM_S, resumed next call
 #                (RUN_S 20, WAVES 3, WARMUP 1, BLOCKS 6: its --run-s, --waves, --warmup-rounds, --blocks)
 #   field        the field bench (python -m benchmarks.field): FIELD_POLICIES (fixed-k*,documented,tuned)
-#                on this session's tune (else the committed profile, table rebuilt), vLLM's own client:
+#                on FIELD_PROFILE (a profile file, used as it is), else this session's tune, else
+#                the committed profile (table rebuilt), vLLM's own client:
 #                FIELD_SHAPES (burst) at FIELD_C (1,16,64,256), 512/192-token requests +-50%, SLO
 #                (tpot:50) for request goodput; blocks until FIELD_S (540) or BLOCKS in all (50:
 #                the budget decides, so one stage and one sidecar span the call), resumed next call
@@ -182,7 +183,8 @@ case $stage in
   keep $R/noharm/noharm.json $R/noharm/summary.json; need $R/noharm/summary.json ;;
  field)
   free_gpu
-  P=$R/profile.json  # this session's tune, else the committed one with this tuner's table
+  # FIELD_PROFILE, else this session's tune, else the committed one with this tuner's table
+  P=${FIELD_PROFILE:-$R/profile.json}
   if [ ! -s "$P" ]; then
     P=$R/profile-committed.json
     python3 -m tabletune.cli table "$DONE/profile.json" --save "$P" >/dev/null || STATUS=1
