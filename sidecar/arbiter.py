@@ -1,10 +1,9 @@
 """Who decides at a bucket the engine serves: the measurement, or the model (pure).
 
 The model (G = B·τ(â)/T̂, tuner/core/goodput.py) ranks k's through two estimates, each with an
-error the confidence draws only partly see: on the H200's 32B model it ranked k=3 2.6% above
-k=2 at B=128 while the engine's throughput put k=2 3-4% ahead, an error of ~5% against
-differences of 1-4%. The plugin measures what each k delivers (sidecar/measured.py), so at a
-bucket with live steps:
+error the confidence draws only partly see: ~5% against the 1-4% differences between the k's
+it must rank (docs/sidecar.md says where it was measured). The plugin measures what each k
+delivers (sidecar/measured.py), so at a bucket with live steps:
 
 - per challenger c of the incumbent k (the engine's k there), two figures for G(c)/G(k): the
   model's, its interval widened by ``model_error`` (the error the model's own draws do not
@@ -13,8 +12,7 @@ bucket with live steps:
   no wider than the model's interval;
 - where the plugin can duel (``can_duel``: its ring is read and exploration has a budget) the
   model never switches a bucket on its own: a challenger it favours is dueled until the
-  measurement settles it (the H200 under bursts: 111 of 111 ranges moved by the model, none by
-  measurement; the CPU do-no-harm bench: both pushes in 16 minutes the model's k=0 at B 17-32);
+  measurement settles it (pushes by the model alone were what cost under bursts; docs/sidecar.md);
 - a bucket the load only passes through (not ``pairable``: a burst drains through it in a few
   steps, sidecar/measured.py) gives a duel no pairs, so none is asked for there, and it counts
   as one where no duel can run;
@@ -127,9 +125,9 @@ def _measured(c: PairedComparison | None) -> Figures | None:
 def _urgent(c: Call, assumed: Figures, so_far: tuple[int, float], tie: float) -> bool:
     """The model, at its assumed error, sure that the challenger wins, and no interval yet: the
     table is likely wrong here, and a duel at the usual share would take minutes to show it.
-    Its live error does not hold the share back (at a burst's plateau it read ~0.47 in log, so
-    the duel there paired once in 20 minutes): the share only buys pairs, and the pairs
-    decide. Only while the first pairs agree: from URGENT_PAIRS on, their
+    Its live error does not hold the share back (a wide one would keep the wrong k for minutes):
+    the share only buys pairs, and the pairs decide. Only while the first pairs agree: from
+    URGENT_PAIRS on, their
     mean must favour the challenger, so a model that is wrong (a stale profile flattering a k)
     spends the larger share on a few pairs, not on every pair an interval needs."""
     pairs, mean = so_far

@@ -21,7 +21,7 @@ With an arbiter (decisions by measurement, the default), steps 3-5 apply only wi
 table to compare with; otherwise the table changes only at the buckets the engine served since
 the last push, each decided by measured goodput (sidecar/arbiter.py): where the plugin can duel,
 the model only orders the duels; where it cannot, the model decides beyond its error measured
-live at that bucket (sidecar/model_error.py). A bucket not served keeps its k: an edge is
+live (sidecar/model_error.py). A bucket not served keeps its k: an edge is
 never moved on evidence from elsewhere, not even after a change of traffic (docs/sidecar.md
 tells the H200 run that taught it).
 """
