@@ -82,6 +82,9 @@ NOHARMS = {  # folder -> setting: the table alone against the table with the sid
     "cpu-tiny-noharm/stale-profile":
         "CPU (2 cores), tiny model, ngram, do no harm from a stale profile flattering k=0 "
         "(urgent duels end when the first pairs disagree)",
+    "cpu-tiny-noharm/stale-profile/ratio-error":
+        "CPU (2 cores), tiny model, ngram, do no harm from a stale profile flattering k=0 "
+        "(the model bounded by its ratio error where pairs checked it)",
 }
 POLL_COSTS = {  # folder -> setting: what reading the engine costs it (poll_cost.py)
     "cpu-tiny-poll-cost": "CPU (2 cores), tiny model, ngram, what the sidecar's reads cost the engine",
