@@ -3,10 +3,8 @@
 A change of traffic (other prompts, another temperature) moves acceptance for good; a change in
 the *mix of requests in flight* moves it for a few seconds and goes back: a burst of fresh
 requests whose drafter has nothing to propose yet (ngram finds no match in a new output), or
-whose first drafts miss, reads low until the requests age. On the H200 every burst to high
-concurrency read as a change (a_1 0.25-0.34 against 0.66-0.74 over a 3-s window, 8 of 8 bursts)
-while the whole run's acceptance stayed at the emulated rates; each one rebased the prior and
-pushed a model-made table, 19 pushes in 4.5 minutes. So the test asks three things of a change:
+whose first drafts miss, reads low until the requests age (read as changes, such bursts cost
+pushes of model-made tables: docs/sidecar.md). So the test asks three things of a change:
 
 1. **Whole request lives, and what the drafter proposed, not what K offered.** The evidence is
    the first draft's acceptance over the request-steps that had a proposal, counted per request

@@ -2,10 +2,9 @@
 
 A sample is realized goodput over consecutive complete scrapes pooled until they hold at least
 ``min_steps`` engine steps: the tokens the engine emitted (request-steps plus accepted drafts)
-over their seconds, at their step-weighted mean batch size. Not one sample a scrape: a 1-s
-scrape on the H200's 32B model holds ~14 steps of 70 ms, and neighbouring scrapes share the
-host's slow or fast stretch; at AR(1) ρ = 0.8 between scrapes, one sample a scrape against a
-normal z rolled back 11% of pushes that changed nothing (benchmarks/guardrail_calibration.py).
+over their seconds, at their step-weighted mean batch size. Not one sample a scrape: a scrape
+on a large model holds a dozen steps, and neighbouring scrapes share the host's slow or fast
+stretch, which a per-scrape test takes for a regression (benchmarks/guardrail_calibration.py).
 Before a push the last ``window`` samples are the baseline; after it, ``settle`` scrapes are
 skipped (the swap and its first steps) and the next ``window`` samples are the trial. A pool
 never straddles a push. Only samples at a comparable load count (mean batch within

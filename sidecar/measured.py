@@ -10,8 +10,8 @@ more on the faster k (with 66.6 vs 79.6 ms steps, a 5 ms gap turns a 3.4% lead b
 time into 2.2% by the clock). Only steady steps (k verified == k drafted)
 speak for one k; the transition steps at the edges of a run are left out.
 
-Comparing two k's by their cell means would compare different minutes of traffic (the H200's
-32B steps drift by a few percent over a minute, as much as the differences sought). So k's are
+Comparing two k's by their cell means would compare different minutes of traffic (steps drift
+by a few percent over a minute, as much as the differences sought: docs/sidecar.md). So k's are
 compared in pairs: a short run of a challenger (a duel run, vllm_patch/duel.py, or any short
 stretch of another k) against the steps of the k on either side of it at the same bucket, the
 last m before and the first m after (m the run's own steady steps): linear drift cancels, and

@@ -12,13 +12,11 @@ So step times are estimated like acceptance (sidecar/estimator.py), per cell:
 
 where r_k = T_live / T_prof over the bucket (live mean step over the profile's mean over the B
 the bucket holds), n_k the live steps behind it and w_T the profile's weight in steps. The
-profile is a prior on the *shape* across k as much as on the level: on the H200 the serving
-steps of a 3B model at B=16 ran at 0.50-0.57 of the pure-decode profile for k = 0, 1, 2 alike
-(benchmarks/results/h200-vllm0.26-3b-ngram-v1-ci/logs/sidecar-call1.log, the 00:52:08
-decision), so a k that only exploration visits should move with the level its neighbours
-measured, not stay at the profile's absolute time while the table's k is corrected (the
-00:51:02 decision pushed k=3 -> 2 at B 17..51 on 6 live steps of k=3 against 172 of k=2, a gain
-that was the bias of comparing a corrected time with an uncorrected one). A k with its own steps
+profile is a prior on the *shape* across k as much as on the level: serving steps can run at
+half the pure-decode profile for every k alike (docs/sidecar.md), so a k that only exploration
+visits should move with the level its neighbours measured, not stay at the profile's absolute
+time while the table's k is corrected (a corrected time against an uncorrected one is a gain
+that is only bias). A k with its own steps
 departs from the level as its evidence grows, each step counted once (λ_k leaves k's own steps out);
 with no other k seen, λ_k = 0 and ρ_k is the profile blended with k's live mean in log space. After
 each rebuild a cell holding more than ``step_memory`` steps is scaled down to that many (old steps

@@ -1,8 +1,8 @@
 """Duels: exploration aimed at the comparisons the sidecar cannot settle by model.
 
 The rotation of policy.py (every ``explore_every`` steps a run of ``explore_run`` at the next
-allowed k) gives each k live steps everywhere, but thinly: on the H200's 32B model it gave a k
-about one timed step a minute at B=128, and a 3-step run times only its middle steps. A duel is
+allowed k) gives each k live steps everywhere, but thinly (about one timed step a minute at a
+large model's busy bucket), and a 3-step run times only its middle steps. A duel is
 what the sidecar asks for once it knows where the question is: at batch sizes
 ``start_bs..end_bs`` (the bucket the engine serves), runs of ``duel_run`` steps at each
 challenger k in turn, separated by at least 2·``duel_run`` steps of the table, so
