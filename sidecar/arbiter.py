@@ -127,9 +127,9 @@ def _urgent(c: Call, assumed: Figures, so_far: tuple[int, float], tie: float) ->
     table is likely wrong here, and a duel at the usual share would take minutes to show it.
     Its live error does not hold the share back (a wide one would keep the wrong k for minutes):
     the share only buys pairs, and the pairs decide. Only while the first pairs agree: from
-    URGENT_PAIRS on, their
-    mean must favour the challenger, so a model that is wrong (a stale profile flattering a k)
-    spends the larger share on a few pairs, not on every pair an interval needs."""
+    URGENT_PAIRS on, their mean must favour the challenger, so a model that is wrong (a stale
+    profile flattering a k) spends the larger share on a few pairs, not on every pair an
+    interval needs."""
     pairs, mean = so_far
     return ((c.measured is None or c.measured.pairs < MIN_PAIRS) and assumed.low > 1.0 + tie
             and (pairs < URGENT_PAIRS or mean > math.log1p(tie)))
