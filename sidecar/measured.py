@@ -425,17 +425,20 @@ class MeasuredGoodput:
         """Per compared (bucket, k, ref) with enough pairs for eq. LRV: its smallest gain at
         ``max_pairs`` pairs (at least the pairs it has)."""
         out = []
-        for bucket, k, ref in sorted({(b, min(k, r), max(k, r)) for b, k, r in self.pairs}):
-            ordered = sorted([(o, v) for v, _, o in self.pairs.get((bucket, k, ref), ())]
-                             + [(o, -v) for v, _, o in self.pairs.get((bucket, ref, k), ())])
+        for bucket, k, ref in self._comparisons():
+            ordered = self._ordered(bucket, k, ref)
             if len(ordered) < MIN_PAIRS:
                 continue
-            x = np.asarray([v for _, v in ordered])
+            x = np.asarray([v for _, v, _ in ordered])
             sd = math.sqrt(float(long_run_variance(x)) * self.variance_factor)
             if math.isfinite(sd):
                 out.append(PairPower(bucket, k, ref, len(x), sd,
                                      smallest_gain(sd, max(max_pairs, len(x)), alpha)))
         return out
+
+    def _comparisons(self) -> list[tuple[int, int, int]]:
+        """(bucket, k, ref) of every comparison with pairs, each once (k < ref)."""
+        return sorted({(b, min(k, r), max(k, r)) for b, k, r in self.pairs})
 
     def _ordered(self, bucket: int, k: int, ref: int) -> list[tuple[int, float, int]]:
         """(order, log ratio k over ref, steps) of every pair of the two, either way round, in
@@ -453,7 +456,7 @@ class MeasuredGoodput:
         """(bucket, k, ref, pairs, mean log ratio of k over ref) of every comparison with at least
         ``min_pairs`` pairs, each once (k < ref)."""
         out = []
-        for bucket, k, ref in sorted({(b, min(k, r), max(k, r)) for b, k, r in self.pairs}):
+        for bucket, k, ref in self._comparisons():
             n, mean = self.so_far(bucket, k, ref)
             if n >= min_pairs:
                 out.append((bucket, k, ref, n, mean))

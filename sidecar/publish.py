@@ -82,7 +82,6 @@ def sidecar_state(c: Controller, now: float) -> SidecarState:
                                 realized_tokens_per_s=m.realized, error=m.error, steps=m.steps,
                                 pairable=m.bucket in pairable)
                      for m in c.live_error.values()],
-        model_ratio_error=c.last_decision.model_ratio_error if c.last_decision else None,
         duel_power=duel_power(belief, c.settings),
         guardrail=GuardrailState(
             judging=guard.trial is not None,

@@ -174,9 +174,6 @@ class SidecarState(BaseModel):
     drift: list[DriftCell] = []
     step_times: StepTimes = StepTimes()
     model_error: list[ModelError] = []  # per served bucket, at the last rebuild
-    # the model's error on ratios where pairs checked it (sidecar/model_error.py): once known,
-    # it bounds a switch by the model instead of the per-bucket ``model_error``
-    model_ratio_error: float | None = None
     duel_power: list[DuelPower] = []    # per compared (bucket, k, ref) with enough pairs
     guardrail: GuardrailState = GuardrailState()
     traffic_changes: int = 0

@@ -121,9 +121,11 @@ def render(state: SidecarState, url: str, tty: bool, now: float | None = None) -
              for e in state.model_error]
     lines += _table(rows, tty) if state.model_error else [
         "not measured yet (the plugin's step ring, 32 steady steps of the table's k a bucket)"]
-    if state.model_ratio_error is not None:
-        lines.append(f"its ratios, checked by pairs: off {state.model_ratio_error:.1%} (this, "
-                     "not the error above, is what a switch by the model must beat)")
+    # once pairs have checked the model's ratios, that error bounds it (sidecar/model_error.py)
+    checked = state.last_decision.model_ratio_error if state.last_decision else None
+    if checked is not None:
+        lines.append(f"its ratios, checked by pairs: off {checked:.1%} (this, not the error "
+                     "above, is what a switch by the model must beat)")
 
     lines.append(_section("duels: the smallest gain each finds by max_pairs pairs (in half its "
                           "runs; smaller ends as a tie)", tty))

@@ -31,6 +31,12 @@ async def test_status_shows_table_estimate_step_times_and_decisions(tmp_path: Pa
     table = render(state, "http://127.0.0.1:9109", tty=True, now=decision.time + 5)
     assert "─" in table and "\t" not in table and "live ms" in table
     assert TUNED == state.engine_table
+    # the model's ratio error, once pairs have checked it, read from the last decision
+    assert "checked by pairs" not in plain
+    checked = state.model_copy(update={"last_decision": state.last_decision.model_copy(
+        update={"model_ratio_error": 0.042})})
+    assert ("its ratios, checked by pairs: off 4.2% (this, not the error above, is what a switch "
+            "by the model must beat)") in render(checked, "http://x:1", tty=False, now=0.0)
 
 
 def test_status_of_a_sidecar_that_has_seen_nothing_yet() -> None:
@@ -80,7 +86,3 @@ def test_status_says_where_the_load_only_passes_through() -> None:
     text = render(state, "http://x:1", tty=False, now=0.0)
     assert "64\t0\t9000\t8000\t11.8%\t300\tyes" in text
     assert "128\t0\t12000\t11000\t8.7%\t40\tno: the load passes through" in text
-    assert "checked by pairs" not in text
-    checked = state.model_copy(update={"model_ratio_error": 0.042})
-    assert ("its ratios, checked by pairs: off 4.2% (this, not the error above, is what a switch "
-            "by the model must beat)") in render(checked, "http://x:1", tty=False, now=0.0)
