@@ -84,6 +84,9 @@ TAIL_STEPS = 1024     # ring steps kept to pair a run whose reference is still c
 CYCLE_IDLE = 3.0      # a cycle this many times its neighbours' median had the engine idle
 PAIRABLE_SHARE = 1 / 3  # a pair needs a third of a run's window in its bucket (pairs_in: the
                         # run's MIN_RUN_STEPS and half a run of reference steps)
+PAIR_LOAD_TOLERANCE = 0.01  # a run and its references' mean B this close (goodput grows with B)
+UNPAIRED_WINDOWS = 2    # a bucket that explored this many run windows of steps and paired none
+                        # never will: a drain that holds a bucket but not a run's alignment
 
 
 FloatArray = npt.NDArray[np.float64]
@@ -265,6 +268,10 @@ class Pair:
                 "log_ratio": round(self.log_ratio, 6), "steps": self.steps}
 
 
+def _mean_batch(steps: Sequence[Step]) -> float:
+    return sum(s.batch_size for s in steps) / len(steps)
+
+
 def pairs_in(steps: Sequence[Step], done: set[int],
              table_k: Sequence[int] | None = None) -> list[Pair]:
     """Every run in ``steps`` with at least as many steps of one other k on both sides of it,
@@ -302,6 +309,8 @@ def pairs_in(steps: Sequence[Step], done: set[int],
         around = [s for s in around if s in window]
         if not mine or not around:
             continue
+        if abs(_mean_batch(around) / _mean_batch(mine) - 1.0) > PAIR_LOAD_TOLERANCE:
+            continue  # a drain's run at other batch sizes than its references: B, not k, differs
         (e_run, t_run), (e_ref, t_ref) = _rate(mine), _rate(around)
         if min(e_run, e_ref, t_run, t_ref) <= 0:
             continue
@@ -333,6 +342,10 @@ class MeasuredGoodput:
     recent: deque[int] = field(default_factory=deque)   # the last ``window`` steps' buckets
     in_recent: Counter[int] = field(default_factory=Counter)
     held: set[int] = field(default_factory=set)
+    # per bucket since the last ``mark``: steps at another k than the table's there, and whether
+    # any of them paired (an explored bucket that never pairs is one the load passes through)
+    explored: Counter[int] = field(default_factory=Counter)
+    paired: set[int] = field(default_factory=set)
 
     def ingest(self, steps: Sequence[Step], table_k: Sequence[int] | None = None) -> list[Pair]:
         """Add the ring's steps newer than the last seen (a six-field step, from a plugin that
@@ -354,6 +367,9 @@ class MeasuredGoodput:
                 self.in_recent[self.recent.popleft()] -= 1
             if self.in_recent[bucket] >= PAIRABLE_SHARE * self.window:
                 self.held.add(bucket)
+            if (table_k is not None and 0 < s.batch_size < len(table_k)
+                    and s.k_drafted != table_k[s.batch_size]):
+                self.explored[bucket] += 1
             # the cells speak for decode steps, what the model describes: a step that also
             # prefilled (a burst's ramp-up, through the same buckets) costs every k alike
             decode = s.tokens <= s.batch_size * (1 + s.k_verified)
@@ -373,6 +389,7 @@ class MeasuredGoodput:
                 (p.log_ratio, p.steps, self.num_pairs))
             self.num_pairs += 1
             self.done.add(p.first)
+            self.paired.add(p.bucket)
         oldest = self.tail[0].seq
         self.done = {seq for seq in self.done if seq >= oldest}
         return found
@@ -394,6 +411,8 @@ class MeasuredGoodput:
         self.pairs.clear()
         self.served.clear()
         self.held.clear()
+        self.explored.clear()
+        self.paired.clear()
 
     def mark(self, changed: Iterable[int] | None = None) -> None:
         """A push: `served` and `held` count again from here at the buckets it ``changed`` (None:
@@ -402,17 +421,23 @@ class MeasuredGoodput:
         if changed is None:
             self.served.clear()
             self.held.clear()
+            self.explored.clear()
+            self.paired.clear()
             return
         for bucket in changed:
             self.served.pop(bucket, None)
             self.held.discard(bucket)
+            self.explored.pop(bucket, None)
+            self.paired.discard(bucket)
 
     def pairable(self) -> set[int]:
         """The buckets where a duel can pair at all since the last push that changed them: some
         step of theirs had PAIRABLE_SHARE of the last ``window`` steps in them (a burst holds
         its plateau's bucket and drains through the others in a few steps each: those never
-        pair)."""
-        return set(self.held)
+        pair), and they paired, or explored fewer than UNPAIRED_WINDOWS windows of steps (a
+        slow drain holds a bucket, yet a run and its references never line up in it)."""
+        limit = UNPAIRED_WINDOWS * self.window
+        return {b for b in self.held if b in self.paired or self.explored[b] < limit}
 
     def rate(self, bucket: int, k: int) -> tuple[float, float, float] | None:
         """(tokens per engine-second, steady steps, their mean B) of one cell, or None."""

@@ -37,7 +37,7 @@ def options(**extra: Any) -> dict[str, Any]:
 
 
 async def bursts(tmp_path: Path, n: int, level: float, drain: dict[int, int],
-                 flat: bool = False) -> tuple[FakeEngine, list[Any]]:
+                 flat: bool = False, **extra: Any) -> tuple[FakeEngine, list[Any]]:
     """``n`` bursts of 64 from the quarter table, each its plateau, its drain (B -> steps
     there) and an idle second; the fake engine after them and the sidecar's decisions. Each k
     emits B·τ(k) tokens a step times ``level``: the engine below the model by a level the ratio
@@ -46,7 +46,7 @@ async def bursts(tmp_path: Path, n: int, level: float, drain: dict[int, int],
     clock = Clock()
     fake = FakeEngine(table=[list(r) for r in QUARTER], max_num_seqs=64)
     decisions = []
-    async with controller_for(fake, tmp_path, clock=clock, **options()) as (c, fake):
+    async with controller_for(fake, tmp_path, clock=clock, **{**options(), **extra}) as (c, fake):
         assert await c.tick() is None
         for _ in range(n):
             for B, steps in ((PLATEAU, 48), *drain.items(), (0, 0)):
@@ -114,3 +114,29 @@ async def test_the_drain_s_buckets_switch_as_each_gathers_its_steps(tmp_path: Pa
     assert {(32, "model"), (24, "model"), (56, "model")} <= by, by
     assert (PLATEAU, "measured") in by
     assert len(pushes) >= 4   # one bucket after another, as each gathered its steps
+
+
+async def test_a_slow_drain_s_buckets_whose_runs_never_pair_switch_by_the_checked_model(
+        tmp_path: Path) -> None:
+    """A drain of 2 steps a B (as the H100's bursts of 64: 16 steps in each 8-wide bucket) holds
+    each bucket a third of a run's window, so duels are asked there, yet a run of 16 and its
+    references never line up in one bucket. On the H100 such buckets waited for pairs that
+    never came, on k=0 where k=3 doubles goodput (`h100-vllm0.26-3b-eagle3-v2-field-ratio`).
+    Once a bucket explored two windows of steps without a pair it is one the load passes
+    through, and the model, checked by the plateau's pairs, switches it."""
+    drain = {B: 2 for B in range(PLATEAU - 1, 0, -1)}
+    fake, decisions = await bursts(tmp_path, 30, 0.9, drain, duel_run=16)
+    table = Table.from_list(fake.table)
+    pushes = [d for d in decisions if d.outcome == "pushed"]
+    by = {(ch.batch_size_end, ch.decided_by) for d in pushes for ch in d.changes}
+    assert any(end < PLATEAU and who == "model" for end, who in by), by
+    assert sum(table.k_at(B, 3) == 3 for B in range(17, 57)) >= 24, fake.table
+
+
+async def test_a_slow_drain_s_unpaired_buckets_stay_where_the_pairs_contradict_the_model(
+        tmp_path: Path) -> None:
+    """Do no harm on the same slow drain: the engine delivers k=0's goodput at every k, the
+    plateau's pairs measure a large ratio error, and no bucket moves."""
+    drain = {B: 2 for B in range(PLATEAU - 1, 0, -1)}
+    fake, decisions = await bursts(tmp_path, 30, 0.6, drain, flat=True, duel_run=16)
+    assert fake.table == QUARTER, [(d.outcome, d.new_table) for d in decisions]
