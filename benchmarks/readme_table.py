@@ -93,6 +93,9 @@ POLL_COSTS = {  # folder -> setting: what reading the engine costs it (poll_cost
     "cpu-tiny-poll-cost": "CPU (2 cores), tiny model, ngram, what the sidecar's reads cost the engine",
 }
 FIELDS = {  # folder -> setting: every policy's table under vLLM's own client (field_summary.py)
+    "h100-vllm0.26-3b-eagle3-v2-field-ratio":
+        "H100, Llama-3.2-3B-shaped, EAGLE-3 (dummy, synthetic acceptance), V2 runner; the grid-256 "
+        "profile; sidecar's model bounded by its ratio error where pairs checked it; fixed k=0 and k=1 only",
     "h100-vllm0.26-3b-eagle3-v2-field-grid256":
         "H100, Llama-3.2-3B-shaped, EAGLE-3 (dummy, synthetic acceptance), V2 runner; tuned with "
         "the grid to B=256; sidecar with urgent duels and foreign intervals skipped; fixed k=0 and k=1 only",
