@@ -73,6 +73,9 @@ NOHARMS = {  # folder -> setting: the table alone against the table with the sid
     "cpu-tiny-noharm/bursts-ratio":
         "CPU (2 cores), tiny model, ngram, do no harm at bursts of 4 and 16, the model bounded by "
         "its ratio error where pairs checked it",
+    "cpu-tiny-noharm/bursts-unpaired":
+        "CPU (2 cores), tiny model, ngram, do no harm at bursts of 4 and 16, buckets explored "
+        "without a pair left to the model, pairs only at their run's load",
     "cpu-tiny-noharm/ramp-mixed-ratio":
         "CPU (2 cores), tiny model, ngram, do no harm under a ramp and mixed prompts, the model "
         "bounded by its ratio error where pairs checked it",
@@ -88,6 +91,9 @@ NOHARMS = {  # folder -> setting: the table alone against the table with the sid
     "cpu-tiny-noharm/stale-profile/ratio-error":
         "CPU (2 cores), tiny model, ngram, do no harm from a stale profile flattering k=0 "
         "(the model bounded by its ratio error where pairs checked it)",
+    "cpu-tiny-noharm/stale-profile/unpaired":
+        "CPU (2 cores), tiny model, ngram, do no harm from a stale profile flattering k=0 "
+        "(unpaired buckets left to the model; a warm-up push by its unchecked ratio)",
 }
 POLL_COSTS = {  # folder -> setting: what reading the engine costs it (poll_cost.py)
     "cpu-tiny-poll-cost": "CPU (2 cores), tiny model, ngram, what the sidecar's reads cost the engine",
