@@ -19,9 +19,9 @@ shuffled order, on the same requests), what users of vLLM's benchmark client rea
 - `headline`, the claims the README shows (each non-fixed, non-documented policy against the
   best fixed k and against the documented table, both metrics, every shape) as one family,
   Holm-corrected at 5% family-wise, each interval at the level its claim was tested at (a run
-  makes dozens of comparisons: at 5% each a few would read faster or slower by chance; the CPU
-  run of 2026-12-05 called the tuned table 10% faster than the documented one, which was the
-  same table). Two policies that ran one table are an A/A: word "same table", no claim;
+  makes dozens of comparisons: at 5% each a few would read faster or slower by chance, even of
+  two policies that ran the same table; docs/benchmarks.md). Two policies that ran one table
+  are an A/A: word "same table", no claim;
 - against the best fixed k, which the data cannot name, in both metrics: "faster" only if
   faster than *every* fixed k (an intersection-union test, each at 5%), "slower" only if
   slower than some fixed k with the 5% split among them (Bonferroni). The figure is the

@@ -69,8 +69,7 @@ class Config:
 
 def config(args: argparse.Namespace, argv: list[str]) -> Config:
     """The flags, checked: InvalidInput names the flag, its value and the fix."""
-    # both arms send the same prompts: with vLLM's prefix cache on, the second arm of every
-    # block ran faster whichever it was (H200, 2026-12-04: 1.34 / 0.76 / 1.32 by order)
+    # both arms send the same prompts: vLLM's prefix cache would favour whichever arm runs second
     extra = bench_engine_args(tuple(args.engine_arg or ()))
     scenario = scenario_of(args, extra)
     profile = scenario.profile

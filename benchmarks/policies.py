@@ -111,9 +111,8 @@ def start_table(policy: str, tables: dict[str, Table]) -> Table:
 def engine_args(extra_args: tuple[str, ...]) -> tuple[str, ...]:
     """The bench's vLLM flags: prefix caching off unless an --engine-arg names it. The load cycles
     a fixed prompt set, so from the second round on vLLM's prefix cache would serve nearly every
-    prompt and the steps would carry almost no prefill (H200, N=256, k=0: ~30 prefill tokens a
-    step where 96-token prompts replacing 2 finished requests a step bring ~190); real prompts
-    do not repeat like that, and the tuner times without the cache too."""
+    prompt and the steps would carry almost no prefill (docs/benchmarks.md, *Settle and
+    window*); real prompts do not repeat like that, and the tuner times without the cache too."""
     if any(a.split("=")[0] in ("--enable-prefix-caching", "--no-enable-prefix-caching")
            for a in extra_args):
         return extra_args

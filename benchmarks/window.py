@@ -13,15 +13,13 @@ The clients' completions in the window are kept as a cross-check.
 
 Window length in engine steps (docs/measurement.md, rule 12): a window runs `window_s`, then on
 until the engine has run at least `min_steps` steps in it, so one step more or less moves it by
-at most 2% (a 2-s window held 12 steps of the 32B model on the H200: one step was 8% of it).
+at most 2% (a slow model's 2-s window may hold a dozen steps).
 
 A window whose engine count cannot be right is measured again (``implausible`` in
-tuner/step_clock.py): on the H200 a resumed bench call read `vllm:generation_tokens_total` as
-if it had jumped by about the run's whole total or fallen back to zero in 38 of its 257
-windows (none of the first call's 72; ratios of 0, 211 and -1.4e6 in its summary,
-benchmarks/results/h200-vllm0.26-3b-ngram-v1-ci). The plugin's step totals over the same
-stretch bound what a window can have generated, so such a read is caught where it happens
-instead of poisoning the intervals. The discarded window is kept (`Measured.discarded`) and the
+tuner/step_clock.py): a resumed engine's token counter can read as if it jumped by a run's whole
+total or fell back to zero (docs/benchmarks.md, *Settle and window*). The plugin's step totals
+over the same stretch bound what a window can have generated, so such a read is caught where it
+happens instead of poisoning the intervals. The discarded window is kept (`Measured.discarded`) and the
 bench writes it to cells.csv with its reason in `dropped`, so what was left out can be checked.
 """
 

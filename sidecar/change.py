@@ -144,46 +144,8 @@ class StepTimeWindow:
         taken back (``reverted``: the caller restores the cell's steps and counts no change);
         after HOLD_S the new level alone is the cell's.
 
-        Why: the last rule (two windows of 5 scrapes against the older live mean, ×1.3, the newer
-        window's steps the cell's only level after a change) fired 5 times in 600 s of a
-        stationary CPU load (benchmarks/results/cpu-tiny/stationary-changes): a CPU shared with
-        another job moved the steps by tens of percent for tens of seconds, which filled both
-        2.5-s windows, and each episode was found going and again coming back. Its busiest cell's
-        mean step between rebuilds had a log spread of 0.145 with a memory of ~10 s, and once rose
-        ×1.5-1.85 for ~18 s. No test that answers within 30 s can tell a 40-s episode from a
-        lasting change of the same size, so the ratio sits between what such noise reaches and
-        the change that matters (the demo's switch, a profile 2x wrong): ×1.7 (×1.6 let the
-        replay below through at ~1 per 10 minutes). A lasting change below it is drift, which the
-        live steps absorb as the cap keeps step_memory (2000) steps a cell: a minute or two at
-        the CPU load's 20-30 steps a second. Medians on both sides, not a median against a mean:
-        a heavy tail moves a mean (one scrape in ten a burst of 3x steps: +7%) and would tilt the
-        test one way. Windows in seconds, not scrapes: the noise is correlated in time, whatever
-        the interval.
-
-        False alarms. A scrape's mean over a cell's ~10 steps spreads by ~8% (0.25 a step), and a
-        burst scrape reads ×1.67: neither puts the majority of a window's scrapes beyond ×1.7, so
-        only the machine's level can, held beyond ×1.7 of the reference for 1.5·STEP_WINDOW_S =
-        18 s. The reference is a median over 2 minutes, which an episode of 10-40 s (less than
-        half of them) hardly moves, and which a wander of sd 0.12 and a 10-s memory moves by about
-        0.12·√(2·10/120) = 0.05. So a false change is an episode (×1.3-1.45) on a wander of +16%
-        or more (1.3 sd), the two lasting 18 s together. The replay of such a machine
-        (tests/sidecar/test_change.py: the wander, six episodes in 10 minutes, twice the run's,
-        and a burst scrape in ten) finds 0.35 false changes per 10 minutes at 0.5-s scrapes,
-        about one episode in 17 (0.30 at 2-s scrapes; 0.68 with twice the episodes), against ~18
-        (~6 at 2 s) for the last rule; the measured run replayed, 0 in 20 runs against 4-11 a run.
-        One excursion can be found in several cells a scrape or two apart, each an event. A
-        transient beyond ×1.7 is taken back once it has been within ×1.3 for most of both windows
-        (18 s), so one of up to ~HOLD_S = 60 s is one change, not two. Why ×1.3 and not "nearer
-        the older level than the new": a real 2x change seen through a ÷1.45 episode reads
-        ×1.38, nearer 1 than 2 (their middle is ×1.41), and would be taken back.
-
-        Detection. A lasting change of 2x (or 0.5x) is found once it fills the majority of both
-        windows: 18-21 s after it at 0.5- and 1-s scrapes, 18-22 s at 2 s (6 scrapes a window,
-        4 of the older), within 30 s given min_steps = 30 in each window (2.5 steps a second; the
-        slowest cell of the CPU load, 50 ms steps slowed 2x, has 10). With the wander on top,
-        90-100% are found within 30 s: the others are changes the wander holds below ×1.7 a while,
-        which any ratio between the noise and 2x misses. The first test comes 3·STEP_WINDOW_S
-        after the start (two windows and a reference of one).
+        Why ×1.7, the false-alarm rate and the time to detect: docs/sidecar.md, *Step-time change:
+        the derivation*.
         """
         i, n_w, span = self._pushed - 1, self.step_window, self.span
         order = self._order()  # position p holds scrape i - span + 1 + p

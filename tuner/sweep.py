@@ -163,13 +163,12 @@ class CellTimer:
 
     async def wait_batch(self, B: int, k: int, workers: list[asyncio.Task[None]],
                          timeout_s: float = 30.0, patience: int = 5) -> StatsReply:
-        """Stats once the engine runs the cell's batch: B requests start at once and the API
-        server admits them over many steps (on the H200 a one-lifetime window opened 8 steps in
-        saw 23-91 of 256). Waits, in stretches of 4 steps, until one stretch ran at least
-        BATCH_FILL·B requests a step. It gives up when `patience` stretches in a row set no new
-        high by half a request (the batch has stopped growing: more waiting would only burn
-        device time) or after timeout_s; the sample's mean_batch then says what the window got
-        (it is retaken, see profile.cell_needs_another)."""
+        """Stats once the engine runs the cell's batch: B requests start at once and the API server admits
+        them over many steps (docs/tuner.md). Waits, in stretches of 4 steps, until one stretch ran at
+        least BATCH_FILL·B requests a step. It gives up when `patience` stretches in a row set no new high
+        by half a request (the batch has stopped growing: more waiting would only burn device time) or
+        after timeout_s; the sample's mean_batch then says what the window got (it is retaken, see
+        profile.cell_needs_another)."""
         since = await self.wait_steps(None, 8, k, workers)
         deadline, best, flat = time.monotonic() + timeout_s, 0.0, 0
         while True:

@@ -3,11 +3,10 @@
 A vLLM step runs a captured CUDA graph when its token count fits a captured size, and eager (or
 piecewise) past the largest one; with `max_num_batched_tokens` the scheduler also splits work.
 A decode step at batch size B and draft length k carries B·(k+1) tokens, plus the prefill a
-serving workload brings per step (B·τ(k)/output_tokens prompts of prompt_tokens each). On the
-H200 the MoE's T(B, 2) went from 29 ms at B=128 to 73 ms at B=192, and k=1 at B=256 serving
-steps carried 547 tokens, past the 512-token graph limit: the measured grid found these only
-after the fact. Here the grid gets points on both sides of every such B, and table edges that
-fall near one snap to it.
+serving workload brings per step (B·τ(k)/output_tokens prompts of prompt_tokens each). A grid
+that does not straddle a graph limit finds the jump only after the fact (docs/tuner.md), so
+the grid gets points on both sides of every such B, and table edges that fall near one snap
+to it.
 
 Graph sizes are a GPU notion (the CPU engine captures none): these functions take the sizes
 read from the engine's config and are tested against sizes given by hand.

@@ -1,9 +1,8 @@
 """A deployment recommendation, not only a table (pure).
 
 A table cannot switch speculation off: its k=0 still runs the drafter (and on the GPU V1 runner
-any table costs full CUDA graphs). Measured on the H200: a table's k=0 was 14-16% slower than no
-speculation on the 32B model and 2.7-3.4x slower at N=1 on the 3B settings. So the tuner ends
-with what to deploy, backed by its measurements:
+any table costs full CUDA graphs; docs/tuner.md, *What to deploy*, has the measurements). So the
+tuner ends with what to deploy, backed by its measurements:
 
 - ``table``: the tuned table (it splits: some k beats the others with confidence somewhere);
 - ``fixed_k``: one k everywhere (the table has one range: no split is supported by the data);

@@ -102,9 +102,8 @@ def pooled_log_sd(cells: Iterable[Sequence[StepSample]]) -> float | None:
     more usable repeats (sum of squares over degrees of freedom); None when no cell has two.
 
     One pool for the whole profile, not one per k: the host's slow stretches fall on every k of
-    a batch size alike (repeats interleave the k's), and a per-k pool of the committed profiles
-    held 8-13 degrees of freedom, one wild cell deciding it (the H200 MoE profile: 0.06 for k=1,
-    0.29 for k=0)."""
+    a batch size alike (repeats interleave the k's), and a per-k pool has too few degrees of
+    freedom, one wild cell deciding it (docs/tuner.md)."""
     ss, df = 0.0, 0
     for samples in cells:
         s, d = _log_ss(samples)
