@@ -24,12 +24,11 @@ from sidecar.acceptance_change import MIN_CHANGE_DRAFTS, AcceptanceChange, Accep
 from sidecar.change import StepTimeChange, StepTimeWindow
 from sidecar.decision import DriftCell
 from sidecar.estimator import (DRAW_PSEUDO, EstimatorState, decay_prior, halve_live, observe,
-                               rebase, restart)
+                               projected, rebase, restart)
 from sidecar.logs import Conditions
 from sidecar.measured import MeasuredGoodput, Pair, changed_buckets
 from sidecar.model_error import LiveError, live_errors
 from sidecar.observer import RingRead
-from sidecar.rebuild import projected
 from sidecar.resume import ResumeTracker
 from sidecar.settings import SidecarSettings
 from sidecar.step_times import Blend, LiveStepTimes, drift_words, drifting

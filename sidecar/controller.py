@@ -256,7 +256,7 @@ class Controller:
 
     async def rebuild(self, trigger: str = "scheduled") -> Decision:
         """Choose the table for â and T̂ (eq. G), push it if it differs, log and checkpoint."""
-        fresh = await self.engine.read()
+        fresh = await self.engine.current()
         self.watch.foreign(self.stats.foreign_tables)
         old = self.engine.table
         choice = self.choose(old, trigger)
@@ -282,7 +282,7 @@ class Controller:
     async def rollback(self, verdict: Verdict) -> Decision:
         """The guardrail's second half: put the table before the push back."""
         old, back = verdict.new, verdict.old
-        outcome, reason = await self.engine.push(back, await self.engine.read())
+        outcome, reason = await self.engine.push(back, await self.engine.current())
         self.stats.rolled_back()
         # the pairs that said "switch" lost to the engine's goodput: measure again from here
         self.belief.goodput.forget()

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
+from tuner.core.admin_api import Duel
 from tuner.core.table import Table
 
 __all__ = ["BIAS_NOTE", "Call", "Decision", "DriftCell", "Figures", "RangeChange", "GainOverOld", "Outcome",
@@ -135,7 +136,7 @@ class Decision(_Record):
     a_raw: list[float] | None = None   # â before the non-increasing projection
     changes: list[RangeChange] = []
     calls: list[Call] = []               # at the buckets served since the last push changed them
-    duels: list[tuple[int, int, list[int]]] = []   # asked of the plugin after this rebuild
+    duels: tuple[Duel, ...] = ()   # asked of the plugin after this rebuild
     urgent: bool = False    # the model is sure a dueled challenger wins: run at urgent_share
     # the model's error on ratios where pairs checked it (None: unchecked; sidecar/model_error.py)
     model_ratio_error: float | None = None

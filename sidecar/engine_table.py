@@ -190,6 +190,11 @@ class EngineTable:
         self._seen(fresh)
         return fresh
 
+    async def current(self) -> TableReply | None:
+        """The table a push is conditional on: the one each tick's ``watch`` keeps current (read
+        only when none is known yet); the PUT's ``if_version`` catches a write since then."""
+        return self.info if self.info is not None else await self.read()
+
     async def watch(self, version: int | None) -> None:
         """A table version on /metrics other than the one we know: read the table."""
         if self.has_admin and version is not None and self.info is not None \

@@ -22,9 +22,10 @@ import numpy as np
 import numpy.typing as npt
 
 from tuner.core.errors import InvalidInput
+from tuner.core.monotone import nonincreasing
 
 __all__ = ["DRAW_PSEUDO", "EstimatorState", "decay_prior", "estimate", "halve_live", "observe",
-           "rebase", "restart"]
+           "projected", "rebase", "restart"]
 
 # â's uncertainty for the confidence rule is Beta(â·n, (1 - â)·n), n = w + drafted: the prior
 # is already in â and n, so the draws add no pseudo-counts of their own
@@ -116,6 +117,12 @@ def estimate(state: EstimatorState) -> FloatArray:
     out = state.prior.copy()
     np.divide(numerator, denominator, out=out, where=denominator > 0)
     return out
+
+
+def projected(state: EstimatorState) -> tuple[FloatArray, FloatArray]:
+    """(â projected non-increasing, â as estimated), and the evidence weights are w + drafted_i."""
+    raw = estimate(state)
+    return nonincreasing(raw, state.w + state.drafted), raw
 
 
 def halve_live(state: EstimatorState) -> None:

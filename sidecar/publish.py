@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING
 
 from sidecar.belief import Belief
 from sidecar.decision import BIAS_NOTE
-from sidecar.estimator import estimate
-from sidecar.rebuild import projected
+from sidecar.estimator import estimate, projected
 from sidecar.settings import SidecarSettings
 from sidecar.state import (ConditionDetail, DuelPower, Estimator, ForeignHold, GuardrailState,
                            HeldOut, LiveCell, ModelError, PredictedGoodput, Process,

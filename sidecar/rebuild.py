@@ -37,16 +37,15 @@ import numpy.typing as npt
 
 from sidecar.arbiter import Arbiter, Verdicts, arbitrate
 from sidecar.decision import Call, RangeChange, StepEvidence, range_gains
-from sidecar.estimator import DRAW_PSEUDO, EstimatorState, estimate
+from sidecar.estimator import DRAW_PSEUDO, EstimatorState, projected
 from sidecar.step_times import Blend
 from tuner.core.confidence import Change, choose_confident, confident_changes, merge_remnants
 from tuner.core.goodput import Cliff
 from tuner.core.incumbent import drop_futile, is_futile
-from tuner.core.monotone import nonincreasing
 from tuner.core.table import Table
 from tuner.core.admin_api import Duel
 
-__all__ = ["Choice", "Inputs", "choose", "projected"]
+__all__ = ["Choice", "Inputs", "choose"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -85,14 +84,8 @@ class Choice:
                 "old_table": old.to_list() if old else None, "new_table": self.table.to_list(),
                 "gains": range_gains(self.G, old, self.table, K),
                 "changes": [c for c in self.changes if c.kept] or self.changes,
-                "calls": list(self.calls), "duels": [[lo, hi, list(ks)] for lo, hi, ks in self.duels],
+                "calls": list(self.calls), "duels": self.duels,
                 "urgent": self.urgent, "model_ratio_error": self.ratio_error}
-
-
-def projected(state: EstimatorState) -> tuple[FloatArray, FloatArray]:
-    """(â projected non-increasing, â as estimated), and the evidence weights are w + drafted_i."""
-    raw = estimate(state)
-    return nonincreasing(raw, state.w + state.drafted), raw
 
 
 def _evidence(blend: Blend, T_prof: FloatArray, start: int, end: int, k: int,

@@ -74,8 +74,15 @@ def test_the_sidecar_imports_only_the_base_of_tuner() -> None:
 
 
 # Inside the sidecar: observe -> believe -> decide (the controller) -> publish; none reaches up.
+DECIDE = {"sidecar.rebuild", "sidecar.arbiter", "sidecar.controller", "sidecar.publish"}
 SIDECAR_ORDER = {"sidecar.observer": {"sidecar.belief", "sidecar.controller", "sidecar.publish"},
-                 "sidecar.belief": {"sidecar.controller", "sidecar.publish", "sidecar.guard_watch"},
+                 "sidecar.belief": DECIDE | {"sidecar.guard_watch"},
+                 "sidecar.measured": {"sidecar.belief", *DECIDE},
+                 "sidecar.model_error": {"sidecar.belief", "sidecar.rebuild", "sidecar.controller",
+                                         "sidecar.publish"},
+                 "sidecar.arbiter": {"sidecar.belief", "sidecar.rebuild", "sidecar.controller",
+                                     "sidecar.publish"},
+                 "sidecar.rebuild": {"sidecar.belief", "sidecar.controller", "sidecar.publish"},
                  "sidecar.guard_watch": {"sidecar.controller", "sidecar.publish"},
                  "sidecar.engine_table": {"sidecar.controller", "sidecar.belief", "sidecar.publish"}}
 

@@ -38,8 +38,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tuner.core.admin_api import (Duel, EmulationBody, EmulationReply, PolicyBody, PolicyReply,
-                                  TableBody, TableReply, check_exploration)
+from tuner.core.admin_api import (Duel, EmulationBody, EmulationReply, ErrorReply, PolicyBody,
+                                  PolicyReply, TableBody, TableReply, check_exploration)
 from tuner.core.errors import InvalidTable
 from tuner.core.table import check_for_engine, fit_to_engine
 from vllm_patch import emulation
@@ -56,8 +56,8 @@ class HttpError(Exception):
         self.status, self.message, self.field = status, message, field
 
     def body(self) -> dict[str, Any]:
-        """The reply body: {"error", "field"} (ErrorReply)."""
-        return {"error": self.message, "field": self.field}
+        """The reply body, built as the ErrorReply clients parse."""
+        return ErrorReply(error=self.message, field=self.field).model_dump(mode="json")
 
 
 def swap_latency(engine: EngineState) -> float | None:
@@ -208,7 +208,7 @@ def policy_reply(engine: EngineState) -> dict[str, Any]:
     p = engine.policy
     return PolicyReply(explore_every=p.explore_every, explore_run=p.explore_run,
                        hysteresis=p.hysteresis, baseline=p.baseline,
-                       duels=[(lo, hi, list(ks)) for lo, hi, ks in p.duels],
+                       duels=tuple(p.duels),
                        duel_run=p.duel_run, duel_share=p.duel_share,
                        duel_horizon=p.duel_horizon).model_dump(mode="json")
 

@@ -203,8 +203,8 @@ def test_a_shape_of_several_runs_counts_tokens_over_their_durations() -> None:
 # -- the sidecar's arm and the bench's input -----------------------------------------------------
 def test_a_frozen_sidecars_duels_are_part_of_the_policy_put_back() -> None:
     policy = PolicyReply(explore_every=300, hysteresis=2, explore_run=3, duels=[(1, 8, [2])])
-    assert _policy_fields(policy)["duels"] == [(1, 8, [2])]
-    assert _policy_fields(PolicyReply(explore_every=0, hysteresis=0))["duels"] == []
+    assert _policy_fields(policy)["duels"] == ((1, 8, (2,)),)
+    assert _policy_fields(PolicyReply(explore_every=0, hysteresis=0))["duels"] == ()
 
 
 @pytest.mark.parametrize(("extra", "says"), [

@@ -96,7 +96,6 @@ class FakeEngine:
     stalled: list[str] | None = None  # plugin lines served while its stats fetch fails
     ring: list[tuple[int, int, int, int, float, int, int, float]] = field(default_factory=list)
     policy: dict[str, Any] = field(default_factory=dict)  # the last PUT /v1/policy body
-    write_after_read: list[list[int]] | None = None  # an operator writes right after a GET
     lose_reply: bool = False  # the next PUT /v1/table is applied but answered 503
     # /v1/stats carries the counters (the sidecar reads them there, not on /metrics); off: a
     # plugin that answers with the ring only, so /metrics is the road and its faults apply
@@ -278,11 +277,7 @@ class FakeEngine:
     async def get_table(self, request: web.Request) -> web.Response:
         if self.admin_down:
             return web.json_response({"error": "down"}, status=503)
-        reply = web.json_response(self._table_reply())
-        if self.write_after_read is not None:  # between this read and the reader's next PUT
-            self.operator_put(self.write_after_read)
-            self.write_after_read = None
-        return reply
+        return web.json_response(self._table_reply())
 
     async def put_table(self, request: web.Request) -> web.Response:
         self.auth_headers.append(request.headers.get("Authorization", ""))

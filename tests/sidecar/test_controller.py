@@ -452,15 +452,15 @@ async def test_a_foreign_table_is_held_off_then_replaced(
         assert len(events(caplog, "foreign_table")) == 1  # our own push is not foreign
 
 
-async def test_a_table_written_between_our_read_and_our_push_is_never_overwritten(
+async def test_a_table_written_since_our_last_read_is_never_overwritten(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """The push is a conditional PUT (if_version of the table read): the write that came in
-    between wins, and the foreign-table rule takes over."""
+    """The push is a conditional PUT (if_version of the table last read, with no GET before
+    it): a write that came in since wins, and the foreign-table rule takes over."""
     caplog.set_level(logging.INFO, "sidecar")
     async with controller_for(FakeEngine(), tmp_path, foreign_hold_s=300.0) as (c, fake):
         assert await c.tick() is None  # first scrape: a baseline
         fake.run(150, (0.9, 0.8, 0.7))
-        fake.write_after_read = OPERATOR  # right after the rebuild's own read
+        fake.operator_put(OPERATOR)  # after the tick read the table, before the rebuild's PUT
         decision = await c.rebuild()
         assert decision.outcome == "held" and "after we read it" in decision.reason
         assert fake.table == OPERATOR and fake.version == 2

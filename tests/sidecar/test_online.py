@@ -6,7 +6,8 @@ import numpy as np
 
 from sidecar.estimator import EstimatorState
 from sidecar.guardrail import MIN_STEPS, Guardrail, Sample
-from sidecar.rebuild import Inputs, choose, projected
+from sidecar.estimator import projected
+from sidecar.rebuild import Inputs, choose
 from sidecar.step_times import LiveStepTimes
 from tuner.core.table import Table
 

@@ -8,8 +8,9 @@ import json
 from pydantic import BaseModel
 
 from tests.vllm_patch.test_admin_fuzz import new_engine
-from tuner.core.admin_api import EmulationReply, PolicyReply, StatsReply, TableReply
-from vllm_patch.admin import emulation_reply, policy_reply, put_table, stats_reply, table_reply
+from tuner.core.admin_api import EmulationReply, ErrorReply, PolicyReply, StatsReply, TableReply
+from vllm_patch.admin import (HttpError, emulation_reply, policy_reply, put_table, stats_reply,
+                              table_reply)
 
 
 def fields(model: type[BaseModel]) -> set[str]:
@@ -23,6 +24,8 @@ def test_every_reply_has_exactly_its_models_fields() -> None:
     assert set(policy_reply(engine)) == fields(PolicyReply)
     assert set(emulation_reply(engine)) == fields(EmulationReply)
     assert set(stats_reply(engine)) == fields(StatsReply)
+    error = HttpError(400, "bad", "table").body()
+    assert set(error) == fields(ErrorReply) and ErrorReply.model_validate(error).field == "table"
 
 
 def test_replies_parse_back_into_their_models_with_the_values_sent() -> None:

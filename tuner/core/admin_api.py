@@ -100,7 +100,7 @@ class PolicyBody(_Body):
     explore_every: StrictInt | None = Field(default=None, ge=0, le=1_000_000)
     explore_run: StrictInt | None = Field(default=None, ge=1, le=64)
     # duels (vllm_patch/duel.py): [[start_bs, end_bs, [challenger k, ...]], ...]; [] ends them
-    duels: tuple[tuple[StrictInt, StrictInt, tuple[StrictInt, ...]], ...] | None = None
+    duels: tuple[Duel, ...] | None = None  # strict ints: the model's config
     duel_run: StrictInt | None = Field(default=None, ge=2, le=256)
     duel_share: StrictFloat | None = Field(default=None, ge=0.0, le=0.5)
     duel_horizon: StrictInt | None = Field(default=None, ge=100, le=10_000_000)
@@ -159,7 +159,7 @@ class PolicyReply(_Reply):
     hysteresis: int
     explore_run: int = 1
     baseline: str | None = None
-    duels: list[tuple[int, int, list[int]]] = []
+    duels: tuple[Duel, ...] = ()
     duel_run: int = 16
     duel_share: float = 0.02
     duel_horizon: int = 10_000
