@@ -84,7 +84,6 @@ TAIL_STEPS = 1024     # ring steps kept to pair a run whose reference is still c
 CYCLE_IDLE = 3.0      # a cycle this many times its neighbours' median had the engine idle
 PAIRABLE_SHARE = 1 / 3  # a pair needs a third of a run's window in its bucket (pairs_in: the
                         # run's MIN_RUN_STEPS and half a run of reference steps)
-PAIR_LOAD_TOLERANCE = 0.01  # a run and its references' mean B this close (goodput grows with B)
 UNPAIRED_WINDOWS = 2    # a bucket that explored this many run windows of steps and paired none
                         # never will: a drain that holds a bucket but not a run's alignment
 
@@ -268,8 +267,27 @@ class Pair:
                 "log_ratio": round(self.log_ratio, 6), "steps": self.steps}
 
 
-def _mean_batch(steps: Sequence[Step]) -> float:
-    return sum(s.batch_size for s in steps) / len(steps)
+def _at_shared_batch_sizes(mine: Sequence[Step],
+                           around: Sequence[Step]) -> tuple[float, int, int]:
+    """The run against its references at the batch sizes both ran: per B the log ratio of their
+    goodput per request, weighted by the run's steps there; (log ratio, run steps and reference
+    steps counted).
+    Within a band T can jump (a CUDA graph's size, a chunk of prefill), so a run at other B than
+    its references would measure the batch sizes, not the k's."""
+    run: dict[int, list[Step]] = {}
+    ref: dict[int, list[Step]] = {}
+    for s in mine:
+        run.setdefault(s.batch_size, []).append(s)
+    for s in around:
+        ref.setdefault(s.batch_size, []).append(s)
+    total, counted, refs = 0.0, 0, 0
+    for B in run.keys() & ref.keys():
+        (e_run, t_run), (e_ref, t_ref) = _rate(run[B]), _rate(ref[B])
+        if min(e_run, e_ref, t_run, t_ref) <= 0:
+            continue
+        total += len(run[B]) * math.log((e_run / t_run) / (e_ref / t_ref))
+        counted, refs = counted + len(run[B]), refs + len(ref[B])
+    return (total / counted if counted else 0.0), counted, refs
 
 
 def pairs_in(steps: Sequence[Step], done: set[int],
@@ -309,13 +327,10 @@ def pairs_in(steps: Sequence[Step], done: set[int],
         around = [s for s in around if s in window]
         if not mine or not around:
             continue
-        if abs(_mean_batch(around) / _mean_batch(mine) - 1.0) > PAIR_LOAD_TOLERANCE:
+        log_ratio, run_steps, ref_steps = _at_shared_batch_sizes(mine, around)
+        if min(run_steps, ref_steps) < MIN_RUN_STEPS:
             continue  # a drain's run at other batch sizes than its references: B, not k, differs
-        (e_run, t_run), (e_ref, t_ref) = _rate(mine), _rate(around)
-        if min(e_run, e_ref, t_run, t_ref) <= 0:
-            continue
-        out.append(Pair(bucket, run.k, before.k, math.log((e_run / t_run) / (e_ref / t_ref)),
-                        len(mine), run.first))
+        out.append(Pair(bucket, run.k, before.k, log_ratio, run_steps, run.first))
     return out
 
 
