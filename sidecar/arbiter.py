@@ -20,7 +20,9 @@ delivers (sidecar/measured.py), so at a bucket with live steps:
   of ``model_error`` and its own error measured live: on ratios, where pairs checked them
   (sidecar/model_error.py ``ratio_error``), else at that bucket (predicted against realized
   goodput of the table's k there); where the bucket's live error is not known yet, the model
-  switches nothing there (``live_error``);
+  switches nothing there (``live_error``); and while the plugin duels (``can_duel``) it
+  switches nothing before pairs somewhere have checked its ratios (a bucket's level error
+  checks only the incumbent's k: a stale profile flattering the challenger passes it);
 - from EARLY_PAIRS pairs an early measurement (sidecar/measured.py, eq. EARLY: its dependence
   assumed, not estimated) counts too, so a large gain is found under bursts, which leave a
   bucket a handful of pairs; an early win switches only where the model's interval, at
@@ -182,7 +184,10 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
         # the model may switch only where no duel can settle it, where its own error is known,
         # and by more than that error
         can_pair = can_duel and (pairable is None or bucket in pairable)
-        by_model = not can_pair and (live_error is None or bucket in live_error)
+        # where duels run somewhere, the model's ratios must have met pairs first: its level
+        # error there checks the incumbent's k only, not the challenger's
+        by_model = not can_pair and (live_error is None or bucket in live_error) and (
+            not can_duel or checked is not None)
         # where pairs checked the model's ratios, that error bounds it, not its level's
         error = model_error if live_error is None else max(
             model_error, checked if checked is not None else live_error.get(bucket, 0.0))

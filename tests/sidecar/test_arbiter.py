@@ -253,15 +253,23 @@ def test_an_early_win_switches_only_where_the_model_wins_too() -> None:
 def test_where_a_burst_only_passes_through_the_model_decides_beyond_its_live_error() -> None:
     """A bucket the load drains through gives a duel no pairs (sidecar/measured.py,
     pairable): no duel is asked for there, and the model switches it where it wins beyond
-    its error measured live there; where that error is not known, nothing moves. A pairable
-    bucket keeps the rule: duels, not the model."""
+    its error measured live there, once pairs elsewhere have checked its ratios (a bucket's
+    live error checks the incumbent's k only: the CPU's stale profile, flattering k=0, passed
+    it at B 3-4); where that error is not known, nothing moves. A pairable bucket keeps the
+    rule: duels, not the model."""
     old = [0] * 16
     sure = draws({0: 1.0, 1: 1.5, 2: 1.9, 3: 2.2})
     v = decide(sure, MeasuredGoodput(), {16: 100}, old, live_error={16: 0.1}, can_duel=True,
                pairable=frozenset())
+    assert not v.switches() and v.duels == () and v.ratio_error is None   # unchecked: kept
+    checked = measured_with(8, 3, 0, math.log(2.2), n=EARLY_PAIRS + 1, sd=0.05)
+    v = decide(sure, checked, {16: 100}, old, live_error={16: 0.1}, can_duel=True,
+               pairable=frozenset())
     (s,) = v.switches()
     assert (s.k, s.decided_by) == (3, "model") and v.duels == ()
     assert list(v.ks[8:]) == [3] * 8
+    v = decide(sure, MeasuredGoodput(), {16: 100}, old, live_error={16: 0.1})   # no duels run
+    assert [(c.k, c.decided_by) for c in v.switches()] == [(3, "model")]
     v = decide(sure, MeasuredGoodput(), {16: 100}, old, live_error={16: 1.0}, can_duel=True,
                pairable=frozenset())
     assert not v.switches() and v.duels == ()        # a gain inside its live error: kept

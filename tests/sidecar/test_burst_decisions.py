@@ -37,19 +37,20 @@ def options(**extra: Any) -> dict[str, Any]:
 
 
 async def bursts(tmp_path: Path, n: int, level: float, drain: dict[int, int],
-                 flat: bool = False, **extra: Any) -> tuple[FakeEngine, list[Any]]:
-    """``n`` bursts of 64 from the quarter table, each its plateau, its drain (B -> steps
-    there) and an idle second; the fake engine after them and the sidecar's decisions. Each k
-    emits B·τ(k) tokens a step times ``level``: the engine below the model by a level the ratio
-    of two k's does not see (the sidecar's live error there). ``flat``: every k delivers k=0's
-    goodput, whatever the model says (a profile that flatters speculation)."""
+                 flat: bool = False, plateau: int = 48,
+                 **extra: Any) -> tuple[FakeEngine, list[Any]]:
+    """``n`` bursts of 64 from the quarter table, each its plateau (``plateau`` steps at B=64), its drain (B
+    -> steps there) and an idle second; the fake engine after them and the sidecar's decisions. Each k
+    emits B·τ(k) tokens a step times ``level``: the engine below the model by a level the ratio of two k's
+    does not see (the sidecar's live error there). ``flat``: every k delivers k=0's goodput, whatever the
+    model says (a profile that flatters speculation)."""
     clock = Clock()
     fake = FakeEngine(table=[list(r) for r in QUARTER], max_num_seqs=64)
     decisions = []
     async with controller_for(fake, tmp_path, clock=clock, **{**options(), **extra}) as (c, fake):
         assert await c.tick() is None
         for _ in range(n):
-            for B, steps in ((PLATEAU, 48), *drain.items(), (0, 0)):
+            for B, steps in ((PLATEAU, plateau), *drain.items(), (0, 0)):
                 if steps:
                     ms = step_ms(B)
                     rates = {k: level * B * TAU[0 if flat else k] / (ms[0 if flat else k] / 1000)
@@ -118,14 +119,14 @@ async def test_the_drain_s_buckets_switch_as_each_gathers_its_steps(tmp_path: Pa
 
 async def test_a_slow_drain_s_buckets_whose_runs_never_pair_switch_by_the_checked_model(
         tmp_path: Path) -> None:
-    """A drain of 2 steps a B (as the H100's bursts of 64: 16 steps in each 8-wide bucket) holds
-    each bucket a third of a run's window, so duels are asked there, yet a run of 16 and its
-    references never line up in one bucket. On the H100 such buckets waited for pairs that
-    never came, on k=0 where k=3 doubles goodput (`h100-vllm0.26-3b-eagle3-v2-field-ratio`).
-    Once a bucket explored two windows of steps without a pair it is one the load passes
-    through, and the model, checked by the plateau's pairs, switches it."""
+    """A plateau of 96 steps, then a drain of 2 steps a B (as the H100's bursts of 64: 16 steps in each 8-wide
+    bucket), which holds each bucket a third of a run's window, so duels are asked there, yet a run of 16
+    and its references never line up in one bucket. On the H100 such buckets waited for pairs that never
+    came, on k=0 where k=3 doubles goodput (`h100-vllm0.26-3b-eagle3-v2-field-ratio`). Once a bucket
+    explored two windows of steps without a pair it is one the load passes through, and the model, checked
+    by the plateau's pairs, switches it."""
     drain = {B: 2 for B in range(PLATEAU - 1, 0, -1)}
-    fake, decisions = await bursts(tmp_path, 30, 0.9, drain, duel_run=16)
+    fake, decisions = await bursts(tmp_path, 30, 0.9, drain, plateau=96, duel_run=16)
     table = Table.from_list(fake.table)
     pushes = [d for d in decisions if d.outcome == "pushed"]
     by = {(ch.batch_size_end, ch.decided_by) for d in pushes for ch in d.changes}
@@ -138,5 +139,5 @@ async def test_a_slow_drain_s_unpaired_buckets_stay_where_the_pairs_contradict_t
     """Do no harm on the same slow drain: the engine delivers k=0's goodput at every k, the
     plateau's pairs measure a large ratio error, and no bucket moves."""
     drain = {B: 2 for B in range(PLATEAU - 1, 0, -1)}
-    fake, decisions = await bursts(tmp_path, 30, 0.6, drain, flat=True, duel_run=16)
+    fake, decisions = await bursts(tmp_path, 30, 0.6, drain, flat=True, plateau=96, duel_run=16)
     assert fake.table == QUARTER, [(d.outcome, d.new_table) for d in decisions]
