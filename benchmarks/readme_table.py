@@ -94,6 +94,9 @@ NOHARMS = {  # folder -> setting: the table alone against the table with the sid
     "cpu-tiny-noharm/stale-profile/unpaired":
         "CPU (2 cores), tiny model, ngram, do no harm from a stale profile flattering k=0 "
         "(unpaired buckets left to the model; a warm-up push by its unchecked ratio)",
+    "cpu-tiny-noharm/stale-profile/unpaired-checked":
+        "CPU (2 cores), tiny model, ngram, do no harm from a stale profile flattering k=0 "
+        "(the model waits for pairs to check its ratios; pairs at the batch sizes both ran)",
 }
 POLL_COSTS = {  # folder -> setting: what reading the engine costs it (poll_cost.py)
     "cpu-tiny-poll-cost": "CPU (2 cores), tiny model, ngram, what the sidecar's reads cost the engine",
