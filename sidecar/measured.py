@@ -85,7 +85,7 @@ CYCLE_IDLE = 3.0      # a cycle this many times its neighbours' median had the e
 PAIRABLE_SHARE = 1 / 3  # a pair needs a third of a run's window in its bucket (pairs_in: the
                         # run's MIN_RUN_STEPS and half a run of reference steps)
 UNPAIRED_WINDOWS = 2    # a bucket that explored this many run windows of steps and paired none
-                        # never will: a drain that holds a bucket but not a run's alignment
+                        # is one the load passes through (a drain holds it, runs never line up)
 
 
 FloatArray = npt.NDArray[np.float64]
@@ -271,8 +271,7 @@ def _at_shared_batch_sizes(mine: Sequence[Step],
                            around: Sequence[Step]) -> tuple[float, int, int]:
     """The run against its references at the batch sizes both ran: per B the log ratio of their
     goodput per request, weighted by the run's steps there; (log ratio, run steps and reference
-    steps counted).
-    Within a band T can jump (a CUDA graph's size, a chunk of prefill), so a run at other B than
+    steps counted). Within a band T can jump (a CUDA graph's size, a chunk of prefill), so a run at other B than
     its references would measure the batch sizes, not the k's."""
     run: dict[int, list[Step]] = {}
     ref: dict[int, list[Step]] = {}
