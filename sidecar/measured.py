@@ -271,8 +271,8 @@ def _at_shared_batch_sizes(mine: Sequence[Step],
                            around: Sequence[Step]) -> tuple[float, int, int]:
     """The run against its references at the batch sizes both ran: per B the log ratio of their
     goodput per request, weighted by the run's steps there; (log ratio, run steps and reference
-    steps counted). Within a band T can jump (a CUDA graph's size, a chunk of prefill), so a run at other B than
-    its references would measure the batch sizes, not the k's."""
+    steps counted). Within a band T can jump (a CUDA graph's size, a chunk of prefill), so a
+    run at other B than its references would measure the batch sizes, not the k's."""
     run: dict[int, list[Step]] = {}
     ref: dict[int, list[Step]] = {}
     for s in mine:
