@@ -36,7 +36,7 @@ from tuner.prompts import repetitive
 from tuner.core.table import Table
 from vllm_patch.hooks import count_step, generated_lengths
 from vllm_patch.policy import PolicyLookup
-from vllm_patch.state import Counters, EngineState, Policy, TableState
+from vllm_patch.engine_state import Counters, EngineState, Policy, TableState
 
 TOKEN = "overhead-token"
 

@@ -103,7 +103,7 @@ class Controller:
         info = self.engine.info
         self.allowed_k = profile_fit.allowed_ks(self.settings.allowed_k, self.settings.min_k,
                                                 info, self.K)
-        self.recommended = self.choose(None).table
+        self.recommended = self.proposal(None).table
         log.info("connected", extra={"engine_table": info.table if info else None,
                                      "allowed_k": sorted(self.allowed_k or range(self.K + 1)),
                                      "dry_run": self.settings.dry_run})
@@ -227,13 +227,13 @@ class Controller:
         current = table.k_at(B, self.K)
         if not self.belief.beaten_at(B, current, self.allowed_k):
             return None
-        choice = self.choose(table)
+        choice = self.proposal(table)
         if guard.is_held(choice.table, self.clock()) is not None:
             return None  # rolled back already: a rebuild would only say so again
         return "guardrail" if choice.table.k_at(B, self.K) != current else None
 
     # -- rebuild ---------------------------------------------------------------------------
-    def choose(self, old: Table | None, trigger: str = "scheduled") -> Choice:
+    def proposal(self, old: Table | None, trigger: str = "scheduled") -> Choice:
         """The table a rebuild would push against ``old`` (sidecar/rebuild.py)."""
         s, belief = self.settings, self.belief
         # measured decisions need the plugin's ring (a stock vLLM, an older plugin or a ring
@@ -259,7 +259,7 @@ class Controller:
         fresh = await self.engine.current()
         self.watch.foreign(self.stats.foreign_tables)
         old = self.engine.table
-        choice = self.choose(old, trigger)
+        choice = self.proposal(old, trigger)
         until = self.watch.guard.is_held(choice.table, self.clock())
         if until is not None and choice.table != old:
             outcome: Outcome = "unchanged"
@@ -287,7 +287,7 @@ class Controller:
         # the pairs that said "switch" lost to the engine's goodput: measure again from here
         self.belief.goodput.forget()
         self.belief.goodput.mark()
-        choice = self.choose(back)
+        choice = self.proposal(back)
         chosen = Choice(back, choice.proposed, choice.G, choice.a_used, choice.a_raw, [])
         return self._decide(chosen, old, "rolled_back" if outcome == "pushed" else outcome,
                             f"{rollback_reason(verdict, self.settings.guard_hold_s)}; {reason}",

@@ -43,7 +43,7 @@ from tuner.core.admin_api import (Duel, EmulationBody, EmulationReply, ErrorRepl
 from tuner.core.errors import InvalidTable
 from tuner.core.table import check_for_engine, fit_to_engine
 from vllm_patch import emulation
-from vllm_patch.state import EngineState, Policy, TableState, accepted_per_pos, drafted_per_pos
+from vllm_patch.engine_state import EngineState, Policy, TableState, accepted_per_pos, drafted_per_pos
 
 log = logging.getLogger("vllm.tabletune")
 

@@ -54,7 +54,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from vllm_patch import admin
 from vllm_patch.admin import HttpError
 from vllm_patch.settings import MAX_BODY_BYTES
-from vllm_patch.state import EngineState
+from vllm_patch.engine_state import EngineState
 
 log = logging.getLogger("vllm.tabletune")
 

@@ -24,7 +24,7 @@ class Bandit:
     pulls: dict[tuple[int, int], int] = field(default_factory=dict)
     pending: tuple[int, int] | None = None  # the (bucket, k) whose reward the next step brings
 
-    def choose(self, batch_size: int) -> int:
+    def k_for(self, batch_size: int) -> int:
         """The k for this batch size: untried arms first, then ε-greedy; remembers it as pending."""
         bucket = step_bucket(batch_size)
         untried = [k for k in self.arms if (bucket, k) not in self.pulls]

@@ -66,7 +66,7 @@ class DuelClock:
     turns: dict[int, int] = field(default_factory=dict)
     starts: deque[tuple[int, int]] = field(default_factory=deque)
 
-    def choose(self, duels: tuple[Duel, ...], batch_size: int, table_k: int, step: int,
+    def k_for_step(self, duels: tuple[Duel, ...], batch_size: int, table_k: int, step: int,
                run: int, share: float, horizon: int) -> int | None:
         """The k a duel makes this step run, or None for the table's own."""
         if self.run_left > 0:

@@ -20,7 +20,7 @@ from typing import Any
 
 from vllm_patch.policy import PolicyLookup
 from vllm_patch.settings import PluginSettings
-from vllm_patch.state import LIFETIME_STEPS, Counters, EngineState, Policy, TableState
+from vllm_patch.engine_state import LIFETIME_STEPS, Counters, EngineState, Policy, TableState
 
 log = logging.getLogger("vllm.tabletune")
 REQUIRED_SCHEDULER_ATTRS = ("dynamic_sd_lookup", "num_spec_tokens", "schedule",

@@ -23,7 +23,7 @@ from typing import SupportsIndex, overload
 
 from vllm_patch.bandit import Bandit
 from vllm_patch.duel import DuelClock
-from vllm_patch.state import EngineState, Policy
+from vllm_patch.engine_state import EngineState, Policy
 
 log = logging.getLogger("vllm.tabletune")
 
@@ -71,7 +71,7 @@ class PolicyLookup(list[int]):
         table_k, _ = step_k(dense, batch_size, self._engine.current_k, self._engine.steps,
                               Policy(hysteresis=policy.hysteresis))
         allowed = set(self._allowed)
-        k = self._duel.choose(policy.duels, batch_size, table_k, self._engine.steps,
+        k = self._duel.k_for_step(policy.duels, batch_size, table_k, self._engine.steps,
                               policy.duel_run, policy.duel_share, policy.duel_horizon)
         if k is None or k == table_k or k not in allowed:
             return table_k, False
@@ -98,7 +98,7 @@ class PolicyLookup(list[int]):
             assert state is not None
             policy = engine.policy
             if policy.baseline == "nightjar":
-                k, explored = self._bandit().choose(int(i)), False
+                k, explored = self._bandit().k_for(int(i)), False
             elif policy.duels:
                 k, explored = self._duel_k(state.dense, int(i), policy)
             else:

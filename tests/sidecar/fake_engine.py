@@ -184,7 +184,7 @@ class FakeEngine:
         for _ in range(steps):
             seq = len(self.ring) + 1
             table_k = Table.from_list(self.table).k_at(B, self.K)
-            k = self._duel_clock.choose(duels, B, table_k, seq, run, share, horizon)
+            k = self._duel_clock.k_for_step(duels, B, table_k, seq, run, share, horizon)
             k = table_k if k is None else k
             prev = self.ring[-1][3] if self.ring else k
             seconds = step_ms[k] / 1000 * float(np.exp(rng.normal(0, noise)))

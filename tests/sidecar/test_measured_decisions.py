@@ -95,7 +95,7 @@ async def test_a_step_time_change_keeps_what_was_measured(tmp_path: Path) -> Non
         assert await c.tick() is None
         await serve(c, fake, clock, 60)
         assert Table.from_list(fake.table).k_at(B, 3) == 2
-        choice = c.choose(Table.from_list(fake.table), trigger="change")
+        choice = c.proposal(Table.from_list(fake.table), trigger="change")
         assert choice.table.k_at(B, 3) == 2
 
 
@@ -108,12 +108,12 @@ async def test_after_a_change_of_acceptance_an_unserved_range_keeps_its_k(tmp_pa
         assert await c.tick() is None
         await serve(c, fake, clock, 60)
         engine = Table.from_list(fake.table)
-        assert c.choose(engine).table.k_at(2, 3) == 1         # B <= 4 unserved: kept
+        assert c.proposal(engine).table.k_at(2, 3) == 1         # B <= 4 unserved: kept
         c.belief.rebase_left, c.belief.changed_at = 2, clock.now            # a change of acceptance just now
-        assert c.choose(engine).table.k_at(2, 3) == 1         # still kept
+        assert c.proposal(engine).table.k_at(2, 3) == 1         # still kept
         # and while the counts after the change are younger than a window, the model switches
         # no served bucket either: only a conclusive measurement could
-        assert all(call.decided_by == "measured" for call in c.choose(engine).calls
+        assert all(call.decided_by == "measured" for call in c.proposal(engine).calls
                    if call.status == "switch")
 
 

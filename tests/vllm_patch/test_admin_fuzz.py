@@ -19,7 +19,7 @@ from tuner.launcher import free_port
 from tuner.core.table import Table
 from vllm_patch.admin_server import serve
 from vllm_patch.settings import MAX_BODY_BYTES
-from vllm_patch.state import Counters, EngineState, Policy, TableState
+from vllm_patch.engine_state import Counters, EngineState, Policy, TableState
 
 TOKEN = "fuzz-token"
 START = Table.from_list([[1, 4, 3], [5, 16, 1]])

@@ -22,7 +22,7 @@ from tests.vllm_patch.test_admin_fuzz import TOKEN, new_engine
 from tuner.launcher import free_port
 from vllm_patch.admin_server import AdminServer, Limits, serve
 from vllm_patch.policy import PolicyLookup
-from vllm_patch.state import EngineState
+from vllm_patch.engine_state import EngineState
 
 GOOD = json.dumps({"table": [[1, 16, 2]]}).encode()
 LIMITS = Limits(idle_timeout_s=0.3, read_timeout_s=0.3, write_timeout_s=0.3, max_connections=8)

@@ -16,7 +16,7 @@ from tuner.core.admin_api import TableReply
 from tuner.core.engine_client import AdminRejected, EngineClient
 from tuner.core.table import Table
 from vllm_patch.settings import MAX_BODY_BYTES
-from vllm_patch.state import EngineState
+from vllm_patch.engine_state import EngineState
 
 START = Table.from_list([[1, 4, 3], [5, 32, 1]])
 MANY = [[b, b, 1] for b in range(1, 4096)]  # the 4,095-range table

@@ -7,7 +7,7 @@ import random
 from tuner.core.table import Table
 from vllm_patch.duel import DuelClock
 from vllm_patch.policy import PolicyLookup
-from vllm_patch.state import Counters, EngineState, Policy, TableState
+from vllm_patch.engine_state import Counters, EngineState, Policy, TableState
 
 
 def engine_with(policy: Policy, table: list[list[int]], K: int = 3, n: int = 256) -> EngineState:
@@ -41,12 +41,12 @@ def test_a_resent_policy_keeps_the_gap_since_the_last_run() -> None:
     """The sidecar re-sends its duels as buckets get served: that must not restart the wait."""
     clock = DuelClock()
     duels = ((1, 8, (2,)),)
-    ks = [clock.choose(duels, 4, 3, s, 4, 0.5, 1000) for s in range(9)]
+    ks = [clock.k_for_step(duels, 4, 3, s, 4, 0.5, 1000) for s in range(9)]
     assert ks[8] == 2  # min gap 2·4 table steps, then a run
-    ks = [clock.choose(duels, 4, 3, s, 4, 0.5, 1000) for s in range(9, 17)]
+    ks = [clock.k_for_step(duels, 4, 3, s, 4, 0.5, 1000) for s in range(9, 17)]
     assert ks == [2, 2, 2] + [None] * 5  # the run's last 3 steps, then 5 of the gap
     clock.reset()  # no run in progress: the 5 table steps since it ended still count
-    later = [clock.choose(duels, 4, 3, s, 4, 0.5, 1000) for s in range(17, 21)]
+    later = [clock.k_for_step(duels, 4, 3, s, 4, 0.5, 1000) for s in range(17, 21)]
     assert later == [None, None, None, 2]
 
 
@@ -80,10 +80,10 @@ def test_no_duel_outside_its_range_and_none_at_the_tables_own_k() -> None:
 def test_a_new_policy_ends_the_run_in_progress() -> None:
     clock = DuelClock()
     duels = ((1, 8, (2,)),)
-    ks = [clock.choose(duels, 4, 3, s, 6, 0.5, 1000) for s in range(15)]
+    ks = [clock.k_for_step(duels, 4, 3, s, 6, 0.5, 1000) for s in range(15)]
     assert ks[11] is None and ks[12] == 2 and ks[13] == 2   # after 2·6 table steps: a run
     clock.reset()
-    assert clock.choose((), 4, 3, 15, 6, 0.5, 1000) is None
+    assert clock.k_for_step((), 4, 3, 15, 6, 0.5, 1000) is None
 
 
 def test_rotation_and_duels_share_one_budget() -> None:

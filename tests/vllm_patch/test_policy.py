@@ -12,7 +12,7 @@ from vllm_patch.hooks import count_step
 from vllm_patch.policy import PolicyLookup, step_k
 from vllm_patch.settings import from_env
 from tuner.core.buckets import step_bucket
-from vllm_patch.state import RECENT_STEPS, Counters, Policy
+from vllm_patch.engine_state import RECENT_STEPS, Counters, Policy
 
 DENSE = (3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0)  # [[1,4,3],[5,10,1],[11,16,0]]
 
@@ -163,10 +163,10 @@ def test_bandit_tries_every_arm_then_exploits_per_batch_size() -> None:
 
     b = Bandit(arms=(0, 1, 2), epsilon=0.0)
     for expected in (0, 1, 2):  # untried arms first
-        assert b.choose(4) == expected
+        assert b.k_for(4) == expected
         b.reward(b.pending, {0: 10.0, 1: 30.0, 2: 20.0}[expected])
-    assert b.choose(4) == 1
-    assert b.choose(40) == 0  # another bucket learns on its own
+    assert b.k_for(4) == 1
+    assert b.k_for(40) == 0  # another bucket learns on its own
 
 
 def test_steps_are_steady_only_when_the_verified_k_is_the_drafted_k() -> None:
@@ -202,7 +202,7 @@ def test_request_steps_right_after_a_k0_stretch_are_counted_apart() -> None:
     from types import SimpleNamespace
 
     from vllm_patch.hooks import count_step
-    from vllm_patch.state import RESUME_AFTER, Counters
+    from vllm_patch.engine_state import RESUME_AFTER, Counters
 
     c = Counters(num_positions=3)
     offered: dict[str, int] = {}
@@ -219,7 +219,7 @@ def test_request_steps_right_after_a_k0_stretch_are_counted_apart() -> None:
     step(3, 0)              # drafting resumes: drafts proposed at the end of this step...
     step(3, 1)              # ... are verified here: the resume request-step (1 accepted)
     step(3, 3)              # steady again
-    from vllm_patch.state import accepted_per_pos, drafted_per_pos
+    from vllm_patch.engine_state import accepted_per_pos, drafted_per_pos
     assert drafted_per_pos(c.resume_request_steps, 3) == [1, 1, 1]
     assert accepted_per_pos(c.resume_request_steps, 3) == [1, 0, 0]
     assert c.drafted_per_pos == [3, 3, 3]  # every request-step offered 3 drafts, resume included
