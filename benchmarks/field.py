@@ -65,6 +65,7 @@ class Config:
     policies: tuple[str, ...]
     tables: dict[str, Table]        # every table policy's table
     sidecar: str | None             # the sidecar policy, if any
+    sidecar_args: tuple[str, ...]   # flags after the sidecar's defaults (--sidecar-arg)
     goodput: tuple[str, ...]        # the client's --goodput SLOs, e.g. ("tpot:50",)
     blocks: Blocks
     idle_s: float
@@ -99,6 +100,10 @@ def config(args: argparse.Namespace, argv: list[str]) -> Config:
         known = [*sorted(tables), *SIDECAR_POLICIES]
         raise InvalidInput(f"--policies: {','.join(unknown)} not known for this profile; use "
                            f"some of {','.join(known)}")
+    sidecar_args = tuple(args.sidecar_arg or ())
+    if sidecar_args and not sidecars:
+        raise InvalidInput(f"--sidecar-arg={sidecar_args[0]}: no sidecar policy runs; add one, "
+                           "e.g. sidecar-from-tuned, to --policies")
     goodput = tuple(args.goodput.split()) if args.goodput else ()
     for slo in goodput:
         name, _, ms = slo.partition(":")
@@ -107,7 +112,7 @@ def config(args: argparse.Namespace, argv: list[str]) -> Config:
                                "METRIC one of ttft, tpot, e2el, e.g. --goodput 'tpot:50 ttft:2000'")
     return Config(scenario, shapes_, sizes, tuple(policies),
                   {p: t for p, t in tables.items() if p in policies},
-                  sidecars[0] if sidecars else None, goodput, blocks_of(args), args.idle_s,
+                  sidecars[0] if sidecars else None, sidecar_args, goodput, blocks_of(args), args.idle_s,
                   args.resume, "python -m benchmarks.field " + shlex.join(argv))
 
 
@@ -125,7 +130,7 @@ def meta(cfg: Config) -> dict[str, Any]:
             "policies": list(cfg.policies),
             "tables": {p: t.to_list() for p, t in cfg.tables.items()},
             "sidecar": (["tabletune", "sidecar", "--profile", str(s.profile_path),
-                         *USER_DEFAULTS] if cfg.sidecar else None),
+                         *USER_DEFAULTS, *cfg.sidecar_args] if cfg.sidecar else None),
             "engine": s.profile.engine.model_dump(mode="json"),
             "shapes": shape_meta(cfg.shapes), "sizes": dataclasses.asdict(cfg.sizes),
             "goodput": list(cfg.goodput) or None, "idle_s": cfg.idle_s, "seed": cfg.blocks.seed,
@@ -134,10 +139,10 @@ def meta(cfg: Config) -> dict[str, Any]:
 
 
 def record_for(cfg: Config) -> dict[str, Any]:
-    """A new record, or (--resume) the one in --out, of the same shapes and policies."""
+    """A new record, or (--resume) the one in --out, of the same shapes, policies and sidecar."""
     fresh: dict[str, Any] = {"schema": 1, "meta": meta(cfg), "runs": [], "warmup": []}
     return client_bench.record_for(cfg.scenario.out / RECORD, fresh, cfg.resume,
-                                   ("shapes", "policies", "tables", "goodput"))
+                                   ("shapes", "policies", "tables", "goodput", "sidecar"))
 
 
 def save(cfg: Config, record: dict[str, Any]) -> dict[str, Any]:
@@ -186,7 +191,8 @@ async def run(cfg: Config) -> dict[str, Any]:
         if cfg.sidecar is not None:
             start = policy_tables(s.profile, cfg.policies)[SIDECAR_POLICIES[cfg.sidecar]]
             sidecar = PausedSidecar(start, admin, await admin.get_policy(), s.profile_path,
-                                    s.out / "logs", up.server.url, converge_s=0.0, args=(),
+                                    s.out / "logs", up.server.url, converge_s=0.0,
+                                    args=cfg.sidecar_args,
                                     base=USER_DEFAULTS)
             info["sidecar_log"] = f"sidecar-part{info['part']}.log.gz"
         client_flags = ("--goodput", *cfg.goodput) if cfg.goodput else ()
@@ -212,6 +218,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--policies", default="fixed-k*,documented,tuned",
                     help="tables (fixed-k*, documented, tuned, quarter, turbospec-style, "
                          "tuned@tie=X, tuned-of:PATH) and at most one sidecar-from-TABLE")
+    ap.add_argument("--sidecar-arg", action="append",
+                    help="a flag after the sidecar's defaults, repeatable (default: none)")
     ap.add_argument("--goodput", help="the client's SLOs for request goodput, e.g. 'tpot:50'")
     add_traffic_flags(ap, concurrency="1,16,64")
     flags.add_engine_flags(ap)

@@ -20,6 +20,10 @@ Latency beside throughput: the per-block ratios of mean TPOT and TTFT (sidecar /
 is faster) with their intervals, and each arm's medians over blocks of the client's p50/p99.
 The engine's own counter gives a second throughput ratio (its generated tokens over the
 client's duration), a cross-check of the client's.
+
+The field bench's record reads the same way when its policies hold a sidecar and the table it
+starts from (`from_field`): on a GPU one field run gives both
+(its shell: benchmarks/noharm_of_field.py).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from pydantic import BaseModel, ConfigDict
 
 from benchmarks.arm_run import ArmRun, BlockRun, runs_of
 from benchmarks.inference import bounds, estimate
+from benchmarks.policies import SIDECAR_POLICIES
 
 TARGET = 0.995            # table + sidecar >= table alone - 0.5%
 PUSHES_PER_10_MIN = 1.0   # when nothing changed
@@ -211,3 +216,15 @@ def summarize(record: dict[str, Any]) -> dict[str, Any]:
             "statistic": "geometric mean of per-block ratios sidecar / table of the client's "
                          "output throughput; 95% Student's t-interval on their logs",
             "command": record["meta"].get("command")}
+
+
+def from_field(record: dict[str, Any], sidecar: str = "sidecar-from-tuned") -> dict[str, Any]:
+    """A field bench's record (benchmarks/field.py) as this bench's: the `sidecar` policy's runs
+    are the sidecar arm, those of the table it starts from the table arm, other policies left
+    out. KeyError: `sidecar` is not a sidecar policy."""
+    arms = {SIDECAR_POLICIES[sidecar]: "table", sidecar: "sidecar"}
+
+    def kept(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{**r, "arm": arms[r["arm"]]} for r in rows if r["arm"] in arms]
+    return {**record, "runs": kept(record["runs"]), "warmup": kept(record.get("warmup", []))}
+

@@ -45,7 +45,10 @@ GPU_SWITCHES = {  # folder -> setting: the workload switch on a GPU (switch.json
     "h200-vllm0.26-32b-ngram-switch":
         "H200, 32B-shaped dense, ngram, the sidecar through a workload switch at N=64",
 }
-NOHARMS = {  # folder -> setting: the table alone against the table with the sidecar (summary.json)
+NOHARMS = {  # folder -> setting: the table alone against the table with the sidecar (noharm_file)
+    "h100-vllm0.26-3b-eagle3-v2-noharm":
+        "H100, Llama-3.2-3B-shaped, EAGLE-3 (dummy, synthetic acceptance), V2 runner, do no harm: "
+        "the tuned table alone vs with the sidecar, vLLM's own client (a field run)",
     "h200-vllm0.26-32b-ngram-noharm":
         "H200, 32B-shaped dense, ngram, do no harm: the table alone vs with the sidecar, vLLM's own client",
     "cpu-tiny-noharm":
@@ -206,12 +209,27 @@ def gpu_switch_row(folder: str, s: dict[str, Any]) -> str:
     return f"| {GPU_SWITCHES[folder]} | {'; '.join(parts)} | {link} |"
 
 
+def _ratio_ci(c: dict[str, Any]) -> str:
+    """A {"ratio", "ci"} figure: the ratio and its interval, when it has one."""
+    if c["ratio"] is None:
+        return "not measured"
+    lo, hi = c["ci"]
+    return f"{c['ratio']:.3f}" + ("" if lo is None else f" [{lo:.3f}, {hi:.3f}]")
+
+
+def noharm_file(folder: str) -> Path:
+    """A do-no-harm run's figures: its bench's summary.json, or those read from a field run
+    (benchmarks/noharm_of_field.py)."""
+    field = RESULTS / folder / "noharm-summary.json"
+    return field if field.exists() else RESULTS / folder / "summary.json"
+
+
 def noharm_row(folder: str, s: dict[str, Any]) -> str:
     """A do-no-harm summary.json's row (benchmarks/noharm_summary.py): per shape the ratio
     sidecar / table with its interval and verdict, the pushes and false changes, the verdict."""
     m = s["measured"]
     shapes = ", ".join(f"{x['shape']} {x['ratio']:.3f} [{x['ci'][0]:.3f}, {x['ci'][1]:.3f}] {x['verdict']}"
-                       for x in s["shapes"])
+                       f" (mean TPOT {_ratio_ci(x['mean_tpot_ratio'])})" for x in s["shapes"])
     calls = f"{s['parts']} call{'s' if s['parts'] != 1 else ''}"
     parts = [f"{s['blocks']} blocks over {calls}; sidecar / table of the client's output "
              f"throughput ({s['ci_level'] * 100:g}% t-interval per shape): {shapes}",
@@ -312,7 +330,7 @@ def table() -> str:
     for folder in GPU_SWITCHES:
         rows.append(gpu_switch_row(folder, json.loads((RESULTS / folder / "switch.json").read_text())))
     for folder in NOHARMS:
-        rows.append(noharm_row(folder, json.loads((RESULTS / folder / "summary.json").read_text())))
+        rows.append(noharm_row(folder, json.loads(noharm_file(folder).read_text())))
     for folder in POLL_COSTS:
         rows.append(poll_cost_row(folder, json.loads((RESULTS / folder / "summary.json").read_text())))
     rows.append(switch_row([(r, json.loads((RESULTS / r / "switch.json").read_text())) for r in SWITCHES]))

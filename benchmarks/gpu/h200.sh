@@ -31,7 +31,8 @@
 #                the committed profile (table rebuilt), vLLM's own client:
 #                FIELD_SHAPES (burst) at FIELD_C (1,16,64,256), 512/192-token requests +-50%, SLO
 #                (tpot:50) for request goodput; blocks until FIELD_S (540) or BLOCKS in all (50:
-#                the budget decides, so one stage and one sidecar span the call), resumed next call
+#                the budget decides, so one stage and one sidecar span the call), resumed next call;
+#                FIELD_SIDECAR_ARGS: flags after the sidecar's defaults (e.g. --dry-run)
 #   honor        does the engine honor the table? (python -m benchmarks.honor) every one-range
 #                table k=0..3 at HONOR_B (1,32,128) and an edge table [[1,EDGE,3],[EDGE+1,256,1]]
 #                (EDGE 32) on the setting's engine, then the tables k=0..REF_K at the same B on a
@@ -196,7 +197,7 @@ case $stage in
      --output-len 192 --range-ratio 0.5 --waves "${WAVES:-2}" --run-s "${RUN_S:-15}" --idle-s 2 \
      --warmup-rounds "${WARMUP:-0}" --blocks "${BLOCKS:-50}" --budget-s "${FIELD_S:-540}" \
      --goodput "${SLO:-tpot:50}" --resume --emulate "$EMULATE" --emulate-with $BY --out $R/field \
-     ${DRAFTER:+--drafter $DRAFTER} \
+     ${DRAFTER:+--drafter $DRAFTER} $(for a in ${FIELD_SIDECAR_ARGS:-}; do echo "--sidecar-arg=$a"; done) \
      "${ENGINE[@]}" 2>&1 | grep -v "^(APIServer\|^(EngineCore\|more tokens than expected" | tail -40
   tar czf "$O/field-files.tgz" -C $R/field --exclude=logs . 2>/dev/null
   keep $R/field/field.json $R/field/summary.json; need $R/field/summary.json ;;

@@ -164,6 +164,10 @@ def test_the_policies_expand_and_carry_their_tables(profile: Path, tmp_path: Pat
     assert cfg.tables["fixed-k2"].to_list()[0][2] == 2 and cfg.goodput == ("tpot:50",)
     assert cfg.scenario.engine_args[0] == "--no-enable-prefix-caching"
     assert cfg.scenario.drafter is None
+    from benchmarks.field import meta
+    assert cfg.sidecar_args == () and meta(cfg)["sidecar"][-1] != "--dry-run"
+    observing = [*argv, "--sidecar-arg=--dry-run"]
+    assert meta(config(parser().parse_args(observing), observing))["sidecar"][-1] == "--dry-run"
     with_drafter = [*argv, "--drafter", str(tmp_path / "eagle3")]
     assert config(parser().parse_args(with_drafter), with_drafter).scenario.drafter == tmp_path / "eagle3"
 
@@ -173,6 +177,7 @@ def test_the_policies_expand_and_carry_their_tables(profile: Path, tmp_path: Pat
     (["--policies", "fixed-k1,nospec"], "nospec needs a second engine"),
     (["--policies", "fixed-k1,sidecar-from-quarter,sidecar-from-tuned"], "one sidecar a run"),
     (["--policies", "fixed-k1,best"], "--policies: best not known for this profile"),
+    (["--sidecar-arg=--explore-every=0"], "--sidecar-arg=--explore-every=0: no sidecar policy runs"),
     (["--goodput", "tpot=50"], "--goodput='tpot=50': 'tpot=50' is not METRIC:MS"),
     (["--goodput", "speed:5"], "'speed:5' is not METRIC:MS"),
     (["--shapes", "tide"], "--shapes: 'tide' is not a shape"),

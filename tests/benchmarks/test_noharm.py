@@ -14,7 +14,9 @@ import pytest
 from benchmarks.arm_run import BlockRun
 from benchmarks.field_client import client_argv, parse
 from benchmarks.noharm import config, main, parser
-from benchmarks.noharm_summary import TARGET, ratio_interval, arm_throughput, summarize, verdict
+from benchmarks.noharm_of_field import main as noharm_of_field
+from benchmarks.noharm_summary import (TARGET, arm_throughput, from_field, ratio_interval, summarize,
+                                       verdict)
 from benchmarks.stateful import _policy_fields
 from tests.benchmarks.arm_runs import block_run, phase, seen
 from tests.helpers import refused
@@ -264,6 +266,51 @@ NOHARM_RESULTS = sorted((Path(__file__).parents[2] / "benchmarks/results").rglob
 def test_every_committed_noharm_summary_is_its_runs_summarized(path: Path) -> None:
     assert summarize(json.loads(path.read_text())) == json.loads(
         (path.parent / "summary.json").read_text())
+
+
+FIELD_NOHARMS = sorted((Path(__file__).parents[2] / "benchmarks/results").rglob("noharm-summary.json"))
+
+
+@pytest.mark.parametrize("path", FIELD_NOHARMS, ids=lambda p: str(p.parent.name))
+def test_every_committed_field_noharm_summary_is_its_field_runs_summarized(path: Path) -> None:
+    record = json.loads((path.parent / "field.json").read_text())
+    assert summarize(from_field(record)) == json.loads(path.read_text())
+
+
+def field_record() -> dict[str, Any]:
+    """A field record of three policies: the sidecar, its start table and a fixed k."""
+    rec = record({"burst-c16": [1.0, 1.01, 0.99]})
+    names = {"table": "tuned", "sidecar": "sidecar-from-tuned"}
+    runs = [{**r, "arm": names[r["arm"]]} for r in rec["runs"]]
+    runs.append(arm(0, "burst-c16", "fixed-k1", 5000.0).model_dump(mode="json"))
+    return {**rec, "runs": runs, "warmup": [],
+            "meta": {**rec["meta"], "policies": ["fixed-k1", "tuned", "sidecar-from-tuned"]}}
+
+
+def test_a_field_record_reads_as_the_sidecar_against_the_table_it_started_from() -> None:
+    field = field_record()
+    got = from_field(field)
+    assert sorted({r["arm"] for r in got["runs"]}) == ["sidecar", "table"]
+    assert len(got["runs"]) == 6    # the fixed k's run is no arm of this bench
+    assert summarize(got)["shapes"][0]["ratio"] == summarize(record({"burst-c16": [1.0, 1.01, 0.99]}))[
+        "shapes"][0]["ratio"]
+    with pytest.raises(KeyError):
+        from_field(field, "fixed-k1")
+
+
+def test_the_field_shell_writes_the_summary_and_names_a_wrong_input(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "field.json").write_text(json.dumps(field_record()))
+    out = tmp_path / "noharm-summary.json"
+    assert noharm_of_field(["--field", str(tmp_path / "field.json"), "--out", str(out)]) == 0
+    assert json.loads(out.read_text()) == summarize(from_field(field_record()))
+    assert noharm_of_field(["--field", str(tmp_path / "field.json"), "--sidecar",
+                            "sidecar-from-quarter", "--out", str(out)]) == 2
+    assert "--sidecar:" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("{}")
+    assert noharm_of_field(["--field", str(tmp_path / "bad.json"), "--out", str(out)]) == 2
+    assert "not a field bench record" in capsys.readouterr().err
+    assert noharm_of_field(["--field", str(tmp_path / "none.json"), "--out", str(out)]) == 2
 
 
 def test_the_pooled_burst_figure_comes_from_the_committed_runs(

@@ -1,0 +1,49 @@
+"""The do-no-harm figures of a field bench run whose policies hold a sidecar and the table it
+starts from (benchmarks/noharm_summary.from_field): on a GPU one field run answers both benches.
+
+    python -m benchmarks.noharm_of_field --field DIR/field.json --out DIR/noharm-summary.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from benchmarks.noharm_summary import from_field, summarize
+from benchmarks.policies import SIDECAR_POLICIES
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.noharm_of_field", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--field", type=Path, required=True, help="a field bench's field.json")
+    p.add_argument("--sidecar", default="sidecar-from-tuned", choices=sorted(SIDECAR_POLICIES))
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    if not args.field.is_file():
+        print(f"--field: no file {args.field}; pass the field bench's field.json", file=sys.stderr)
+        return 2
+    try:
+        record = json.loads(args.field.read_text())
+        policies = record["meta"]["policies"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        print(f"--field: {args.field} is not a field bench record ({exc}); pass its field.json",
+              file=sys.stderr)
+        return 2
+    table = SIDECAR_POLICIES[args.sidecar]
+    if args.sidecar not in policies or table not in policies:
+        print(f"--sidecar: {args.field} ran {', '.join(policies)}, not both {args.sidecar} and "
+              f"{table}; pick a sidecar policy it ran with its start table", file=sys.stderr)
+        return 2
+    result = summarize(from_field(record, args.sidecar))
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    for s in result["shapes"]:
+        print(f"{s['shape']}: {s['ratio']} {s['ci']} {s['verdict']}")
+    print(f"verdict: {result['verdict']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
