@@ -62,7 +62,7 @@ def _is_refusal(controller: Controller, exc: Exception) -> bool:
     """A profile that does not fit the engine, or settings the engine refutes while connecting
     (e.g. a --model-name it does not serve): retrying cannot help, so the sidecar exits 2."""
     return isinstance(exc, ProfileMismatch) or (
-        isinstance(exc, InvalidInput) and not controller.engine.is_connected)
+        isinstance(exc, InvalidInput) and not controller.engine_table.is_connected)
 
 
 async def control_loop(controller: Controller, stop: asyncio.Event) -> None:

@@ -63,7 +63,7 @@ class Controller:
         self.belief = Belief(settings, profile, self.prior, checkpoint.restore(
             settings.checkpoint, self.prior, settings.prior_weight, self.profile_sha256),
             self.conditions, clock)
-        self.engine = EngineTable(settings, profile, client, self.conditions, self.stats, clock)
+        self.engine_table = EngineTable(settings, profile, client, self.conditions, self.stats, clock)
         self.watch = GuardWatch(settings)
         # the table we wanted before a restart: not to be mistaken for the engine's own
         self.saved_table = checkpoint.saved_table(settings.checkpoint, self.profile_sha256)
@@ -95,12 +95,12 @@ class Controller:
     # -- start ---------------------------------------------------------------------------
     async def _connect(self) -> bool:
         """Connect to the engine's admin endpoint; then the k the table may use."""
-        if not await self.engine.connect():
+        if not await self.engine_table.connect():
             return False
         if self.saved_table is not None:
-            self.engine.resume(self.saved_table)
+            self.engine_table.resume(self.saved_table)
             self.saved_table = None
-        info = self.engine.info
+        info = self.engine_table.info
         self.allowed_k = profile_fit.allowed_ks(self.settings.allowed_k, self.settings.min_k,
                                                 info, self.K)
         self.recommended = self.proposal(None).table
@@ -114,23 +114,23 @@ class Controller:
         """Scrape, estimate, maybe rebuild and push; the Decision if a rebuild happened."""
         self.beat.tick_started = self.clock()
         try:
-            self.engine.check_hold()
-            if not self.engine.is_connected and not await self._connect():
+            self.engine_table.check_hold()
+            if not self.engine_table.is_connected and not await self._connect():
                 return None
-            read = await self.observer.read(self.engine.has_admin, self._ring_since())
+            read = await self.observer.read(self.engine_table.has_admin, self._ring_since())
             if read is None:
                 return None
             snap = read.snapshot
-            seen = self.observer.advance(snap, self.engine.version)
+            seen = self.observer.advance(snap, self.engine_table.version)
             if seen.restart is not None:
                 self._restarted(seen.restart)
             if seen.delta is not None:
                 self._feed(seen.delta, snap)
             if seen.kind in ("ok", "rebaseline", "foreign"):  # a version we did not write?
-                await self.engine.watch(snap.table_version)
+                await self.engine_table.watch(snap.table_version)
             self.watch.foreign(self.stats.foreign_tables)
-            if self.engine.needs_sync and not self.settings.dry_run:
-                await self.engine.sync()
+            if self.engine_table.needs_sync and not self.settings.dry_run:
+                await self.engine_table.sync()
             if seen.kind != "ok":
                 if seen.kind == "foreign":  # its steps ran tables we did not see: not ours
                     await self._read_ring(read, skip=True)
@@ -149,12 +149,12 @@ class Controller:
 
     def _restarted(self, reason: str) -> None:
         self.stats.engine_restarted()
-        self.engine.restarted()
+        self.engine_table.restarted()
         self.watch.guard.cancel()  # a verdict across two engine runs would compare nothing
         self.belief.accept_windows.clear()
         log.warning("engine restart", extra={
             "reason": reason, "action": "skipping this interval" +
-            ("; re-pushing the table and policy" if self.engine.needs_sync else "")})
+            ("; re-pushing the table and policy" if self.engine_table.needs_sync else "")})
 
     def _feed(self, d: scrape_delta.SnapshotDelta, snap: scrape.Snapshot) -> None:
         self.belief.observe(d)
@@ -171,7 +171,7 @@ class Controller:
     def _ring_since(self) -> int | None:
         """The last step read, when the plugin's ring is to be read this tick (only with the
         plugin, deciding by measured goodput, not in dry-run)."""
-        if self.settings.decide_by != "measured" or self.settings.dry_run or not self.engine.has_admin:
+        if self.settings.decide_by != "measured" or self.settings.dry_run or not self.engine_table.has_admin:
             return None
         return self.belief.goodput.last_seq
 
@@ -186,7 +186,7 @@ class Controller:
         if ring is None:
             self.belief.goodput.pause()  # the model decides everywhere until it can be read
             return
-        for p in self.belief.read_ring(self.observer.took(ring), self.engine.table, skip):
+        for p in self.belief.read_ring(self.observer.took(ring), self.engine_table.table, skip):
             # every pair, so the dependence between neighbours can be estimated from real runs
             log.info("pair", extra={"pair": p.logged()})
 
@@ -219,7 +219,7 @@ class Controller:
     def _guard_disagrees(self) -> str | None:
         """At the current load, does another k beat the table's beyond confidence? (cheap: only
         when the engine's table is known and a rebuild has something new since the last)."""
-        B, table, guard = self.belief.batch_size, self.engine.table, self.watch.guard
+        B, table, guard = self.belief.batch_size, self.engine_table.table, self.watch.guard
         if (B is None or table is None or not self.settings.guard_window
                 or not guard.has_baseline  # to judge the push
                 or self.steps_since_rebuild < self.settings.rebuild_every_steps / 4):
@@ -245,7 +245,7 @@ class Controller:
             # may still hold the change's own transient (one window of new counts first)
             live = {} if belief.settling() else {b: e.error for b, e in self.live_error.items()}
             arbiter = Arbiter(belief.goodput, dict(belief.goodput.served), s.model_error,
-                              s.min_served, s.max_pairs, s.duel_width, duels=self.engine.duels,
+                              s.min_served, s.max_pairs, s.duel_width, duels=self.engine_table.duels,
                               live_error=live, can_duel=s.explore_share > 0,
                               pairable=frozenset(belief.goodput.pairable()))
         inputs = Inputs(tie=s.tie, confidence=s.confidence, allowed_k=self.allowed_k,
@@ -256,9 +256,9 @@ class Controller:
 
     async def rebuild(self, trigger: str = "scheduled") -> Decision:
         """Choose the table for â and T̂ (eq. G), push it if it differs, log and checkpoint."""
-        fresh = await self.engine.current()
+        fresh = await self.engine_table.current()
         self.watch.foreign(self.stats.foreign_tables)
-        old = self.engine.table
+        old = self.engine_table.table
         choice = self.proposal(old, trigger)
         until = self.watch.guard.is_held(choice.table, self.clock())
         if until is not None and choice.table != old:
@@ -266,7 +266,7 @@ class Controller:
             reason = (f"the guardrail rolled this table back: held out for "
                       f"{until - self.clock():.0f} s more")
         else:
-            outcome, reason = await self.engine.push(choice.table, fresh)
+            outcome, reason = await self.engine_table.push(choice.table, fresh)
         if outcome == "pushed" and old is not None and self.settings.guard_window:
             # the changes the pairs decided are judged by the pairs (sidecar/guardrail.py)
             measured = tuple((c.bucket, c.k_old, c.k) for c in choice.calls
@@ -276,13 +276,13 @@ class Controller:
             # served since: what a next push may change; duels where it did not change the k go on
             changed = self.belief.pushed(old, choice.table)
             choice = dataclasses.replace(choice, duels=surviving(choice.duels, changed))
-        await self.engine.set_duels(choice.duels, choice.urgent and not self.belief.settling())
+        await self.engine_table.set_duels(choice.duels, choice.urgent and not self.belief.settling())
         return self._decide(choice, old, outcome, reason, trigger)
 
     async def rollback(self, verdict: Verdict) -> Decision:
         """The guardrail's second half: put the table before the push back."""
         old, back = verdict.new, verdict.old
-        outcome, reason = await self.engine.push(back, await self.engine.current())
+        outcome, reason = await self.engine_table.push(back, await self.engine_table.current())
         self.stats.rolled_back()
         # the pairs that said "switch" lost to the engine's goodput: measure again from here
         self.belief.goodput.forget()
@@ -301,7 +301,7 @@ class Controller:
             source=source, bias_note=BIAS_NOTE if source == "stock" else None,
             steps=self.steps_since_rebuild, accepted=acceptance.accepted.tolist(),
             drafted=acceptance.drafted.tolist(), prior_weight=acceptance.w,
-            engine_version=self.engine.version, drift=self.belief.drift_cells, trigger=trigger,
+            engine_version=self.engine_table.version, drift=self.belief.drift_cells, trigger=trigger,
             bookkeeping=trigger != "measured" or outcome == "pushed")
         level = logging.WARNING if outcome in ("rejected", "failed") else logging.INFO
         log.log(level, "rebuild", extra={"decision": decision.model_dump(mode="json")})
@@ -323,7 +323,7 @@ class Controller:
             return
         try:
             checkpoint.save(self.settings.checkpoint, self.belief.acceptance, self.clock(),
-                            self.profile_sha256, self.engine.wanted())
+                            self.profile_sha256, self.engine_table.wanted())
         except OSError as exc:
             self.stats.failed("checkpoint")
             self.conditions.set("checkpoint", "failing", "cannot write the checkpoint",
@@ -336,7 +336,7 @@ class Controller:
         """/readyz (sidecar/probes.py): from a few timestamps and conditions, never the
         snapshot, so a probe stays cheap and cannot fail on what the snapshot computes."""
         seen = self.observer.last_ok_at
-        return probes.readiness(self.settings, self.engine.is_connected, self.engine.has_admin,
+        return probes.readiness(self.settings, self.engine_table.is_connected, self.engine_table.has_admin,
                                 None if seen is None else self.clock() - seen,
                                 self.conditions.states)
 

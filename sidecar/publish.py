@@ -48,7 +48,7 @@ def duel_power(belief: Belief, s: SidecarSettings) -> list[DuelPower]:
 
 def sidecar_state(c: Controller, now: float) -> SidecarState:
     """The controller's parts as one SidecarState at ``now``."""
-    e, info, belief, guard = c.engine, c.engine.info, c.belief, c.watch.guard
+    e, info, belief, guard = c.engine_table, c.engine_table.info, c.belief, c.watch.guard
     seen = c.observer.last_ok_at
     ready, reason = c.readiness()
     healthy, why = c.liveness()

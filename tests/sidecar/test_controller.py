@@ -80,7 +80,7 @@ async def test_rebuild_pushes_the_profile_table_with_the_token(tmp_path: Path) -
         gains = {(g.batch_size_start, g.batch_size_end): g.gain for g in decision.gains}
         assert gains[(9, 16)] == pytest.approx(0.0)
         assert gains[(1, 8)] > 0
-        assert c.engine.info is not None and c.engine.info.version == 2
+        assert c.engine_table.info is not None and c.engine_table.info.version == 2
 
 
 async def test_no_push_when_the_engine_already_runs_the_table(tmp_path: Path) -> None:
@@ -197,7 +197,7 @@ async def test_a_4xx_is_logged_with_its_reason_and_not_retried(tmp_path: Path) -
         assert "422" in decision.reason and "K=3 is not allowed here" in decision.reason
         assert "(field table)" in decision.reason
         assert len(fake.table_puts) == 1 and fake.table == STARTUP
-        assert c.stats.failures["push_rejected"] == 1 and not c.engine.needs_sync
+        assert c.stats.failures["push_rejected"] == 1 and not c.engine_table.needs_sync
 
 
 async def test_a_5xx_is_retried_then_pushed_once_the_engine_recovers(tmp_path: Path) -> None:
@@ -205,11 +205,11 @@ async def test_a_5xx_is_retried_then_pushed_once_the_engine_recovers(tmp_path: P
         decision = await rebuild_once(c, fake)
         assert decision.outcome == "failed" and "500" in decision.reason
         assert len(fake.table_puts) == 3  # retry_attempts
-        assert fake.table == STARTUP and c.engine.needs_sync
+        assert fake.table == STARTUP and c.engine_table.needs_sync
         fake.admin_status = None
         fake.run(10)
         assert await c.tick() is None  # not a rebuild: the pending push is synced
-        assert fake.table == TUNED and not c.engine.needs_sync
+        assert fake.table == TUNED and not c.engine_table.needs_sync
 
 
 async def test_counter_reset_re_pushes_table_and_policy(tmp_path: Path,
@@ -310,7 +310,7 @@ async def test_missing_plugin_series_are_skipped_not_a_restart(
         for _ in range(3):
             fake.run(10)
             assert await c.tick() is None
-        assert restarts(caplog) == [] and c.stats.resets == 0 and not c.engine.needs_sync
+        assert restarts(caplog) == [] and c.stats.resets == 0 and not c.engine_table.needs_sync
         assert len(fake.policy_puts) == 1 and fake.table_puts == []
         np.testing.assert_allclose(c.belief.acceptance.drafted, drafted)  # nothing fed from them
         logged = records(caplog, "scrape")
@@ -466,7 +466,7 @@ async def test_a_table_written_since_our_last_read_is_never_overwritten(
         assert fake.table == OPERATOR and fake.version == 2
         assert fake.table_puts == [{"table": TUNED, "if_version": 1}]  # refused with 409
         (event,) = events(caplog, "foreign_table")
-        assert event.foreign_table["version"] == 2 and c.engine.holding()
+        assert event.foreign_table["version"] == 2 and c.engine_table.holding()
 
 
 async def test_a_push_whose_reply_was_lost_is_ours_when_its_retry_meets_409(
@@ -479,7 +479,7 @@ async def test_a_push_whose_reply_was_lost_is_ours_when_its_retry_meets_409(
         decision = await rebuild_once(c, fake)
         assert decision.outcome == "pushed" and "reply was lost" in decision.reason
         assert fake.table == TUNED and len(fake.table_puts) == 2  # the PUT and its retry
-        assert events(caplog, "foreign_table") == [] and not c.engine.holding()
+        assert events(caplog, "foreign_table") == [] and not c.engine_table.holding()
 
 
 async def test_foreign_hold_0_reasserts_our_table_at_once(
@@ -501,10 +501,10 @@ async def test_an_engine_restart_ends_a_hold(tmp_path: Path,
         await rebuild_once(c, fake)
         fake.operator_put(OPERATOR)
         await c.tick()
-        assert c.engine.holding()
+        assert c.engine_table.holding()
         fake.restart()
         await c.tick()
-        assert not c.engine.holding() and fake.table == TUNED
+        assert not c.engine_table.holding() and fake.table == TUNED
         (ended,) = events(caplog, "foreign_table_hold_ended")
         assert "restarted" in ended.action
 
@@ -516,8 +516,8 @@ async def test_a_version_we_did_write_is_not_foreign(tmp_path: Path,
         await rebuild_once(c, fake)
         fake.operator_put(TUNED)  # e.g. a push of ours whose reply was lost
         await c.tick()
-        assert events(caplog, "foreign_table") == [] and not c.engine.holding()
-        assert c.engine.info is not None and c.engine.info.version == 3
+        assert events(caplog, "foreign_table") == [] and not c.engine_table.holding()
+        assert c.engine_table.info is not None and c.engine_table.info.version == 3
 
 
 async def test_the_same_table_written_again_is_not_foreign(
@@ -532,12 +532,12 @@ async def test_the_same_table_written_again_is_not_foreign(
         fake.operator_put(OPERATOR)  # unseen: the next scrape finds v3 back on STARTUP
         fake.operator_put(STARTUP)
         await c.tick()
-        assert events(caplog, "foreign_table") == [] and not c.engine.holding()
-        assert c.engine.info is not None and c.engine.info.version == 4
+        assert events(caplog, "foreign_table") == [] and not c.engine_table.holding()
+        assert c.engine_table.info is not None and c.engine_table.info.version == 4
         fake.operator_put(OPERATOR)
         await c.tick()
         (event,) = events(caplog, "foreign_table")
-        assert event.foreign_table["table"] == OPERATOR and c.engine.holding()
+        assert event.foreign_table["table"] == OPERATOR and c.engine_table.holding()
 
 
 @asynccontextmanager
@@ -572,7 +572,7 @@ async def test_a_restart_does_not_adopt_a_table_it_was_replacing(
             if hold_s == 0:
                 assert fake.table == TUNED  # reasserted on the first tick
                 return
-            assert fake.table == OPERATOR and again.engine.holding()
+            assert fake.table == OPERATOR and again.engine_table.holding()
             clock.now += hold_s
             await again.tick()
             fake.run(150)
@@ -600,7 +600,7 @@ async def test_dry_run_reports_a_foreign_table_and_holds_nothing(
         fake.operator_put(OPERATOR)
         await c.tick()
         (event,) = events(caplog, "foreign_table")
-        assert "dry-run" in event.foreign_table["action"] and not c.engine.holding()
+        assert "dry-run" in event.foreign_table["action"] and not c.engine_table.holding()
         assert state_of(c)["engine_table"] == OPERATOR
 
 
@@ -695,7 +695,7 @@ async def test_steps_under_tables_the_sidecar_did_not_see_run_are_not_learned_fr
         assert await c.tick() is None
         assert c.belief.live_T.steps == cells and c.belief.goodput.served == served
         assert c.belief.goodput.last_seq == len(fake.ring)
-        assert c.engine.version == fake.version and c.stats.foreign_tables == 0  # the same table
+        assert c.engine_table.version == fake.version and c.stats.foreign_tables == 0  # the same table
         fake.serve(20, 12, rates, ms)          # under its own table again: learned
         assert await c.tick() is None
         assert c.belief.goodput.served == {16: 70} and c.belief.live_T.steps != cells
