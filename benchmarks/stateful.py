@@ -55,7 +55,7 @@ def _policy_fields(p: PolicyReply) -> dict[str, Any]:
     on exploring in the plain windows."""
     return {"explore_every": p.explore_every, "explore_run": p.explore_run,
             "hysteresis": p.hysteresis, "duels": p.duels, "duel_run": p.duel_run,
-            "duel_share": p.duel_share, "duel_horizon": p.duel_horizon}
+            "duel_share": p.duel_share, "duel_horizon": p.duel_horizon, "explore_ks": p.explore_ks}
 
 
 class PausedSidecar:

@@ -35,7 +35,8 @@ delivers (sidecar/measured.py), so at a bucket with live steps:
   measurement resolves it (a win, a loss, or ``max_pairs`` pairs: indistinguishable at this
   noise); but exploration must pay for itself, so a challenger whose upper bound loses to the
   incumbent (the model's, at ``model_error``, or the measurement's) is "keep": no duel runs on
-  a k that cannot win.
+  a k that cannot win, and a k that is "keep" wherever it was judged leaves the plugin's
+  rotation too (``rotation_ks``).
 - a duel whose challenger the model finds better beyond its assumed ``model_error`` (not its
   live error, which would hold back the share where it is needed), before the pairs give an
   interval, is "urgent" (``Verdicts.urgent``): the sidecar lets the plugin spend
@@ -83,6 +84,7 @@ class Verdicts:
     duels: tuple[Duel, ...]
     urgent: bool = False    # a dueled challenger the model is sure wins, not yet measured
     ratio_error: float | None = None  # the model's error on ratios, where pairs checked it
+    rotation: tuple[int, ...] = ()    # the k's the plugin's rotation visits (rotation_ks)
 
     def switches(self) -> list[Call]:
         return [c for c in self.calls if c.status == "switch"]
@@ -135,6 +137,19 @@ def _urgent(c: Call, assumed: Figures, so_far: tuple[int, float], tie: float) ->
     pairs, mean = so_far
     return ((c.measured is None or c.measured.pairs < MIN_PAIRS) and assumed.low > 1.0 + tie
             and (pairs < URGENT_PAIRS or mean > math.log1p(tie)))
+
+
+def rotation_ks(calls: Collection[Call], allowed: list[int], served_ks: Collection[int]) -> tuple[int, ...]:
+    """The k's the plugin's rotation may visit: every allowed k but one whose every call is
+    "keep" (its best case, the model's or the pairs', loses to the incumbent wherever it was
+    judged); the table's served k's stay (a cycle at the table's k runs the table), and so does
+    the largest k unless the table serves it (it alone drafts every position, whose acceptance
+    the estimate needs). Nothing judged yet: every allowed k."""
+    judged: dict[int, bool] = {}
+    for c in calls:
+        judged[c.k] = judged.get(c.k, True) and c.status == "keep"
+    lost = {k for k, all_keep in judged.items() if all_keep} - set(served_ks) - {max(allowed)}
+    return tuple(k for k in allowed if k not in lost)
 
 
 def surviving(duels: tuple[Duel, ...], changed: Collection[int] | None) -> tuple[Duel, ...]:
@@ -216,8 +231,8 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
             elif meas is not None and (meas.high < 1.0 + tie or meas.pairs >= max_pairs):
                 status = "keep" if meas.high < 1.0 + tie else "tie"
             elif best_case.high < 1.0:
-                # even its best case loses to the incumbent: a duel would only cost (the
-                # rotation keeps every position's acceptance observed, so â is not stale)
+                # even its best case loses to the incumbent: a duel would only cost, and so
+                # would the rotation's steps (rotation_ks)
                 status, decided_by = "keep", "model"
             else:
                 status = "open"
@@ -246,5 +261,8 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
                            tie):
                     urgent.append(duel)
         calls += here
+    served_ks = {int(k) for b, n in served.items() if n >= min_served
+                 for k in ks[np.asarray(band_rows(b, max_b), dtype=np.int64) - 1]}
     # the larger share is the plugin's for every duel it runs: only the urgent ones run then
-    return Verdicts(ks, calls, tuple(urgent or duels), bool(urgent), checked)
+    return Verdicts(ks, calls, tuple(urgent or duels), bool(urgent), checked,
+                    rotation_ks(calls, ks_allowed, served_ks))

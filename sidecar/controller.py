@@ -276,7 +276,9 @@ class Controller:
             # served since: what a next push may change; duels where it did not change the k go on
             changed = self.belief.pushed(old, choice.table)
             choice = dataclasses.replace(choice, duels=surviving(choice.duels, changed))
-        await self.engine_table.set_duels(choice.duels, choice.urgent and not self.belief.settling())
+        await self.engine_table.set_exploration(choice.duels,
+                                                choice.urgent and not self.belief.settling(),
+                                                choice.rotation)
         return self._decide(choice, old, outcome, reason, trigger)
 
     async def rollback(self, verdict: Verdict) -> Decision:

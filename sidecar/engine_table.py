@@ -62,6 +62,7 @@ class EngineTable:
         self.duels: tuple[Duel, ...] = ()  # asked of the plugin
         self.urgent = False  # at urgent_share (sidecar/arbiter.py)
         self.duels_sent = False  # ever: then an empty list must be sent to end them
+        self.rotation: tuple[int, ...] = ()  # the k's the rotation visits (): every runnable k
 
     @property
     def info(self) -> TableReply | None:
@@ -137,36 +138,43 @@ class EngineTable:
             profile_fit.check_served_name(self.settings.model_name, served)
 
     def policy_fields(self) -> dict[str, object]:
-        """The policy this sidecar keeps in the engine: the rotation from the settings, and the
-        duels its last rebuild asked for (sidecar/arbiter.py; while any is set, the plugin runs
-        them instead of the rotation)."""
+        """The policy this sidecar keeps in the engine: the rotation from the settings over the
+        k's its last rebuild left it (sidecar/arbiter.rotation_ks; every runnable k at first, so
+        an earlier sidecar's subset goes), and the duels that rebuild asked for (while any is
+        set, the plugin runs them instead of the rotation)."""
         s = self.settings
         # the budget always: the rotation is charged to it too, and the plugin may hold an
         # earlier sidecar's
         share = max(s.explore_share, s.urgent_share) if self.urgent and self.duels else s.explore_share
         fields: dict[str, object] = {"explore_every": s.explore_every,
                                      "explore_run": s.explore_run, "hysteresis": s.hysteresis,
-                                     "duel_share": share, "duel_horizon": s.explore_horizon}
+                                     "duel_share": share, "duel_horizon": s.explore_horizon,
+                                     "explore_ks": list(self.rotation)}
         if self.duels or self.duels_sent:
             fields |= {"duels": [[lo, hi, list(ks)] for lo, hi, ks in self.duels],
                        "duel_run": s.duel_run}
         return fields
 
-    async def set_duels(self, duels: tuple[Duel, ...], urgent: bool = False) -> None:
-        """Ask the plugin for these duels, ``urgent`` ones at urgent_share (nothing in dry-run,
-        or when they are already set)."""
-        if (duels, urgent) == (self.duels, self.urgent) or self.settings.dry_run or not self.has_admin:
+    async def set_exploration(self, duels: tuple[Duel, ...], urgent: bool = False,
+                              rotation: tuple[int, ...] = ()) -> None:
+        """Ask the plugin for these duels, ``urgent`` ones at urgent_share, and a rotation over
+        ``rotation``'s k's (() every runnable k); nothing in dry-run, or when already set."""
+        if ((duels, urgent, rotation) == (self.duels, self.urgent, self.rotation)
+                or self.settings.dry_run or not self.has_admin):
             return
-        self.duels, self.urgent, self.duels_sent = duels, urgent, True
+        before = self.duels, self.urgent, self.rotation
+        self.duels, self.urgent, self.rotation = duels, urgent, rotation
+        self.duels_sent = self.duels_sent or duels != before[0]
         try:
             await self._call(self.client.put_policy(**self.policy_fields()), "setting the duels")
         except EngineUnavailable as exc:  # AdminRejected included: the next rebuild asks again
-            self.duels, self.urgent = (), False
+            self.duels, self.urgent, self.rotation = (), False, before[2]
             log.warning("duels not set; the plugin keeps its exploration",
                         extra={"error": str(exc)})
         else:
             log.info("duels", extra={"duels": [[lo, hi, list(ks)] for lo, hi, ks in duels],
-                                     "share": self.policy_fields()["duel_share"]})
+                                     "share": self.policy_fields()["duel_share"],
+                                     "rotation": list(rotation)})
 
     async def put_policy(self) -> bool:
         try:

@@ -12,8 +12,8 @@ bodies and replies are the models of tuner/core/admin_api.py):
 | GET  /v1/policy        |                                          | PolicyReply                          |
 | PUT  /v1/policy        | {"explore_every"?, "explore_run"?,       | PolicyReply (422: explore_run must   |
 |                        |  "hysteresis"?, "baseline"?, "duels"?,   |  stay < explore_every; a duel's      |
-|                        |  "duel_run"?, "duel_share"?,             |  range or k outside the engine's)    |
-|                        |  "duel_horizon"?}                        |                                      |
+|                        |  "duel_run"?, "duel_share"?,             |  range or k, or an explore_ks k,     |
+|                        |  "duel_horizon"?, "explore_ks"?}         |  outside the engine's)               |
 | GET  /v1/stats         | ?since=SEQ (optional)                    | StatsReply; recent_steps: seq > SEQ  |
 | GET  /v1/emulation     |                                          | EmulationReply                       |
 | PUT  /v1/emulation     | {"rates": [a1, a2, ...]}                 | 409 unless enabled at startup        |
@@ -177,13 +177,15 @@ def put_policy(engine: EngineState, body: bytes) -> dict[str, Any]:
                      old.duels if p.duels is None else p.duels,
                      old.duel_run if p.duel_run is None else p.duel_run,
                      old.duel_share if p.duel_share is None else p.duel_share,
-                     old.duel_horizon if p.duel_horizon is None else p.duel_horizon)
+                     old.duel_horizon if p.duel_horizon is None else p.duel_horizon,
+                     old.explore_ks if p.explore_ks is None else tuple(sorted(set(p.explore_ks))))
         try:
             check_exploration(new.explore_every, new.explore_run)
         except ValueError as exc:  # the field this body set (a default may be the other side)
             raise HttpError(422, str(exc),
                             "explore_run" if p.explore_run is not None else "explore_every") from None
         check_duels(engine, new.duels)
+        check_explore_ks(engine, new.explore_ks)
         if baseline != old.baseline:
             engine.bandit = None  # a fresh bandit each time the baseline is switched on
         engine.policy = new
@@ -203,6 +205,14 @@ def check_duels(engine: EngineState, duels: tuple[Duel, ...]) -> None:
                                  f"{sorted(allowed)})", "duels")
 
 
+def check_explore_ks(engine: EngineState, ks: tuple[int, ...]) -> None:
+    """The rotation's k's: ones this engine may run; 422 naming them."""
+    bad = sorted(set(ks) - set(engine.runnable_k))
+    if bad:
+        raise HttpError(422, f"explore_ks: k={bad} not runnable here (allowed: "
+                             f"{sorted(engine.runnable_k)})", "explore_ks")
+
+
 def policy_reply(engine: EngineState) -> dict[str, Any]:
     """GET /v1/policy, built as the PolicyReply clients parse."""
     p = engine.policy
@@ -210,7 +220,8 @@ def policy_reply(engine: EngineState) -> dict[str, Any]:
                        hysteresis=p.hysteresis, baseline=p.baseline,
                        duels=tuple(p.duels),
                        duel_run=p.duel_run, duel_share=p.duel_share,
-                       duel_horizon=p.duel_horizon).model_dump(mode="json")
+                       duel_horizon=p.duel_horizon,
+                       explore_ks=p.explore_ks).model_dump(mode="json")
 
 
 def put_emulation(engine: EngineState, body: bytes) -> dict[str, Any]:

@@ -41,6 +41,7 @@ class Policy:
     duel_run: int = 16
     duel_share: float = 0.02
     duel_horizon: int = 10_000
+    explore_ks: tuple[int, ...] = ()  # the k's the rotation visits; (): every runnable k
 
 
 # Per-step samples kept for GET /v1/stats: 8192 steps are 80-400 s of 10-50 ms GPU steps, so a

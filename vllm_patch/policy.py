@@ -6,12 +6,12 @@ the choice happens exactly where vLLM makes it, for the sync and the async sched
 
 Exploration: the steps are cut into cycles of `explore_every`; the last `explore_run` steps of
 cycle c run at allowed[c % len(allowed)] (allowed: the startup table's K set under restrict_k,
-else 0..K), so the k's take turns and each gets live step times and acceptance at the loads that
-occur. A run keeps its k whatever B does, so its middle steps are steady (verify and draft the
-same k); a cycle whose k is the table's k at that B runs the table. Exploration steps never
-become the hysteresis memory (current_k). While the sidecar has set duels (vllm_patch/duel.py),
-those replace the rotation: runs of one challenger at the batch sizes it asked about, paced by a
-share of steps over a horizon.
+else 0..K, narrowed to the policy's explore_ks when set), so the k's take turns and each gets
+live step times and acceptance at the loads that occur. A run keeps its k whatever B does, so
+its middle steps are steady (verify and draft the same k); a cycle whose k is the table's k at
+that B runs the table. Exploration steps never become the hysteresis memory (current_k). While
+the sidecar has set duels (vllm_patch/duel.py), those replace the rotation: runs of one
+challenger at the batch sizes it asked about, paced by a share of steps over a horizon.
 """
 
 from __future__ import annotations
@@ -63,6 +63,14 @@ class PolicyLookup(list[int]):
         self._allowed = engine.runnable_k  # fixed at startup: K, restrict_k and startup_k are
         self._duel = DuelClock()
         self._duel_policy: Policy | None = None  # the policy the duel clock runs for
+        self._rotation: tuple[Policy | None, tuple[int, ...]] = (None, self._allowed)
+
+    def _rotated(self, policy: Policy) -> tuple[int, ...]:
+        """The k's the rotation visits under ``policy`` (computed once per policy object)."""
+        if self._rotation[0] is not policy:
+            ks = tuple(k for k in self._allowed if k in policy.explore_ks) or self._allowed
+            self._rotation = (policy, ks)
+        return self._rotation[1]
 
     def _duel_k(self, dense: tuple[int, ...], batch_size: int, policy: Policy) -> tuple[int, bool]:
         if policy is not self._duel_policy:  # a new policy (rebound, never mutated): new runs
@@ -103,7 +111,7 @@ class PolicyLookup(list[int]):
                 k, explored = self._duel_k(state.dense, int(i), policy)
             else:
                 k, explored = step_k(state.dense, int(i), engine.current_k, engine.steps,
-                                       engine.policy, self._allowed)
+                                       policy, self._rotated(policy))
                 if explored and not self._duel.charge(engine.steps, policy.duel_share,
                                                       policy.duel_horizon):
                     # the rotation shares the duels' budget: over the horizon, all exploration

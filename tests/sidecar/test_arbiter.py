@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from sidecar.arbiter import URGENT_PAIRS, arbitrate, surviving
+from sidecar.arbiter import URGENT_PAIRS, Call, arbitrate, rotation_ks, surviving
 from sidecar.measured import EARLY_PAIRS, MeasuredGoodput
 
 
@@ -99,6 +99,34 @@ def test_a_tighter_measurement_overrides_the_model_either_way() -> None:
     assert list(v.ks) == old
     call = next(c for c in v.calls if c.k == 2)
     assert call.decided_by == "measured" and call.status == "keep"
+
+
+def test_a_k_that_cannot_win_wherever_it_was_judged_leaves_the_rotation() -> None:
+    """Issue #34 item 4: no rotation step on a challenger whose best case loses."""
+    old = [3] * 16
+    # k=0 at half of k=3 and k=1 at 80%: their best cases lose at the served bucket; k=2 open
+    v = decide(draws({0: 0.5, 1: 0.8, 2: 1.0, 3: 1.0}), MeasuredGoodput(), {16: 100}, old)
+    assert {c.k: c.status for c in v.calls} == {0: "keep", 1: "keep", 2: "open"}
+    assert v.rotation == (2, 3)
+    # a measured loss leaves it too; nothing served yet: every k
+    m = measured_with(16, 2, 3, -0.2)
+    assert decide(draws({0: 0.5, 1: 0.8, 2: 1.0, 3: 1.0}), m, {16: 100}, old).rotation == (3,)
+    assert decide(draws({0: 0.5, 1: 0.8, 2: 1.0, 3: 1.0}), MeasuredGoodput(), {}, old).rotation == (
+        0, 1, 2, 3)
+
+
+def test_the_rotation_keeps_a_k_open_somewhere_the_tables_ks_and_the_largest() -> None:
+    def call(bucket: int, k: int, status: str) -> Call:
+        return Call.model_construct(bucket=bucket, k=k, status=status)
+
+    keep0 = [call(8, 0, "keep"), call(16, 0, "open")]     # open at one bucket: it stays
+    assert rotation_ks(keep0, [0, 1, 2, 3], {3}) == (0, 1, 2, 3)
+    # the largest k drafts every position: it stays unless the table serves it
+    everywhere = [call(8, k, "keep") for k in (0, 2, 3)]
+    assert rotation_ks(everywhere, [0, 1, 2, 3], {1}) == (1, 3)
+    assert rotation_ks(everywhere + [call(16, 1, "keep")], [0, 1, 2, 3], {3}) == (3,)
+    # a k the table serves stays even where it lost as a challenger (its cycles run the table)
+    assert rotation_ks([call(8, 1, "keep")], [0, 1, 3], {1, 3}) == (0, 1, 3)
 
 
 def test_unserved_buckets_and_thin_service_decide_nothing() -> None:

@@ -69,9 +69,10 @@ async def test_rebuild_pushes_the_profile_table_with_the_token(tmp_path: Path) -
         assert decision is not None and decision.outcome == "pushed", decision
         assert fake.table == TUNED and fake.table_puts == [{"table": TUNED, "if_version": 1}]
         assert fake.auth_headers == [f"Bearer {TOKEN}"]
-        # the exploration budget always (the rotation is charged to it), no duels unasked
+        # the exploration budget always (the rotation is charged to it), no duels unasked, and
+        # the rotation over every runnable k until a rebuild has judged the k's
         assert fake.policy_puts == [{"explore_every": 12, "explore_run": 3, "hysteresis": 1,
-                                     "duel_share": 0.25, "duel_horizon": 1000}]
+                                     "duel_share": 0.25, "duel_horizon": 1000, "explore_ks": []}]
         assert decision.old_table == STARTUP and decision.new_table == TUNED
         assert decision.source == "plugin" and decision.bias_note is None
         # live counts (600 drafts a position) are in the decision, before halving

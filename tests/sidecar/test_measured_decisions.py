@@ -72,6 +72,10 @@ async def test_measured_goodput_overrides_the_model_where_it_measured(tmp_path: 
         calls = {call.k: call for call in last.calls}
         assert calls[3].status == "keep" and calls[3].decided_by == "measured"
         assert fake.policy.get("duels") == []
+        # the rotation leaves out the k's that lost wherever they were judged (issue #34 item 4):
+        # k=0 and k=1 by the model's best case; k=3 lost on pairs but drafts every position
+        assert {calls[0].status, calls[1].status} == {"keep"}
+        assert fake.policy.get("explore_ks") == [2, 3]
 
 
 async def test_the_model_alone_moves_unserved_buckets_but_measured_mode_does_not(tmp_path: Path) -> None:

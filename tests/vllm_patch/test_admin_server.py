@@ -289,7 +289,7 @@ def test_policy_exploration_fields(admin: Admin) -> None:
     assert put(url, b'{"explore_every": 50}') == {"explore_every": 50, "explore_run": 3,
                                                   "hysteresis": 0, "baseline": None, "duels": [],
                                                   "duel_run": 16, "duel_share": 0.02,
-                                                  "duel_horizon": 10_000}
+                                                  "duel_horizon": 10_000, "explore_ks": []}
     assert put(url, b'{"explore_run": 5}')["explore_run"] == 5
     for body, field in ((b'{"explore_every": 5}', "explore_every"), (b'{"explore_run": 50}', "explore_run"),
                         (b'{"explore_run": 0}', "explore_run")):
@@ -297,6 +297,18 @@ def test_policy_exploration_fields(admin: Admin) -> None:
         assert status == 422 and reply["field"] == field, reply
     assert admin.engine.policy.explore_every == 50 and admin.engine.policy.explore_run == 5
     assert put(url, b'{"explore_every": 2, "explore_run": 1}')["explore_every"] == 2
+
+
+def test_the_rotations_ks_are_checked_against_the_engine_and_kept_sorted(admin: Admin) -> None:
+    url = f"http://127.0.0.1:{admin.port}/v1/policy"
+    assert put(url, b'{"explore_ks": [2, 0, 2]}')["explore_ks"] == [0, 2]
+    assert put(url, b'{"explore_every": 60}')["explore_ks"] == [0, 2]   # other fields keep it
+    K = admin.engine.num_speculative_tokens
+    body = f'{{"explore_ks": [1, {K + 1}]}}'.encode()
+    status, reply = admin.request(put_head(len(body), "/v1/policy"), body)
+    assert status == 422 and reply["field"] == "explore_ks" and f"k=[{K + 1}]" in reply["error"], reply
+    assert admin.engine.policy.explore_ks == (0, 2)          # a refused body changes nothing
+    assert put(url, b'{"explore_ks": []}')["explore_ks"] == []         # every runnable k again
 
 
 def test_policy_duels_are_checked_against_the_engine(admin: Admin) -> None:

@@ -86,6 +86,20 @@ def test_a_new_policy_ends_the_run_in_progress() -> None:
     assert clock.k_for_step((), 4, 3, 15, 6, 0.5, 1000) is None
 
 
+def test_the_rotation_visits_only_the_policys_explore_ks() -> None:
+    """A k left out of explore_ks never runs an explored step; () is every k again; a new
+    policy object (rebound, never mutated) takes effect at the next step."""
+    some = Policy(explore_every=20, explore_run=3, explore_ks=(2,), duel_share=0.5)
+    engine = engine_with(some, [[1, 256, 3]])
+    lookup = PolicyLookup(engine, lambda e: (_ for _ in ()).throw(e))
+    ks = [lookup[64] for _ in range(400)]
+    assert set(ks) == {2, 3} and ks.count(2) == 60      # 3 of every 20 steps, always k=2
+    engine.policy = Policy(explore_every=20, explore_run=3, explore_ks=(3,), duel_share=0.5)
+    assert {lookup[64] for _ in range(400)} == {3}          # the table's own k: runs the table
+    engine.policy = Policy(explore_every=20, explore_run=3, duel_share=0.5)   # (): every k
+    assert {lookup[64] for _ in range(400)} == {0, 1, 2, 3}
+
+
 def test_rotation_and_duels_share_one_budget() -> None:
     """The rotation at its full 2% and duels switched on and off: together still at most 2% of
     any 10,000 steps (the rotation's steps are charged to the duels' budget)."""

@@ -24,7 +24,8 @@ async def engine_defaults(engine: Engine) -> AsyncIterator[None]:
     yield
     assert (await engine.admin("PUT", "/v1/table", {"table": STARTUP_TABLE}))[0] == 200
     assert (await engine.admin("PUT", "/v1/policy", {"explore_every": 0, "explore_run": 3,
-                                                    "hysteresis": 0, "baseline": "none"}))[0] == 200
+                                                    "hysteresis": 0, "baseline": "none",
+                                                    "explore_ks": []}))[0] == 200
     assert (await engine.admin("PUT", "/v1/emulation", {"rates": [1.0, 1.0, 1.0]}))[0] == 200
 
 
@@ -103,6 +104,23 @@ async def test_exploration_runs_time_and_offer_every_allowed_k(engine: Engine) -
     assert delta(after, before, "drafted_per_pos")[2] > 0  # k=3 drafted while the table says 1
     assert delta(after, before, "explore_steps") > 0
     assert after["current_k"] == 1  # exploration never becomes the hysteresis memory
+    await engine.admin("PUT", "/v1/policy", {"duel_share": 0.02, "duel_horizon": 10_000})
+
+
+async def test_the_rotation_visits_only_explore_ks_on_the_engine(engine: Engine) -> None:
+    """The sidecar leaves out of the rotation the k's that cannot win (issue #34 item 4): on
+    the engine no step runs them, while the rotation still runs the others."""
+    await engine.admin("PUT", "/v1/table", {"table": [[1, 16, 1]]})
+    status, policy = await engine.admin("PUT", "/v1/policy", {
+        "explore_every": 6, "explore_run": 3, "duel_share": 0.5, "duel_horizon": 100,
+        "explore_ks": [2]})
+    assert status == 200 and policy["explore_ks"] == [2]
+    before = await engine.stats()
+    await burst(engine.url, prompts(engine, 2, seed=3), max_tokens=96)
+    after = await engine.stats()
+    steps = delta(after, before, "engine_steps_per_k")
+    assert steps.get("2", 0) > 0 and steps.get("0", 0) == 0 and steps.get("3", 0) == 0, steps
+    assert delta(after, before, "explore_steps") > 0
     await engine.admin("PUT", "/v1/policy", {"duel_share": 0.02, "duel_horizon": 10_000})
 
 

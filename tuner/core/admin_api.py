@@ -106,6 +106,9 @@ class PolicyBody(_Body):
     duel_horizon: StrictInt | None = Field(default=None, ge=100, le=10_000_000)
     hysteresis: StrictInt | None = Field(default=None, ge=0, le=1_000_000)
     baseline: Literal["nightjar", "none"] | None = None  # benchmarks only; "none" turns it off
+    # the k's the rotation visits ([]: every runnable k; explore_every=0 turns it off): the
+    # sidecar leaves out a k whose best case loses wherever it was judged, so none explores it
+    explore_ks: tuple[StrictInt, ...] | None = None
 
 
 class EmulationBody(_Body):
@@ -163,6 +166,7 @@ class PolicyReply(_Reply):
     duel_run: int = 16
     duel_share: float = 0.02
     duel_horizon: int = 10_000
+    explore_ks: tuple[int, ...] = ()  # (): every runnable k
 
 
 class EmulationReply(_Reply):
