@@ -73,8 +73,12 @@ class PolicyLookup(list[int]):
         return self._rotation[1]
 
     def _duel_k(self, dense: tuple[int, ...], batch_size: int, policy: Policy) -> tuple[int, bool]:
-        if policy is not self._duel_policy:  # a new policy (rebound, never mutated): new runs
-            self._duel.reset()
+        if policy is not self._duel_policy:  # a new policy (rebound, never mutated)
+            old = self._duel_policy
+            # new runs only if the duels changed: a PUT of the same duels beside another
+            # rotation or share would cut a run and lose its pair
+            if old is None or (old.duels, old.duel_run) != (policy.duels, policy.duel_run):
+                self._duel.reset()
             self._duel_policy = policy
         table_k, _ = step_k(dense, batch_size, self._engine.current_k, self._engine.steps,
                               Policy(hysteresis=policy.hysteresis))

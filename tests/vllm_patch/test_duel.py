@@ -100,6 +100,26 @@ def test_the_rotation_visits_only_the_policys_explore_ks() -> None:
     assert {lookup[64] for _ in range(400)} == {0, 1, 2, 3}
 
 
+def test_a_policy_of_the_same_duels_keeps_the_run_in_progress() -> None:
+    """The sidecar re-sends its duels with every policy PUT (a new rotation, the urgent share):
+    a run in progress goes on unless the duels themselves changed."""
+    duels = ((1, 256, (2,)),)
+    first = Policy(duels=duels, duel_run=8, duel_share=0.5, duel_horizon=1000)
+    engine = engine_with(first, [[1, 256, 3]])
+    lookup = PolicyLookup(engine, lambda e: (_ for _ in ()).throw(e))
+    ks = [lookup[64]]
+    while ks[-1] != 2:                     # to the first step of a run
+        ks.append(lookup[64])
+    assert [lookup[64] for _ in range(2)] == [2, 2]   # 5 of its 8 steps left
+    engine.policy = Policy(duels=duels, duel_run=8, duel_share=0.25, duel_horizon=1000,
+                           explore_ks=(2, 3))
+    assert [lookup[64] for _ in range(6)] == [2] * 5 + [3]   # it runs to its end
+    while lookup[64] != 2:                 # into the next run
+        pass
+    engine.policy = Policy(duels=((1, 256, (1,)),), duel_run=8, duel_share=0.25, duel_horizon=1000)
+    assert 2 not in [lookup[64] for _ in range(7)]   # other duels: that run ends at once
+
+
 def test_rotation_and_duels_share_one_budget() -> None:
     """The rotation at its full 2% and duels switched on and off: together still at most 2% of
     any 10,000 steps (the rotation's steps are charged to the duels' budget)."""
