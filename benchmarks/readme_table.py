@@ -82,6 +82,9 @@ NOHARMS = {  # folder -> setting: the table alone against the table with the sid
     "cpu-tiny-noharm/bursts-checked":
         "CPU (2 cores), tiny model, ngram, do no harm at bursts of 4 and 16, pairs at the batch "
         "sizes both ran, the model waiting for pairs to check its ratios",
+    "cpu-tiny-noharm/bursts-rotation":
+        "CPU (2 cores), tiny model, ngram, do no harm at bursts of 4 and 16, the rotation only "
+        "over the k's that can still win",
     "cpu-tiny-noharm/ramp-mixed-ratio":
         "CPU (2 cores), tiny model, ngram, do no harm under a ramp and mixed prompts, the model "
         "bounded by its ratio error where pairs checked it",
