@@ -144,12 +144,12 @@ def rotation_ks(calls: Collection[Call], allowed: list[int], served_ks: Collecti
     "keep" (its best case, the model's or the pairs', loses to the incumbent wherever it was
     judged); the table's served k's stay (a cycle at the table's k runs the table), and so does
     the largest k unless the table serves it (it alone drafts every position, whose acceptance
-    the estimate needs). Nothing judged yet: every allowed k."""
+    the estimate needs). (): none left out, the plugin's every runnable k."""
     judged: dict[int, bool] = {}
     for c in calls:
         judged[c.k] = judged.get(c.k, True) and c.status == "keep"
     lost = {k for k, all_keep in judged.items() if all_keep} - set(served_ks) - {max(allowed)}
-    return tuple(k for k in allowed if k not in lost)
+    return tuple(k for k in allowed if k not in lost) if lost & set(allowed) else ()
 
 
 def surviving(duels: tuple[Duel, ...], changed: Collection[int] | None) -> tuple[Duel, ...]:

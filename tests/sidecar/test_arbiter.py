@@ -111,8 +111,8 @@ def test_a_k_that_cannot_win_wherever_it_was_judged_leaves_the_rotation() -> Non
     # a measured loss leaves it too; nothing served yet: every k
     m = measured_with(16, 2, 3, -0.2)
     assert decide(draws({0: 0.5, 1: 0.8, 2: 1.0, 3: 1.0}), m, {16: 100}, old).rotation == (3,)
-    assert decide(draws({0: 0.5, 1: 0.8, 2: 1.0, 3: 1.0}), MeasuredGoodput(), {}, old).rotation == (
-        0, 1, 2, 3)
+    # () is the plugin's every runnable k: sent when nothing is left out
+    assert decide(draws({0: 0.5, 1: 0.8, 2: 1.0, 3: 1.0}), MeasuredGoodput(), {}, old).rotation == ()
 
 
 def test_the_rotation_keeps_a_k_open_somewhere_the_tables_ks_and_the_largest() -> None:
@@ -120,13 +120,13 @@ def test_the_rotation_keeps_a_k_open_somewhere_the_tables_ks_and_the_largest() -
         return Call.model_construct(bucket=bucket, k=k, status=status)
 
     keep0 = [call(8, 0, "keep"), call(16, 0, "open")]     # open at one bucket: it stays
-    assert rotation_ks(keep0, [0, 1, 2, 3], {3}) == (0, 1, 2, 3)
+    assert rotation_ks(keep0, [0, 1, 2, 3], {3}) == ()
     # the largest k drafts every position: it stays unless the table serves it
     everywhere = [call(8, k, "keep") for k in (0, 2, 3)]
     assert rotation_ks(everywhere, [0, 1, 2, 3], {1}) == (1, 3)
     assert rotation_ks(everywhere + [call(16, 1, "keep")], [0, 1, 2, 3], {3}) == (3,)
     # a k the table serves stays even where it lost as a challenger (its cycles run the table)
-    assert rotation_ks([call(8, 1, "keep")], [0, 1, 3], {1, 3}) == (0, 1, 3)
+    assert rotation_ks([call(8, 1, "keep")], [0, 1, 3], {1, 3}) == ()
 
 
 def test_unserved_buckets_and_thin_service_decide_nothing() -> None:
