@@ -139,17 +139,21 @@ def _urgent(c: Call, assumed: Figures, so_far: tuple[int, float], tie: float) ->
             and (pairs < URGENT_PAIRS or mean > math.log1p(tie)))
 
 
-def rotation_ks(calls: Collection[Call], allowed: list[int], served_ks: Collection[int]) -> tuple[int, ...]:
+def rotation_ks(calls: Collection[Call], allowed: list[int], served_ks: Collection[int],
+                restricted: bool = False) -> tuple[int, ...]:
     """The k's the plugin's rotation may visit: every allowed k but one whose every call is
     "keep" (its best case, the model's or the pairs', loses to the incumbent wherever it was
     judged); the table's served k's stay (a cycle at the table's k runs the table), and so does
     the largest k unless the table serves it (it alone drafts every position, whose acceptance
-    the estimate needs). (): none left out, the plugin's every runnable k."""
+    the estimate needs). (): none left out of an unrestricted set (``restricted`` False: every
+    k), i.e. the plugin's every runnable k."""
     judged: dict[int, bool] = {}
     for c in calls:
         judged[c.k] = judged.get(c.k, True) and c.status == "keep"
     lost = {k for k, all_keep in judged.items() if all_keep} - set(served_ks) - {max(allowed)}
-    return tuple(k for k in allowed if k not in lost) if lost & set(allowed) else ()
+    if not restricted and not lost & set(allowed):
+        return ()
+    return tuple(k for k in allowed if k not in lost)
 
 
 def surviving(duels: tuple[Duel, ...], changed: Collection[int] | None) -> tuple[Duel, ...]:
@@ -265,4 +269,4 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
                  for k in ks[np.asarray(band_rows(b, max_b), dtype=np.int64) - 1]}
     # the larger share is the plugin's for every duel it runs: only the urgent ones run then
     return Verdicts(ks, calls, tuple(urgent or duels), bool(urgent), checked,
-                    rotation_ks(calls, ks_allowed, served_ks))
+                    rotation_ks(calls, ks_allowed, served_ks, restricted=allowed is not None))

@@ -126,7 +126,9 @@ def test_the_rotation_keeps_a_k_open_somewhere_the_tables_ks_and_the_largest() -
     assert rotation_ks(everywhere, [0, 1, 2, 3], {1}) == (1, 3)
     assert rotation_ks(everywhere + [call(16, 1, "keep")], [0, 1, 2, 3], {3}) == (3,)
     # a k the table serves stays even where it lost as a challenger (its cycles run the table)
-    assert rotation_ks([call(8, 1, "keep")], [0, 1, 3], {1, 3}) == ()
+    assert rotation_ks([call(8, 1, "keep")], [0, 1, 2, 3], {1, 3}) == ()
+    # a restricted set (--allowed-k, --min-k) is sent as it is: the rotation stays inside it
+    assert rotation_ks([call(8, 1, "keep")], [1, 3], {1, 3}, restricted=True) == (1, 3)
 
 
 def test_unserved_buckets_and_thin_service_decide_nothing() -> None:
