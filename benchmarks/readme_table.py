@@ -103,6 +103,9 @@ NOHARMS = {  # folder -> setting: the table alone against the table with the sid
     "cpu-tiny-noharm/stale-profile/unpaired":
         "CPU (2 cores), tiny model, ngram, do no harm from a stale profile flattering k=0 "
         "(unpaired buckets left to the model; a warm-up push by its unchecked ratio)",
+    "cpu-tiny-noharm/stale-profile/rotation":
+        "CPU (2 cores), tiny model, ngram, do no harm from a stale profile flattering k=0 "
+        "(the rotation only over the k's that can win; duel runs kept across policy PUTs)",
     "cpu-tiny-noharm/stale-profile/unpaired-checked":
         "CPU (2 cores), tiny model, ngram, do no harm from a stale profile flattering k=0 "
         "(the model waits for pairs to check its ratios; pairs at the batch sizes both ran)",
