@@ -9,7 +9,8 @@ from sidecar.belief import Belief
 from sidecar.decision import BIAS_NOTE
 from sidecar.estimator import estimate, projected
 from sidecar.settings import SidecarSettings
-from sidecar.state import (ConditionDetail, DuelPower, Estimator, ForeignHold, GuardrailState,
+from sidecar.state import (ConditionDetail, DuelPower, Estimator, Exploration, ForeignHold,
+                           GuardrailState,
                            HeldOut, LiveCell, ModelError, PredictedGoodput, Process,
                            RecentDecision, SidecarState, StepTimes)
 from tuner.core.goodput import goodput as model_goodput
@@ -82,6 +83,8 @@ def sidecar_state(c: Controller, now: float) -> SidecarState:
                                 pairable=m.bucket in pairable)
                      for m in c.live_error.values()],
         duel_power=duel_power(belief, c.settings),
+        exploration=Exploration(duels=[(lo, hi, list(ks)) for lo, hi, ks in e.duels],
+                                urgent=e.urgent, rotation=list(e.rotation)),
         guardrail=GuardrailState(
             judging=guard.trial is not None,
             held_out=[HeldOut(table=[list(r) for r in ranges], until=until)

@@ -123,6 +123,15 @@ class DuelPower(_Part):
     smallest_gain: float
 
 
+class Exploration(_Part):
+    """What the sidecar asked the plugin to explore (sidecar/engine_table.py): the duels (B
+    range and challengers), whether at the urgent share, and the k's the rotation visits."""
+
+    duels: list[tuple[int, int, list[int]]] = []
+    urgent: bool = False
+    rotation: list[int] = []  # []: every runnable k
+
+
 class PredictedGoodput(_Part):
     """G(B, k) = B·τ(k)/T̂(B, k) at the last interval's mean batch size B (eq. G)."""
 
@@ -175,6 +184,7 @@ class SidecarState(BaseModel):
     step_times: StepTimes = StepTimes()
     model_error: list[ModelError] = []  # per served bucket, at the last rebuild
     duel_power: list[DuelPower] = []    # per compared (bucket, k, ref) with enough pairs
+    exploration: Exploration = Exploration()
     guardrail: GuardrailState = GuardrailState()
     traffic_changes: int = 0
     recent_decisions: list[RecentDecision] = []

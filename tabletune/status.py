@@ -134,6 +134,10 @@ def render(state: SidecarState, url: str, tty: bool, now: float | None = None) -
               f"{p.smallest_gain:.1%}"] for p in state.duel_power]
     lines += _table(rows, tty) if state.duel_power else [
         "no comparison with enough pairs yet (24 paired runs a bucket and k)"]
+    ex = state.exploration
+    asked = "; ".join(f"B {lo}-{hi}: k {', '.join(map(str, ks))}" for lo, hi, ks in ex.duels)
+    lines.append(f"asked of the plugin: {asked or 'no duels'}{' (urgent share)' if ex.urgent else ''}; "
+                 f"rotation over {'k ' + ', '.join(map(str, ex.rotation)) if ex.rotation else 'every k'}")
 
     decisions = state.recent_decisions
     lines.append(_section(f"last decisions (traffic changes {state.traffic_changes}, "

@@ -72,6 +72,14 @@ def test_status_says_how_small_a_gain_each_duel_can_find() -> None:
     assert "64\t2 vs 3\t30/40\t0.031\t2.7%" in text
     empty = render(SidecarState.model_validate({}), "http://x:1", tty=False, now=5.0)
     assert "no comparison with enough pairs yet" in empty
+    assert "asked of the plugin: no duels; rotation over every k" in empty
+
+
+def test_status_says_what_the_plugin_was_asked_to_explore() -> None:
+    state = SidecarState.model_validate({"exploration": {
+        "duels": [[9, 16, [2, 1]]], "urgent": True, "rotation": [1, 2, 3]}})
+    text = render(state, "http://x:1", tty=False, now=5.0)
+    assert "asked of the plugin: B 9-16: k 2, 1 (urgent share); rotation over k 1, 2, 3" in text
 
 
 def test_status_says_where_the_load_only_passes_through() -> None:

@@ -76,6 +76,7 @@ async def test_measured_goodput_overrides_the_model_where_it_measured(tmp_path: 
         # k=0 and k=1 by the model's best case; k=3 lost on pairs but drafts every position
         assert {calls[0].status, calls[1].status} == {"keep"}
         assert fake.policy.get("explore_ks") == [2, 3]
+        assert c.snapshot().exploration.rotation == [2, 3]   # /v1/state and status say so
 
 
 async def test_the_model_alone_moves_unserved_buckets_but_measured_mode_does_not(tmp_path: Path) -> None:
