@@ -88,6 +88,9 @@ NOHARMS = {  # folder -> setting: the table alone against the table with the sid
     "cpu-tiny-noharm/ramp-mixed-ratio":
         "CPU (2 cores), tiny model, ngram, do no harm under a ramp and mixed prompts, the model "
         "bounded by its ratio error where pairs checked it",
+    "cpu-tiny-noharm/ramp-mixed-rotation":
+        "CPU (2 cores), tiny model, ngram, do no harm under a ramp and mixed prompts, the rotation "
+        "only over the k's that can win",
     "cpu-tiny-noharm/stale-profile/before-fix":
         "CPU (2 cores), tiny model, ngram, do no harm from a stale profile flattering k=0 "
         "(urgent duels until an interval)",
