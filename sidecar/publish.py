@@ -83,7 +83,7 @@ def sidecar_state(c: Controller, now: float) -> SidecarState:
                                 pairable=m.bucket in pairable)
                      for m in c.live_error.values()],
         duel_power=duel_power(belief, c.settings),
-        exploration=Exploration(duels=[(lo, hi, list(ks)) for lo, hi, ks in e.duels],
+        exploration=Exploration(duels=list(e.duels),
                                 urgent=e.urgent, rotation=list(e.rotation)),
         guardrail=GuardrailState(
             judging=guard.trial is not None,

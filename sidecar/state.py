@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sidecar.counters import Stats
 from sidecar.decision import Decision, DriftCell, Outcome, Source
+from tuner.core.admin_api import Duel
 from tuner.core.errors import InvalidInput
 
 __all__ = ["ConditionDetail", "Estimator", "ForeignHold", "GuardrailState", "HeldOut", "LiveCell",
@@ -127,7 +128,7 @@ class Exploration(_Part):
     """What the sidecar asked the plugin to explore (sidecar/engine_table.py): the duels (B
     range and challengers), whether at the urgent share, and the k's the rotation visits."""
 
-    duels: list[tuple[int, int, list[int]]] = []
+    duels: list[Duel] = []
     urgent: bool = False
     rotation: list[int] = []  # []: every runnable k
 
