@@ -185,32 +185,28 @@ def put_policy(engine: EngineState, body: bytes) -> dict[str, Any]:
             raise HttpError(422, str(exc),
                             "explore_run" if p.explore_run is not None else "explore_every") from None
         check_duels(engine, new.duels)
-        check_explore_ks(engine, new.explore_ks)
+        check_runnable(engine, new.explore_ks, "explore_ks", "explore_ks")
         if baseline != old.baseline:
             engine.bandit = None  # a fresh bandit each time the baseline is switched on
         engine.policy = new
     return policy_reply(engine)
 
 
+def check_runnable(engine: EngineState, ks: tuple[int, ...], where: str, field: str) -> None:
+    """422 naming `where` unless every k is one this engine may run."""
+    bad = sorted(set(ks) - set(engine.runnable_k))
+    if bad:
+        raise HttpError(422, f"{where}: k={bad} not runnable here (allowed: "
+                             f"{sorted(engine.runnable_k)})", field)
+
+
 def check_duels(engine: EngineState, duels: tuple[Duel, ...]) -> None:
     """Each duel a range inside 1..max_num_seqs and k's this engine may run; 422 naming it."""
-    allowed = set(engine.runnable_k)
     for i, (lo, hi, ks) in enumerate(duels):
         if not 1 <= lo <= hi <= engine.max_num_seqs:
             raise HttpError(422, f"duels[{i}]: range {lo}..{hi} must lie in 1..max_num_seqs="
                                  f"{engine.max_num_seqs} with start <= end", "duels")
-        bad = sorted(set(ks) - allowed)
-        if bad:
-            raise HttpError(422, f"duels[{i}]: k={bad} not runnable here (allowed: "
-                                 f"{sorted(allowed)})", "duels")
-
-
-def check_explore_ks(engine: EngineState, ks: tuple[int, ...]) -> None:
-    """The rotation's k's: ones this engine may run; 422 naming them."""
-    bad = sorted(set(ks) - set(engine.runnable_k))
-    if bad:
-        raise HttpError(422, f"explore_ks: k={bad} not runnable here (allowed: "
-                             f"{sorted(engine.runnable_k)})", "explore_ks")
+        check_runnable(engine, tuple(ks), f"duels[{i}]", "duels")
 
 
 def policy_reply(engine: EngineState) -> dict[str, Any]:
