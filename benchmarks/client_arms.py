@@ -3,9 +3,10 @@
 - a table arm (the do-no-harm bench's `table`, the field bench's `fixed-k2`, `tuned`, ...): the
   engine runs that table with the plain policy (no exploration, no duels); a sidecar, if there
   is one, frozen (SIGSTOP; benchmarks/stateful.PausedSidecar).
-- `sidecar` (the field bench's `sidecar-from-quarter`, ...): the sidecar thawed with its own
-  table and policy restored, started with the user's defaults (`tabletune sidecar --profile
-  P`; the engine's URLs and its own port are wiring, not tuning).
+- a sidecar arm (the do-no-harm bench's `sidecar`, the field bench's `sidecar-from-quarter`,
+  `watch-from-tuned`, ...): that arm's own sidecar thawed with its table and policy restored,
+  every other one frozen; started with the user's defaults (`tabletune sidecar --profile P`;
+  the engine's URLs and its own port are wiring, not tuning).
 
 Each arm waits `idle_s` (a quiet spell, the sidecar awake in its arm), then runs the shape's
 client runs back to back, each starting fresh. Around every run the engine's own counters are
@@ -36,7 +37,6 @@ from sidecar.state import SidecarState
 from tuner.core.table import Table
 from tuner.step_clock import step_load
 
-SIDECAR = "sidecar"  # the arm with the sidecar awake; every other arm names a table
 NOTABLE = ("pushed", "rolled_back", "rejected", "failed", "held")  # decisions kept per arm
 COUNTS = ("pushes", "traffic_changes", "rollbacks", "foreign_tables")
 READY_S = 120.0  # a fresh sidecar's imports on a loaded 2-core box
@@ -44,60 +44,36 @@ TICK_S = 1.0      # the sidecar's interval at the user's defaults
 CATCH_UP_S = 15.0  # the longest wait for a thawed sidecar's catch-up tick
 
 
-class Arms:
-    """The engine, the sidecar and vLLM's client, and which arm the engine is in."""
+class Awake:
+    """One sidecar of a bench and what the bench knows of it: awake or frozen, since when, and
+    its counters at the last reading."""
 
-    def __init__(self, server_url: str, engine: EngineClient, admin: EngineClient,
-                 sidecar: PausedSidecar | None, tables: Mapping[str, Table], model: Path,
-                 served_name: str, out: Path, idle_s: float,
-                 client_flags: tuple[str, ...] = (), sidecar_arm: str = SIDECAR) -> None:
-        self.host, port = server_url.removeprefix("http://").rsplit(":", 1)
-        self.port = int(port)
-        self.engine, self.admin, self.sidecar, self.tables = engine, admin, sidecar, tables
-        self.client_flags = client_flags  # e.g. the client's --goodput SLOs
-        self.sidecar_arm = sidecar_arm    # the arm with the sidecar awake
-        self.model, self.served_name, self.out, self.idle_s = model, served_name, out, idle_s
+    def __init__(self, sidecar: PausedSidecar) -> None:
+        self.sidecar = sidecar
         self.is_thawed = False
         self.thawed_at = 0.0
         self.seen: Reading | None = None  # the sidecar's counters at its last reading
 
-    async def run(self, shape: Shape, arm: str, seed: int, tag: str) -> ArmRun:
-        """One arm of one shape: its runs' client results and engine counts, and (sidecar)
-        what the sidecar did meanwhile."""
-        t0 = time.monotonic()
-        awake = arm == self.sidecar_arm
-        await (self._thaw() if awake else self._freeze(self.tables[arm]))
-        await asyncio.sleep(self.idle_s)
-        phases = [await self._phase(run, seed, f"{tag}-{i}") for i, run in enumerate(shape.runs)]
-        seen = await self._observe() if awake else None
-        return ArmRun(shape=shape.name, arm=arm, seed=seed,
-                      wall_s=round(time.monotonic() - t0, 2), phases=phases, sidecar=seen)
-
-    async def _freeze(self, table: Table) -> None:
-        if self.is_thawed and self.sidecar is not None:
+    async def freeze(self) -> None:
+        if self.is_thawed:
             await self.sidecar.leave()
             self.is_thawed = False
-        if (await self.admin.get_table()).parsed_table() != table:
-            await self.admin.put_table(table)
 
-    async def _thaw(self) -> None:
+    async def thaw(self) -> None:
         if self.is_thawed:
             return
-        if self.sidecar is None:
-            raise ValueError("a sidecar arm on a bench started without a sidecar")
         woke = time.time()
         await self.sidecar.enter(settle_steps=0)  # no traffic yet: nothing to settle on
         self.is_thawed, self.thawed_at = True, time.monotonic()
         if self.seen is None:  # a fresh sidecar: its counters start here
-            self.seen = await self._read(deadline=time.monotonic() + READY_S)
+            self.seen = await self.read(deadline=time.monotonic() + READY_S)
         else:
-            await self._caught_up(woke, deadline=time.monotonic() + CATCH_UP_S)
+            await self.caught_up(woke, deadline=time.monotonic() + CATCH_UP_S)
 
-    async def _caught_up(self, woke: float, deadline: float) -> None:
+    async def caught_up(self, woke: float, deadline: float) -> None:
         """Until the thawed sidecar scraped once more after its first tick: that tick reads
         every step the other arms left in the ring (and may rebuild), work a sidecar never
         frozen spreads over many ticks; on 2 cores it would land in the arm's first seconds."""
-        assert self.sidecar is not None
         url = f"http://127.0.0.1:{self.sidecar.port}/v1/state"
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5.0)) as s:
             while time.monotonic() < deadline:
@@ -109,6 +85,83 @@ class Arms:
                 except (aiohttp.ClientError, TimeoutError):
                     pass
                 await asyncio.sleep(0.2)
+
+    async def observe(self) -> SidecarSeen:
+        """What the sidecar did since its last reading: counts, the thawed minutes, the
+        notable decisions, and its state now."""
+        before = self.seen
+        assert before is not None  # read when it was first thawed
+        now = await self.read(deadline=time.monotonic() + 30.0)
+        # awake since it was thawed, or since the reading before when it stayed awake
+        minutes = (now.monotonic - max(self.thawed_at, before.monotonic)) / 60
+        self.seen = now
+        state = now.state
+        newest = before.newest
+        decisions = [d for d in state.recent_decisions if d.time > newest and d.outcome in NOTABLE]
+        return SidecarSeen(**{k: now.counts[k] - before.counts[k] for k in COUNTS},
+                           minutes=round(minutes, 3), decisions=decisions,
+                           cumulative=dict(now.counts), engine_table=state.engine_table,
+                           a_hat=state.a_hat, rebuilds=now.rebuilds,
+                           cpu_s=round(now.cpu_s - before.cpu_s, 3))
+
+    async def read(self, deadline: float) -> Reading:
+        """The sidecar's counters from its /v1/state and /metrics, retried until `deadline`
+        (a sidecar still starting does not answer yet)."""
+        sidecar = self.sidecar
+        base = f"http://127.0.0.1:{sidecar.port}"
+        timeout = aiohttp.ClientTimeout(total=5.0)
+        while True:
+            try:
+                async with aiohttp.ClientSession(timeout=timeout) as s:
+                    async with s.get(base + "/v1/state") as r:
+                        state = await r.json()
+                    async with s.get(base + "/metrics") as r:
+                        metrics = await r.text()
+                return _reading(SidecarState.model_validate(state), metrics, sidecar.cpu_s())
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                if sidecar.returncode() is not None or time.monotonic() > deadline:
+                    raise EngineUnavailable(f"{base}: the sidecar does not answer ({exc}); "
+                                            f"see its log {sidecar.log}") from exc
+                await asyncio.sleep(1.0)
+
+
+class Arms:
+    """The engine, its sidecars and vLLM's client, and which arm the engine is in."""
+
+    def __init__(self, server_url: str, engine: EngineClient, admin: EngineClient,
+                 sidecars: Mapping[str, PausedSidecar], tables: Mapping[str, Table], model: Path,
+                 served_name: str, out: Path, idle_s: float,
+                 client_flags: tuple[str, ...] = ()) -> None:
+        self.host, port = server_url.removeprefix("http://").rsplit(":", 1)
+        self.port = int(port)
+        self.engine, self.admin, self.tables = engine, admin, tables
+        self.sidecars = {arm: Awake(s) for arm, s in sidecars.items()}  # arm -> its sidecar
+        self.client_flags = client_flags  # e.g. the client's --goodput SLOs
+        self.model, self.served_name, self.out, self.idle_s = model, served_name, out, idle_s
+
+    async def run(self, shape: Shape, arm: str, seed: int, tag: str) -> ArmRun:
+        """One arm of one shape: its runs' client results and engine counts, and (a sidecar
+        arm) what its sidecar did meanwhile."""
+        t0 = time.monotonic()
+        awake = await self.enter(arm)
+        await asyncio.sleep(self.idle_s)
+        phases = [await self._phase(run, seed, f"{tag}-{i}") for i, run in enumerate(shape.runs)]
+        seen = await awake.observe() if awake is not None else None
+        return ArmRun(shape=shape.name, arm=arm, seed=seed,
+                      wall_s=round(time.monotonic() - t0, 2), phases=phases, sidecar=seen)
+
+    async def enter(self, arm: str) -> Awake | None:
+        """The engine in `arm`: every other sidecar frozen, then the arm's own thawed (its table
+        and policy restored) or the arm's table pushed unless the engine runs it."""
+        for other, s in self.sidecars.items():  # at most one sidecar awake: the arm's own
+            if other != arm:
+                await s.freeze()
+        awake = self.sidecars.get(arm)
+        if awake is not None:
+            await awake.thaw()
+        elif (await self.admin.get_table()).parsed_table() != self.tables[arm]:
+            await self.admin.put_table(self.tables[arm])
+        return awake
 
     async def _phase(self, run: ClientRun, seed: int, tag: str) -> Phase:
         s0 = await self.admin.get_stats()
@@ -133,48 +186,9 @@ class Arms:
                          accepted_per_pos=_delta(s0.accepted_per_pos, s1.accepted_per_pos),
                          drafted_per_pos=_delta(s0.drafted_per_pos, s1.drafted_per_pos)))
 
-    async def _observe(self) -> SidecarSeen:
-        """What the sidecar did since its last reading: counts, the thawed minutes, the
-        notable decisions, and its state now."""
-        before = self.seen
-        assert before is not None  # read when it was first thawed
-        now = await self._read(deadline=time.monotonic() + 30.0)
-        # awake since it was thawed, or since the reading before when it stayed awake
-        minutes = (now.monotonic - max(self.thawed_at, before.monotonic)) / 60
-        self.seen = now
-        state = now.state
-        newest = before.newest
-        decisions = [d for d in state.recent_decisions if d.time > newest and d.outcome in NOTABLE]
-        return SidecarSeen(**{k: now.counts[k] - before.counts[k] for k in COUNTS},
-                           minutes=round(minutes, 3), decisions=decisions,
-                           cumulative=dict(now.counts), engine_table=state.engine_table,
-                           a_hat=state.a_hat, rebuilds=now.rebuilds,
-                           cpu_s=round(now.cpu_s - before.cpu_s, 3))
-
-    async def _read(self, deadline: float) -> Reading:
-        """The sidecar's counters from its /v1/state and /metrics, retried until `deadline`
-        (a sidecar still starting does not answer yet)."""
-        sidecar = self.sidecar
-        assert sidecar is not None  # read only in a sidecar arm
-        base = f"http://127.0.0.1:{sidecar.port}"
-        timeout = aiohttp.ClientTimeout(total=5.0)
-        while True:
-            try:
-                async with aiohttp.ClientSession(timeout=timeout) as s:
-                    async with s.get(base + "/v1/state") as r:
-                        state = await r.json()
-                    async with s.get(base + "/metrics") as r:
-                        metrics = await r.text()
-                return _reading(SidecarState.model_validate(state), metrics, sidecar.cpu_s())
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                if sidecar.returncode() is not None or time.monotonic() > deadline:
-                    raise EngineUnavailable(f"{base}: the sidecar does not answer ({exc}); "
-                                            f"see its log {sidecar.log}") from exc
-                await asyncio.sleep(1.0)
-
     async def close(self) -> None:
-        if self.sidecar is not None:
-            await self.sidecar.close()
+        for s in self.sidecars.values():
+            await s.sidecar.close()
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,9 @@ One vLLM with the plugin serves every policy in turn (its table swapped through 
 the plain policy, no exploration): every fixed k, the documented table, the profile's tuned
 table, the quarter-shrunk and TurboSpec-style tables, and at most one sidecar
 (`sidecar-from-quarter`, `-from-documented`, `-from-tuned`: the real `tabletune sidecar` with
-the user's defaults, started from that table, awake only in its own runs). No speculation needs
+the user's defaults, started from that table, awake only in its own runs) and one observing
+sidecar (`watch-from-...`: the same with `--dry-run`, its own process, so a run can pair
+observing against observing and exploring). No speculation needs
 a second engine and is not an arm here. Block after block, every traffic shape
 (benchmarks/traffic.py: closed loops at each concurrency, bursty Poisson arrivals, a ramp up
 and down, mixed lengths) runs once under every policy, in an order shuffled each block, all on
@@ -42,7 +44,8 @@ from benchmarks.client_bench import (Blocks, add_traffic_flags, bench_parser, bl
 from benchmarks.design import rotated
 from benchmarks.field_summary import summarize
 from benchmarks.noharm_summary import arm_throughput
-from benchmarks.policies import NOSPEC, SIDECAR_POLICIES, expand, policy_tables
+from benchmarks.policies import (NOSPEC, SIDECAR, SIDECAR_POLICIES, WATCH, expand, policy_tables,
+                                 sidecar_flags)
 from benchmarks.policies import engine_args as bench_engine_args
 from benchmarks.scenario import Scenario, scenario_of, serving
 from benchmarks.stateful import USER_DEFAULTS, PausedSidecar
@@ -64,8 +67,8 @@ class Config:
     sizes: Sizes
     policies: tuple[str, ...]
     tables: dict[str, Table]        # every table policy's table
-    sidecar: str | None             # the sidecar policy, if any
-    sidecar_args: tuple[str, ...]   # flags after the sidecar's defaults (--sidecar-arg)
+    sidecars: tuple[str, ...]       # the sidecar policies: at most one sidecar-from, one watch-from
+    sidecar_args: tuple[str, ...]   # flags after the sidecars' defaults (--sidecar-arg)
     goodput: tuple[str, ...]        # the client's --goodput SLOs, e.g. ("tpot:50",)
     blocks: Blocks
     idle_s: float
@@ -85,9 +88,11 @@ def config(args: argparse.Namespace, argv: list[str]) -> Config:
                            "fixed-k*,documented,tuned")
     tables = policy_tables(profile, policies)
     sidecars = [p for p in policies if p in SIDECAR_POLICIES]
-    if len(sidecars) > 1:
-        raise InvalidInput(f"--policies: {','.join(sidecars)}: one sidecar a run (one process "
-                           "learns from everything it serves); keep one of them")
+    for kind in (SIDECAR, WATCH):
+        same = [p for p in sidecars if p.startswith(kind)]
+        if len(same) > 1:
+            raise InvalidInput(f"--policies: {','.join(same)}: one {kind}TABLE a run (one "
+                               "process learns from everything it serves); keep one of them")
     if NOSPEC in policies:
         raise InvalidInput(f"--policies: {NOSPEC} needs a second engine, which this bench does "
                            "not start; drop it (python -m benchmarks measures it)")
@@ -112,7 +117,7 @@ def config(args: argparse.Namespace, argv: list[str]) -> Config:
                                "METRIC one of ttft, tpot, e2el, e.g. --goodput 'tpot:50 ttft:2000'")
     return Config(scenario, shapes_, sizes, tuple(policies),
                   {p: t for p, t in tables.items() if p in policies},
-                  sidecars[0] if sidecars else None, sidecar_args, goodput, blocks_of(args), args.idle_s,
+                  tuple(sidecars), sidecar_args, goodput, blocks_of(args), args.idle_s,
                   args.resume, "python -m benchmarks.field " + shlex.join(argv))
 
 
@@ -123,14 +128,28 @@ def _positive(text: str) -> bool:
         return False
 
 
+def sidecar_keys(cfg: Config) -> dict[str, str | None]:
+    """Each kind of sidecar policy by its name in the record ("sidecar", "watch": its meta key
+    and log's stem), and this run's policy of that kind (None: none runs)."""
+    return {kind.split("-")[0]: next((p for p in cfg.sidecars if p.startswith(kind)), None)
+            for kind in (SIDECAR, WATCH)}
+
+
+def sidecar_argv(cfg: Config, policy: str | None) -> list[str] | None:
+    """The command line a sidecar policy runs (None: no such policy in this run)."""
+    if policy is None:
+        return None
+    return ["tabletune", "sidecar", "--profile", str(cfg.scenario.profile_path), *USER_DEFAULTS,
+            *cfg.sidecar_args, *sidecar_flags(policy)]
+
+
 def meta(cfg: Config) -> dict[str, Any]:
     s = cfg.scenario
     return {"command": cfg.command, "profile": str(s.profile_path),
             "model": s.profile.engine.model, "served_name": SERVED_NAME,
             "policies": list(cfg.policies),
             "tables": {p: t.to_list() for p, t in cfg.tables.items()},
-            "sidecar": (["tabletune", "sidecar", "--profile", str(s.profile_path),
-                         *USER_DEFAULTS, *cfg.sidecar_args] if cfg.sidecar else None),
+            **{key: sidecar_argv(cfg, p) for key, p in sidecar_keys(cfg).items()},
             "engine": s.profile.engine.model_dump(mode="json"),
             "shapes": shape_meta(cfg.shapes), "sizes": dataclasses.asdict(cfg.sizes),
             "goodput": list(cfg.goodput) or None, "idle_s": cfg.idle_s, "seed": cfg.blocks.seed,
@@ -142,7 +161,7 @@ def record_for(cfg: Config) -> dict[str, Any]:
     """A new record, or (--resume) the one in --out, of the same shapes, policies and sidecar."""
     fresh: dict[str, Any] = {"schema": 1, "meta": meta(cfg), "runs": [], "warmup": []}
     return client_bench.record_for(cfg.scenario.out / RECORD, fresh, cfg.resume,
-                                   ("shapes", "policies", "tables", "goodput", "sidecar"))
+                                   ("shapes", "policies", "tables", "goodput", "sidecar", "watch"))
 
 
 def save(cfg: Config, record: dict[str, Any]) -> dict[str, Any]:
@@ -187,24 +206,28 @@ async def run(cfg: Config) -> dict[str, Any]:
         admin = up.admin
         first_table = next(iter(cfg.tables.values()))
         await admin.put_table(first_table)
-        sidecar = None
-        if cfg.sidecar is not None:
-            start = policy_tables(s.profile, cfg.policies)[SIDECAR_POLICIES[cfg.sidecar]]
-            sidecar = PausedSidecar(start, admin, await admin.get_policy(), s.profile_path,
-                                    s.out / "logs", up.server.url, converge_s=0.0,
-                                    args=cfg.sidecar_args,
-                                    base=USER_DEFAULTS)
-            info["sidecar_log"] = f"sidecar-part{info['part']}.log.gz"
+        sidecars: dict[str, PausedSidecar] = {}
+        for key, policy in sidecar_keys(cfg).items():
+            if policy is None:
+                continue
+            start = policy_tables(s.profile, cfg.policies)[SIDECAR_POLICIES[policy]]
+            sidecars[policy] = PausedSidecar(start, admin, await admin.get_policy(),
+                                             s.profile_path, s.out / "logs", up.server.url,
+                                             converge_s=0.0,
+                                             args=(*cfg.sidecar_args, *sidecar_flags(policy)),
+                                             base=USER_DEFAULTS)
+            info[f"{key}_log"] = f"{key}-part{info['part']}.log.gz"
         client_flags = ("--goodput", *cfg.goodput) if cfg.goodput else ()
-        arms = Arms(up.server.url, up.engine, admin, sidecar, cfg.tables, s.model, SERVED_NAME,
-                    s.out, cfg.idle_s, client_flags, sidecar_arm=cfg.sidecar or "")
+        arms = Arms(up.server.url, up.engine, admin, sidecars, cfg.tables, s.model, SERVED_NAME,
+                    s.out, cfg.idle_s, client_flags)
 
         async def round_(block: int, seed: int) -> list[tuple[int, ArmRun]]:
             return await one_round(arms, cfg, block, seed, info["part"])
 
         def keep() -> dict[str, Any]:
-            if sidecar is not None:
-                keep_log(sidecar.log, s.out / info["sidecar_log"])
+            for key, policy in sidecar_keys(cfg).items():
+                if policy is not None:
+                    keep_log(sidecars[policy].log, s.out / info[f"{key}_log"])
             return save(cfg, record)
 
         await recorded(run_blocks(round_, cfg.blocks, record, info, first, t0,
@@ -217,7 +240,8 @@ def parser() -> argparse.ArgumentParser:
     ap = bench_parser(__doc__, "runs/field")
     ap.add_argument("--policies", default="fixed-k*,documented,tuned",
                     help="tables (fixed-k*, documented, tuned, quarter, turbospec-style, "
-                         "tuned@tie=X, tuned-of:PATH) and at most one sidecar-from-TABLE")
+                         "tuned@tie=X, tuned-of:PATH), at most one sidecar-from-TABLE and at "
+                         "most one watch-from-TABLE (a --dry-run sidecar)")
     ap.add_argument("--sidecar-arg", action="append",
                     help="a flag after the sidecar's defaults, repeatable (default: none)")
     ap.add_argument("--goodput", help="the client's SLOs for request goodput, e.g. 'tpot:50'")

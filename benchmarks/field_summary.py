@@ -45,6 +45,7 @@ from benchmarks.noharm_summary import (ALPHA, Run, acceptance_length, arm_throug
                                        engine_throughput, latency, mean_of, median,
                                        ratio_interval, short_runs)
 from benchmarks.stats import is_fixed, policy_key
+from benchmarks.policies import SIDECAR
 
 METRICS: dict[str, tuple[Callable[[ArmRun], float], bool]] = {
     # name: (per-run figure, higher is better); the README's claims use the first two
@@ -262,13 +263,14 @@ def _same(c: dict[str, Any], tables: dict[str, Any]) -> dict[str, Any]:
 
 def awake_before(runs: Sequence[Run]) -> dict[tuple[int, int, str, str], float]:
     """Per sidecar run, keyed (part, block, shape, arm): the seconds its sidecar had been awake
-    before it. The record lists runs as they ran, and each part (call) starts a new sidecar."""
+    before it. The record lists runs as they ran, and each part (call) starts a new sidecar
+    per sidecar policy."""
     out: dict[tuple[int, int, str, str], float] = {}
-    awake: dict[int, float] = {}
+    awake: dict[tuple[int, str], float] = {}
     for r in runs:
         if r.sidecar is not None:
-            out[(r.part, r.block, r.shape, r.arm)] = before = awake.get(r.part, 0.0)
-            awake[r.part] = before + 60 * r.sidecar.minutes
+            out[(r.part, r.block, r.shape, r.arm)] = before = awake.get((r.part, r.arm), 0.0)
+            awake[(r.part, r.arm)] = before + 60 * r.sidecar.minutes
     return out
 
 
@@ -294,7 +296,7 @@ def shape_summary(runs: Sequence[Run], shape: str, policies: Sequence[str],
     comparisons = [_same(compare(blocks, p, v, m), tables) for p in others for v in references
                    if v != p for m in HEADLINE]
     awake = awake_before(runs)
-    learned = [c for p in others if p.startswith("sidecar-") and "tuned" in policies
+    learned = [c for p in others if p.startswith(SIDECAR) and "tuned" in policies
                for c in after_learning(blocks, p, awake)]
     return {"shape": shape, "blocks": len(complete),
             "policies": {p: {**policy_figures([b[p] for b in blocks.values() if p in b]),

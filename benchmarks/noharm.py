@@ -143,8 +143,8 @@ async def run(cfg: Config) -> dict[str, Any]:
         sidecar = PausedSidecar(cfg.start, admin, plain, s.profile_path, s.out / "logs",
                                 up.server.url, converge_s=0.0, args=cfg.sidecar_args,
                                 base=USER_DEFAULTS)
-        arms = Arms(up.server.url, up.engine, admin, sidecar, {"table": cfg.start}, s.model,
-                    SERVED_NAME, s.out, cfg.idle_s)
+        arms = Arms(up.server.url, up.engine, admin, {"sidecar": sidecar}, {"table": cfg.start},
+                    s.model, SERVED_NAME, s.out, cfg.idle_s)
         info["sidecar_log"] = f"sidecar-part{part}.log.gz"
 
         async def round_(block: int, seed: int) -> list[tuple[int, ArmRun]]:

@@ -1,5 +1,7 @@
 """The do-no-harm figures of a field bench run whose policies hold a sidecar and the table it
 starts from (benchmarks/noharm_summary.from_field): on a GPU one field run answers both benches.
+With `--against` another policy of the run is the reference instead: `--sidecar
+sidecar-from-tuned --against watch-from-tuned` is what exploring costs beyond observing.
 
     python -m benchmarks.noharm_of_field --field DIR/field.json --out DIR/noharm-summary.json
 """
@@ -20,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--field", type=Path, required=True, help="a field bench's field.json")
     p.add_argument("--sidecar", default="sidecar-from-tuned", choices=sorted(SIDECAR_POLICIES))
+    p.add_argument("--against", help="the reference policy (default: the sidecar's start table)")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     if not args.field.is_file():
@@ -32,12 +35,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--field: {args.field} is not a field bench record ({exc}); pass its field.json",
               file=sys.stderr)
         return 2
-    table = SIDECAR_POLICIES[args.sidecar]
-    if args.sidecar not in policies or table not in policies:
-        print(f"--sidecar: {args.field} ran {', '.join(policies)}, not both {args.sidecar} and "
-              f"{table}; pick a sidecar policy it ran with its start table", file=sys.stderr)
+    table = args.against or SIDECAR_POLICIES[args.sidecar]
+    if args.sidecar not in policies or table not in policies or table == args.sidecar:
+        flag = "--against" if args.against else "--sidecar"
+        print(f"{flag}: {args.field} ran {', '.join(policies)}, not both {args.sidecar} and "
+              f"{table}; pick two policies it ran (a sidecar policy and its reference)",
+              file=sys.stderr)
         return 2
-    result = summarize(from_field(record, args.sidecar))
+    result = summarize(from_field(record, args.sidecar, table))
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     for s in result["shapes"]:
         print(f"{s['shape']}: {s['ratio']} {s['ci']} {s['verdict']}")

@@ -218,11 +218,12 @@ def summarize(record: dict[str, Any]) -> dict[str, Any]:
             "command": record["meta"].get("command")}
 
 
-def from_field(record: dict[str, Any], sidecar: str = "sidecar-from-tuned") -> dict[str, Any]:
+def from_field(record: dict[str, Any], sidecar: str = "sidecar-from-tuned",
+               against: str | None = None) -> dict[str, Any]:
     """A field bench's record (benchmarks/field.py) as this bench's: the `sidecar` policy's runs
-    are the sidecar arm, those of the table it starts from the table arm, other policies left
-    out. KeyError: `sidecar` is not a sidecar policy."""
-    arms = {SIDECAR_POLICIES[sidecar]: "table", sidecar: "sidecar"}
+    are the sidecar arm, those of `against` (default: the table it starts from) the table arm,
+    other policies left out. KeyError: `sidecar` is not a sidecar policy."""
+    arms = {against or SIDECAR_POLICIES[sidecar]: "table", sidecar: "sidecar"}
 
     def kept(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{**r, "arm": arms[r["arm"]]} for r in rows if r["arm"] in arms]

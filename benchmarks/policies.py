@@ -25,8 +25,10 @@ NIGHTJAR = "nightjar-style"
 # a sidecar's start table; `sidecar-from-tuned` starts from the bench profile's own table, so with
 # a pure-decode profile it is the case the live step times are for (does it leave a k the serving
 # steps make slow?)
-SIDECAR_POLICIES = {"sidecar-from-quarter": "quarter", "sidecar-from-documented": "documented",
-                    "sidecar-from-tuned": "tuned"}
+SIDECAR = "sidecar-from-"
+WATCH = "watch-from-"   # a sidecar that only observes (--dry-run): the price of reading alone
+SIDECAR_POLICIES = {f"{kind}{t}": t for kind in (SIDECAR, WATCH)
+                    for t in ("quarter", "documented", "tuned")}
 PAIRED = (NOSPEC, NIGHTJAR, *SIDECAR_POLICIES)  # not tables: their own blocks, paired with a fixed k
 TIE = "tuned@tie="
 AA = "aa:"
@@ -101,6 +103,11 @@ def unknown_policies(profile: Profile, policies: Sequence[str]) -> list[str]:
     tables = policy_tables(profile, policies)
     known = set(tables) | {p for p in PAIRED if SIDECAR_POLICIES.get(p, "documented") in tables}
     return [p for p in policies if p not in known]
+
+
+def sidecar_flags(policy: str) -> tuple[str, ...]:
+    """A sidecar policy's own flags, after the user's defaults."""
+    return ("--dry-run",) if policy.startswith(WATCH) else ()
 
 
 def start_table(policy: str, tables: dict[str, Table]) -> Table:

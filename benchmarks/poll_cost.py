@@ -121,7 +121,7 @@ async def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     runs: list[ArmRun] = []
     async with serving(s) as up:
         await up.admin.put_table(table)
-        arms = Arms(up.server.url, up.engine, up.admin, None, dict.fromkeys(ARMS, table),
+        arms = Arms(up.server.url, up.engine, up.admin, {}, dict.fromkeys(ARMS, table),
                     s.model, SERVED_NAME, s.out, args.idle_s)
         for block in range(-1, args.blocks):  # block -1: the engine's one-off costs, unkept
             order = ARMS[max(block, 0) % 3:] + ARMS[:max(block, 0) % 3]

@@ -9,6 +9,8 @@ from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -17,11 +19,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 
 from benchmarks.arm_run import SidecarSeen
-from benchmarks.client_arms import Arms
+from benchmarks.client_arms import Arms, Awake
 from sidecar.counters import Stats
 from sidecar.metrics import SidecarCollector
 from sidecar.state import RecentDecision, SidecarState
 from tuner.core.engine_client import EngineClient
+from tuner.core.table import Table
 
 
 class Sidecar:
@@ -34,7 +37,7 @@ class Sidecar:
 
 
 @asynccontextmanager
-async def arms_beside(scrapes: list[float], tmp_path: Path) -> AsyncIterator[tuple[Arms, list[int]]]:
+async def awake_beside(scrapes: list[float], tmp_path: Path) -> AsyncIterator[tuple[Awake, list[int]]]:
     """Arms whose sidecar's /v1/state says each of ``scrapes`` in turn (the last one after);
     the stand-in server is closed here, whatever the test does."""
     asked: list[int] = []
@@ -47,24 +50,22 @@ async def arms_beside(scrapes: list[float], tmp_path: Path) -> AsyncIterator[tup
     app.router.add_get("/v1/state", state)
     async with TestServer(app) as server:
         # never entered: the catch-up wait opens and closes its own session
-        client = EngineClient(engine_url="http://127.0.0.1:1")
-        yield Arms("http://127.0.0.1:1", client, client, Sidecar(server.port, (1.5, 1.75)),  # type: ignore[arg-type]
-                   {}, tmp_path, "m", tmp_path, 0.0), asked
+        yield Awake(Sidecar(server.port, (1.5, 1.75))), asked  # type: ignore[arg-type]
 
 
 async def test_the_arm_waits_for_a_scrape_after_the_catch_up_tick(tmp_path: Path) -> None:
     woke = time.time()
-    async with arms_beside([woke - 5, woke + 0.2, woke + 1.3], tmp_path) as (arms, asked):
-        await arms._caught_up(woke, deadline=time.monotonic() + 60)
+    async with awake_beside([woke - 5, woke + 0.2, woke + 1.3], tmp_path) as (arms, asked):
+        await arms.caught_up(woke, deadline=time.monotonic() + 60)
         assert len(asked) == 3  # returned at the third reading, long before the deadline
 
 
 async def test_a_sidecar_that_never_scrapes_again_holds_the_arm_only_until_the_deadline(
         tmp_path: Path) -> None:
     woke = time.time()
-    async with arms_beside([woke - 5], tmp_path) as (arms, asked):
+    async with awake_beside([woke - 5], tmp_path) as (arms, asked):
         t0 = time.monotonic()
-        await arms._caught_up(woke, deadline=time.monotonic() + 1.0)
+        await arms.caught_up(woke, deadline=time.monotonic() + 1.0)
         assert 0.9 < time.monotonic() - t0 < 60 and len(asked) >= 2
 
 
@@ -105,12 +106,10 @@ async def test_a_sidecar_arm_reports_what_happened_since_the_last_reading(tmp_pa
     app.router.add_get("/v1/state", state)
     app.router.add_get("/metrics", metrics)
     async with TestServer(app) as server:
-        client = EngineClient(engine_url="http://127.0.0.1:1")
-        arms = Arms("http://127.0.0.1:1", client, client, Sidecar(server.port, (1.5, 1.75)),  # type: ignore[arg-type]
-                    {}, tmp_path, "m", tmp_path, 0.0)
-        arms.seen = await arms._read(deadline=time.monotonic() + 30)
+        arms = Awake(Sidecar(server.port, (1.5, 1.75)))  # type: ignore[arg-type]
+        arms.seen = await arms.read(deadline=time.monotonic() + 30)
         arms.thawed_at = arms.seen.monotonic
-        seen = await arms._observe()
+        seen = await arms.observe()
     assert (seen.pushes, seen.traffic_changes, seen.rollbacks) == (2, 2, 0)
     assert seen.decisions == [new]  # not the old push, not the unchanged rebuild
     assert seen.cumulative["pushes"] == 3 and seen.rebuilds == {"unchanged": 6, "pushed": 2}
@@ -131,3 +130,49 @@ def test_a_process_cpu_seconds_come_from_proc_and_none_for_no_process() -> None:
     assert cpu_seconds(None) == 0.0
     beyond = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
     assert cpu_seconds(beyond) == 0.0  # no such process: no /proc entry
+
+
+class Admin:
+    """The plugin's table, as much as a table arm reads and writes of it."""
+
+    def __init__(self) -> None:
+        self.table, self.puts = Table.from_list([[1, 32, 3]]), 0
+
+    async def get_table(self) -> Any:
+        return SimpleNamespace(parsed_table=lambda: self.table)
+
+    async def put_table(self, table: Table) -> None:
+        self.table, self.puts = table, self.puts + 1
+
+
+class Asleep:
+    """An Awake that records its freezes and thaws (a real one signals a process)."""
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name, self.log, self.is_thawed = name, log, False
+
+    async def freeze(self) -> None:
+        if self.is_thawed:
+            self.log.append(f"freeze {self.name}")
+        self.is_thawed = False
+
+    async def thaw(self) -> None:
+        self.log.append(f"thaw {self.name}")
+        self.is_thawed = True
+
+
+async def test_an_arm_thaws_only_its_own_sidecar_and_a_table_arm_freezes_every_one(
+        tmp_path: Path) -> None:
+    log: list[str] = []
+    admin = Admin()
+    client = EngineClient(engine_url="http://127.0.0.1:1")  # never entered
+    arms = Arms("http://127.0.0.1:1", client, admin, {}, {"tuned": Table.from_list([[1, 32, 2]])},  # type: ignore[arg-type]
+                tmp_path, "m", tmp_path, 0.0)
+    arms.sidecars = {p: Asleep(p, log) for p in ("sidecar-from-tuned", "watch-from-tuned")}  # type: ignore[misc]
+    assert await arms.enter("watch-from-tuned") is arms.sidecars["watch-from-tuned"]
+    await arms.enter("sidecar-from-tuned")
+    assert log == ["thaw watch-from-tuned", "freeze watch-from-tuned", "thaw sidecar-from-tuned"]
+    assert await arms.enter("tuned") is None and log[-1] == "freeze sidecar-from-tuned"
+    assert admin.table == Table.from_list([[1, 32, 2]]) and admin.puts == 1
+    await arms.enter("tuned")
+    assert admin.puts == 1 and len(log) == 4  # the engine ran it already; nobody was awake

@@ -160,7 +160,7 @@ def test_the_policies_expand_and_carry_their_tables(profile: Path, tmp_path: Pat
             "fixed-k*,documented,tuned,sidecar-from-quarter", "--goodput", "tpot:50"]
     cfg = config(parser().parse_args(argv), argv)
     assert cfg.policies == (*POLICIES, "sidecar-from-quarter")
-    assert set(cfg.tables) == set(POLICIES) and cfg.sidecar == "sidecar-from-quarter"
+    assert set(cfg.tables) == set(POLICIES) and cfg.sidecars == ("sidecar-from-quarter",)
     assert cfg.tables["fixed-k2"].to_list()[0][2] == 2 and cfg.goodput == ("tpot:50",)
     assert cfg.scenario.engine_args[0] == "--no-enable-prefix-caching"
     assert cfg.scenario.drafter is None
@@ -168,14 +168,35 @@ def test_the_policies_expand_and_carry_their_tables(profile: Path, tmp_path: Pat
     assert cfg.sidecar_args == () and meta(cfg)["sidecar"][-1] != "--dry-run"
     observing = [*argv, "--sidecar-arg=--dry-run"]
     assert meta(config(parser().parse_args(observing), observing))["sidecar"][-1] == "--dry-run"
+    assert meta(cfg)["watch"] is None
     with_drafter = [*argv, "--drafter", str(tmp_path / "eagle3")]
     assert config(parser().parse_args(with_drafter), with_drafter).scenario.drafter == tmp_path / "eagle3"
+
+
+def test_a_run_may_pair_an_observing_sidecar_with_one_that_explores(profile: Path,
+                                                                   tmp_path: Path) -> None:
+    """Two processes from the same table: the watch one adds --dry-run after the user's flags,
+    each has its own key in the record (and its own log)."""
+    from benchmarks.field import meta, sidecar_keys
+
+    argv = ["--profile", str(profile), "--model", str(tmp_path), "--policies",
+            "tuned,sidecar-from-tuned,watch-from-tuned", "--sidecar-arg=--interval-s=2"]
+    cfg = config(parser().parse_args(argv), argv)
+    assert cfg.sidecars == ("sidecar-from-tuned", "watch-from-tuned")
+    assert sidecar_keys(cfg) == {"sidecar": "sidecar-from-tuned", "watch": "watch-from-tuned"}
+    m = meta(cfg)
+    assert m["sidecar"][-1] == "--interval-s=2" and "--dry-run" not in m["sidecar"]
+    assert m["watch"][-2:] == ["--interval-s=2", "--dry-run"]
+    assert m["watch"][:-1] == m["sidecar"]
 
 
 @pytest.mark.parametrize(("extra", "says"), [
     (["--policies", "fixed-k1"], "--policies='fixed-k1': give at least two"),
     (["--policies", "fixed-k1,nospec"], "nospec needs a second engine"),
-    (["--policies", "fixed-k1,sidecar-from-quarter,sidecar-from-tuned"], "one sidecar a run"),
+    (["--policies", "fixed-k1,sidecar-from-quarter,sidecar-from-tuned"],
+     "sidecar-from-quarter,sidecar-from-tuned: one sidecar-from-TABLE a run"),
+    (["--policies", "fixed-k1,watch-from-quarter,watch-from-tuned,sidecar-from-tuned"],
+     "watch-from-quarter,watch-from-tuned: one watch-from-TABLE a run"),
     (["--policies", "fixed-k1,best"], "--policies: best not known for this profile"),
     (["--sidecar-arg=--explore-every=0"], "--sidecar-arg=--explore-every=0: no sidecar policy runs"),
     (["--goodput", "tpot=50"], "--goodput='tpot=50': 'tpot=50' is not METRIC:MS"),
@@ -284,6 +305,18 @@ def test_a_sidecar_is_compared_with_the_tuned_table_once_it_has_been_awake_a_min
     assert every[("sidecar-from-quarter", "tuned", "output_throughput")]["blocks"] == 6
     assert every[("sidecar-from-quarter", "tuned", "output_throughput")]["ratio"] < 0.95
     assert ("tuned", "tuned", "output_throughput") not in every
+
+
+def test_each_sidecar_policy_counts_its_own_time_awake() -> None:
+    """Two sidecars in one part: each one's learning time is its own runs', not the other's."""
+    from benchmarks.field_summary import awake_before
+    from tests.benchmarks.arm_runs import seen
+
+    runs = [block_run(b, "burst-c16", p, [phase(1000, 10.0, 1.0)], seen(minutes=0.5))
+            for b in range(3) for p in ("sidecar-from-tuned", "watch-from-tuned")]
+    awake = awake_before(runs_of([r.model_dump(mode="json") for r in runs]))
+    assert [awake[(0, b, "burst-c16", "watch-from-tuned")] for b in range(3)] == [0.0, 30.0, 60.0]
+    assert awake[(0, 2, "burst-c16", "sidecar-from-tuned")] == 60.0
 
 
 def test_without_a_sidecar_or_a_tuned_table_there_is_no_comparison_after_learning() -> None:

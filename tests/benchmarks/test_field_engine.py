@@ -1,9 +1,11 @@
 """The field bench end to end on the real CPU engine, reduced (issue #35 item 6): two tables
-under a closed loop and Poisson arrivals, on a prompts file of the client's `custom` dataset,
-one block; the client's saved result of every run is read back."""
+and two sidecars (one exploring, one observing) under a closed loop and Poisson arrivals, on a
+prompts file of the client's `custom` dataset, one block; the client's saved result of every
+run is read back."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -25,16 +27,29 @@ def test_a_scenario_runs_on_your_prompts_and_keeps_the_clients_results(tmp_path:
     profile.save(tmp_path / "profile.json")
     out = tmp_path / "out"
     rc = main(["--profile", str(tmp_path / "profile.json"), "--model", str(default_model().target),
-               "--out", str(out), "--policies", "fixed-k0,fixed-k3", "--shapes", "burst,poisson",
+               "--out", str(out), "--policies", "fixed-k0,fixed-k3,sidecar-from-tuned,watch-from-tuned",
+               "--shapes", "burst,poisson",
                "--concurrency", "2", "--rates", "4", "--run-s", "2", "--waves", "2",
                "--blocks", "1", "--warmup-rounds", "0", "--idle-s", "0",
                "--output-len", "200", "--prompts", str(PROMPTS), "--goodput", "tpot:10000"])
     assert rc == 0
     record = json.loads((out / "field.json").read_text())
+    policies = ("fixed-k0", "fixed-k3", "sidecar-from-tuned", "watch-from-tuned")
     assert {(r["shape"], r["arm"]) for r in record["runs"]} == {
-        (s, p) for s in ("burst-c2", "poisson-r4") for p in ("fixed-k0", "fixed-k3")}
+        (s, p) for s in ("burst-c2", "poisson-r4") for p in policies}
+    # each sidecar arm reports its own process's doings; the watch one only recommends
+    assert all((r["sidecar"] is not None) == r["arm"].endswith("-from-tuned")
+               for r in record["runs"])
+    assert record["meta"]["watch"][-1] == "--dry-run" and "--dry-run" not in record["meta"]["sidecar"]
+    outcomes = {}
+    for name in ("sidecar", "watch"):
+        lines = [json.loads(line) for line in gzip.open(out / f"{name}-part0.log.gz", "rt")]
+        (connected,) = [e for e in lines if e["event"] == "connected"]
+        assert connected["dry_run"] is (name == "watch")
+        outcomes[name] = {e["decision"]["outcome"] for e in lines if e["event"] == "rebuild"}
+    assert outcomes["watch"] <= {"dry_run"} and "dry_run" not in outcomes["sidecar"]
     saved = sorted((out / "runs").glob("*.json"))
-    assert len(saved) == 4
+    assert len(saved) == 8
     for path in saved:  # the client's own result, as --save-result writes it
         result = ClientResult.model_validate(json.loads(path.read_text()))
         assert result.completed >= 4 and result.total_output_tokens > 0

@@ -298,6 +298,16 @@ def test_a_field_record_reads_as_the_sidecar_against_the_table_it_started_from()
         from_field(field, "fixed-k1")
 
 
+def test_against_another_policy_it_is_the_reference_arm() -> None:
+    """Exploring beyond observing: the sidecar against a --dry-run sidecar of the same run."""
+    field = field_record()
+    runs = [{**r, "arm": "watch-from-tuned"} for r in field["runs"] if r["arm"] == "tuned"]
+    field = {**field, "runs": [*field["runs"], *runs]}
+    got = from_field(field, "sidecar-from-tuned", "watch-from-tuned")
+    assert sorted(r["arm"] for r in got["runs"]) == ["sidecar"] * 3 + ["table"] * 3
+    assert summarize(got)["shapes"][0]["ratio"] == summarize(from_field(field))["shapes"][0]["ratio"]
+
+
 def test_the_field_shell_writes_the_summary_and_names_a_wrong_input(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "field.json").write_text(json.dumps(field_record()))
@@ -307,6 +317,9 @@ def test_the_field_shell_writes_the_summary_and_names_a_wrong_input(
     assert noharm_of_field(["--field", str(tmp_path / "field.json"), "--sidecar",
                             "sidecar-from-quarter", "--out", str(out)]) == 2
     assert "--sidecar:" in capsys.readouterr().err
+    assert noharm_of_field(["--field", str(tmp_path / "field.json"), "--against",
+                            "watch-from-tuned", "--out", str(out)]) == 2
+    assert "--against:" in capsys.readouterr().err
     (tmp_path / "bad.json").write_text("{}")
     assert noharm_of_field(["--field", str(tmp_path / "bad.json"), "--out", str(out)]) == 2
     assert "not a field bench record" in capsys.readouterr().err
