@@ -4,7 +4,9 @@ One run of 12 blocks spreads ±5-8% at bursts of 4 on the 2-core CPU box; a cost
 percent shows only over many runs. Each run is a code version of its own, so the pool says what
 the sidecar cost across them, not what the latest costs. The ratio is noharm_summary's (the
 geometric mean of the per-block ratios sidecar / table of the client's output throughput) with
-its Student's t-interval at 95% and at 97.5% (two shapes share the family).
+its Student's t-interval at 95% and at 97.5% (two shapes share the family). A folder holding a
+field bench's field.json instead is read as `noharm_of_field` reads it (sidecar-from-tuned
+against tuned).
 
     python -m benchmarks.noharm_pool --out benchmarks/results/cpu-tiny-noharm/pooled.json \\
         --shapes burst-c4,burst-c16 benchmarks/results/cpu-tiny-noharm \\
@@ -21,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.arm_run import runs_of
-from benchmarks.noharm_summary import arm_throughput, paired, ratio_interval
+from benchmarks.noharm_summary import arm_throughput, from_field, paired, ratio_interval
 
-__all__ = ["pool"]
+__all__ = ["pool", "record_in"]
 
 
 def pool(records: dict[str, dict[str, Any]], shapes: Sequence[str]) -> dict[str, Any]:
@@ -46,19 +48,30 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--shapes", required=True, help="comma-separated, e.g. burst-c4,burst-c16")
-    p.add_argument("runs", nargs="+", type=Path, help="folders holding a noharm.json")
+    p.add_argument("runs", nargs="+", type=Path,
+                   help="folders holding a noharm.json (or a field bench's field.json)")
     args = p.parse_args(argv)
-    missing = [str(d) for d in args.runs if not (d / "noharm.json").is_file()]
+    missing = [str(d) for d in args.runs
+               if not (d / "noharm.json").is_file() and not (d / "field.json").is_file()]
     if missing:
         print(f"runs: no noharm.json in {', '.join(missing)}; pass the bench's --out folders",
               file=sys.stderr)
         return 2
-    records = {d.as_posix(): json.loads((d / "noharm.json").read_text()) for d in args.runs}
+    records = {d.as_posix(): record_in(d) for d in args.runs}
     result = pool(records, [s for s in args.shapes.split(",") if s])
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     for s in result["shapes"]:
         print(f"{s['shape']}: {s['ratio']} {s['ci']} over {s['blocks']} blocks")
     return 0
+
+
+def record_in(folder: Path) -> dict[str, Any]:
+    """The do-no-harm record a run's folder holds: its noharm.json, or its field.json read as
+    one (benchmarks/noharm_summary.from_field)."""
+    if (folder / "noharm.json").is_file():
+        record: dict[str, Any] = json.loads((folder / "noharm.json").read_text())
+        return record
+    return from_field(json.loads((folder / "field.json").read_text()))
 
 
 if __name__ == "__main__":

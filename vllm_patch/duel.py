@@ -13,12 +13,14 @@ does, so all but its first step are steady, timed steps of that k.
 Budget: a run starts only if the explored steps of the last ``duel_horizon`` steps, plus this
 run, stay within ``duel_share`` of the horizon; the rotation's steps are charged to the same
 budget (and skipped when it is spent). So over any ``duel_horizon`` consecutive steps at most
-duel_share of them explore. Runs are also spread: at least run / (SPREAD·duel_share) table
-steps lie between two runs (200 at the defaults), so a short burst of traffic holds at most
-about a run's worth (issue #34 item 4: a 200-step burst once held a third of its steps in duel
-runs) and a comparison still finishes in minutes. The sidecar runs the rotation below the share
-(1% by default) so a duel finds room at once. Pure, except for the small state a DuelClock
-keeps.
+duel_share of them explore. The steps counted are those under a policy that may explore
+(policy.py): in service that is every step, while a bench that freezes its sidecar between
+arms runs the others under a plain policy, whose steps must not make room for more
+exploration in the sidecar's arm than a sidecar in service would do. Runs are also spread: at
+least run / (SPREAD·duel_share) table steps lie between two runs (200 at the defaults), so a
+short burst of traffic holds at most about a run's worth and a comparison still finishes in
+minutes. The sidecar runs the rotation below the share (1% by default) so a duel finds room
+at once. Pure, except for the small state a DuelClock keeps.
 """
 
 from __future__ import annotations

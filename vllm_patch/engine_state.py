@@ -36,7 +36,7 @@ class Policy:
     explore_run: int = 3    # < explore_every; the middle steps of a run are steady steps
     # duels (vllm_patch/duel.py): while set, exploration runs only at these batch-size ranges,
     # only these challenger k's, in runs of duel_run steps, within duel_share of the steps of
-    # any duel_horizon steps; the explore_every rotation is off meanwhile
+    # any duel_horizon steps under exploring policies; the explore_every rotation is off meanwhile
     duels: tuple[Duel, ...] = ()
     duel_run: int = 16
     duel_share: float = 0.02

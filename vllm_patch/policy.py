@@ -63,6 +63,9 @@ class PolicyLookup(list[int]):
         self._allowed = engine.runnable_k  # fixed at startup: K, restrict_k and startup_k are
         self._duel = DuelClock()
         self._duel_policy: Policy | None = None  # the policy the duel clock runs for
+        # the budget's clock: steps under a policy that may explore, so a plain policy's steps
+        # (a bench's table arms beside a frozen sidecar) never make room for more exploration
+        self._budget_steps = 0
         self._rotation: tuple[Policy | None, tuple[int, ...]] = (None, self._allowed)
 
     def _rotated(self, policy: Policy) -> tuple[int, ...]:
@@ -83,8 +86,8 @@ class PolicyLookup(list[int]):
         table_k, _ = step_k(dense, batch_size, self._engine.current_k, self._engine.steps,
                               Policy(hysteresis=policy.hysteresis))
         allowed = set(self._allowed)
-        k = self._duel.k_for_step(policy.duels, batch_size, table_k, self._engine.steps,
-                              policy.duel_run, policy.duel_share, policy.duel_horizon)
+        k = self._duel.k_for_step(policy.duels, batch_size, table_k, self._budget_steps,
+                                  policy.duel_run, policy.duel_share, policy.duel_horizon)
         if k is None or k == table_k or k not in allowed:
             return table_k, False
         return k, True
@@ -116,13 +119,15 @@ class PolicyLookup(list[int]):
             else:
                 k, explored = step_k(state.dense, int(i), engine.current_k, engine.steps,
                                        policy, self._rotated(policy))
-                if explored and not self._duel.charge(engine.steps, policy.duel_share,
+                if explored and not self._duel.charge(self._budget_steps, policy.duel_share,
                                                       policy.duel_horizon):
                     # the rotation shares the duels' budget: over the horizon, all exploration
                     # together stays within duel_share
                     k, explored = step_k(state.dense, int(i), engine.current_k, engine.steps,
                                            Policy(hysteresis=policy.hysteresis))
             engine.steps += 1
+            if policy.duels or policy.explore_every:
+                self._budget_steps += 1
             if state.version != engine.applied_version:  # first step on a swapped table
                 # latency first: a reader that sees the new version must see its latency
                 engine.swap_latency_s = max(0.0, time.time() - state.swapped_at)

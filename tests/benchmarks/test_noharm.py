@@ -275,6 +275,13 @@ FIELD_NOHARMS = sorted((Path(__file__).parents[2] / "benchmarks/results").rglob(
 def test_every_committed_field_noharm_summary_is_its_field_runs_summarized(path: Path) -> None:
     record = json.loads((path.parent / "field.json").read_text())
     assert summarize(from_field(record)) == json.loads(path.read_text())
+    # a three-arm run's other readings: observing against the table, exploring against observing
+    readings = {"watch-summary.json": ("watch-from-tuned", None),
+                "explore-summary.json": ("sidecar-from-tuned", "watch-from-tuned")}
+    for name, (sidecar, against) in readings.items():
+        if (path.parent / name).exists():
+            assert summarize(from_field(record, sidecar, against)) == json.loads(
+                (path.parent / name).read_text())
 
 
 def field_record() -> dict[str, Any]:
@@ -329,11 +336,10 @@ def test_the_field_shell_writes_the_summary_and_names_a_wrong_input(
 def test_the_pooled_burst_figure_comes_from_the_committed_runs(
         capsys: pytest.CaptureFixture[str]) -> None:
     """README's pooled do-no-harm figure is benchmarks.noharm_pool over the runs it names."""
-    from benchmarks.noharm_pool import main, pool
+    from benchmarks.noharm_pool import main, pool, record_in
     root = Path(__file__).parents[2]
     committed = json.loads((root / "benchmarks/results/cpu-tiny-noharm/pooled.json").read_text())
-    records = {name: json.loads((root / name / "noharm.json").read_text())
-               for name in committed["runs"]}
+    records = {name: record_in(root / name) for name in committed["runs"]}
     assert pool(records, [s["shape"] for s in committed["shapes"]]) == committed
     assert main(["--out", str(root / "unused.json"), "--shapes", "burst-c4", "/nonexistent"]) == 2
     assert "no noharm.json in /nonexistent" in capsys.readouterr().err

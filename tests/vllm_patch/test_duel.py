@@ -136,3 +136,22 @@ def test_rotation_and_duels_share_one_budget() -> None:
     worst = max(sum(explored[i:i + 10_000]) for i in range(0, 30_001, 100))
     assert worst <= 200
     assert sum(explored[7000:8000]) > 0  # the duels still got their runs
+
+
+def test_a_plain_policys_steps_make_no_room_for_more_exploration() -> None:
+    """A bench freezes its sidecar between arms and runs the others under the plain policy:
+    those steps do not count in the budget's horizon, so the sidecar's arm explores within
+    duel_share of its own steps (2%), as a sidecar in service would, not 2% of every step
+    crowded into its third."""
+    plain = Policy()
+    dueling = Policy(duels=((1, 256, (2,)),), duel_run=16, duel_share=0.02, duel_horizon=10_000)
+    engine = engine_with(plain, [[1, 256, 3]])
+    lookup = PolicyLookup(engine, lambda e: (_ for _ in ()).throw(e))
+    in_arm = []
+    for step in range(90_000):
+        engine.policy = dueling if (step // 200) % 3 == 2 else plain
+        k = lookup[64]
+        if engine.policy is dueling:
+            in_arm.append(k != 3)
+    assert len(in_arm) == 30_000 and sum(in_arm) > 0
+    assert max(sum(in_arm[i:i + 10_000]) for i in range(0, 20_001, 200)) <= 200
