@@ -44,7 +44,7 @@ from benchmarks.client_bench import (Blocks, add_traffic_flags, bench_parser, bl
 from benchmarks.design import rotated
 from benchmarks.field_summary import summarize
 from benchmarks.noharm_summary import arm_throughput
-from benchmarks.policies import (NOSPEC, SIDECAR, SIDECAR_POLICIES, WATCH, expand, policy_tables,
+from benchmarks.policies import (NOSPEC, SIDECAR_KINDS, SIDECAR_POLICIES, expand, policy_tables,
                                  sidecar_flags)
 from benchmarks.policies import engine_args as bench_engine_args
 from benchmarks.scenario import Scenario, scenario_of, serving
@@ -88,7 +88,7 @@ def config(args: argparse.Namespace, argv: list[str]) -> Config:
                            "fixed-k*,documented,tuned")
     tables = policy_tables(profile, policies)
     sidecars = [p for p in policies if p in SIDECAR_POLICIES]
-    for kind in (SIDECAR, WATCH):
+    for kind in SIDECAR_KINDS.values():
         same = [p for p in sidecars if p.startswith(kind)]
         if len(same) > 1:
             raise InvalidInput(f"--policies: {','.join(same)}: one {kind}TABLE a run (one "
@@ -131,8 +131,8 @@ def _positive(text: str) -> bool:
 def sidecar_keys(cfg: Config) -> dict[str, str | None]:
     """Each kind of sidecar policy by its name in the record ("sidecar", "watch": its meta key
     and log's stem), and this run's policy of that kind (None: none runs)."""
-    return {kind.split("-")[0]: next((p for p in cfg.sidecars if p.startswith(kind)), None)
-            for kind in (SIDECAR, WATCH)}
+    return {key: next((p for p in cfg.sidecars if p.startswith(kind)), None)
+            for key, kind in SIDECAR_KINDS.items()}
 
 
 def sidecar_argv(cfg: Config, policy: str | None) -> list[str] | None:

@@ -27,7 +27,8 @@ NIGHTJAR = "nightjar-style"
 # steps make slow?)
 SIDECAR = "sidecar-from-"
 WATCH = "watch-from-"   # a sidecar that only observes (--dry-run): the price of reading alone
-SIDECAR_POLICIES = {f"{kind}{t}": t for kind in (SIDECAR, WATCH)
+SIDECAR_KINDS = {"sidecar": SIDECAR, "watch": WATCH}  # a record's key (meta, log) -> prefix
+SIDECAR_POLICIES = {f"{kind}{t}": t for kind in SIDECAR_KINDS.values()
                     for t in ("quarter", "documented", "tuned")}
 PAIRED = (NOSPEC, NIGHTJAR, *SIDECAR_POLICIES)  # not tables: their own blocks, paired with a fixed k
 TIE = "tuned@tie="

@@ -23,7 +23,6 @@ from benchmarks.client_arms import Arms, Awake
 from sidecar.counters import Stats
 from sidecar.metrics import SidecarCollector
 from sidecar.state import RecentDecision, SidecarState
-from tuner.core.engine_client import EngineClient
 from tuner.core.table import Table
 
 
@@ -165,8 +164,8 @@ async def test_an_arm_thaws_only_its_own_sidecar_and_a_table_arm_freezes_every_o
         tmp_path: Path) -> None:
     log: list[str] = []
     admin = Admin()
-    client = EngineClient(engine_url="http://127.0.0.1:1")  # never entered
-    arms = Arms("http://127.0.0.1:1", client, admin, {}, {"tuned": Table.from_list([[1, 32, 2]])},  # type: ignore[arg-type]
+    # no client session: switching arms talks to the plugin's admin API only
+    arms = Arms("http://127.0.0.1:1", admin, admin, {}, {"tuned": Table.from_list([[1, 32, 2]])},  # type: ignore[arg-type]
                 tmp_path, "m", tmp_path, 0.0)
     arms.sidecars = {p: Asleep(p, log) for p in ("sidecar-from-tuned", "watch-from-tuned")}  # type: ignore[misc]
     assert await arms.enter("watch-from-tuned") is arms.sidecars["watch-from-tuned"]
