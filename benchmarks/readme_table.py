@@ -52,6 +52,9 @@ NOHARMS = {  # folder -> setting: the table alone against the table with the sid
     "h100-vllm0.26-3b-eagle3-v2-noharm-dryrun":
         "H100, Llama-3.2-3B-shaped, EAGLE-3 (dummy, synthetic acceptance), V2 runner, do no harm: "
         "the tuned table alone vs with the sidecar observing only (--dry-run), vLLM's own client",
+    "h100-vllm0.26-3b-eagle3-v2-noharm-3arm":
+        "H100, Llama-3.2-3B-shaped, EAGLE-3 (dummy, synthetic acceptance), V2 runner, do no harm: "
+        "the tuned table alone vs with the sidecar, an observing sidecar as a third arm (a field run)",
     "h200-vllm0.26-32b-ngram-noharm":
         "H200, 32B-shaped dense, ngram, do no harm: the table alone vs with the sidecar, vLLM's own client",
     "cpu-tiny-noharm":

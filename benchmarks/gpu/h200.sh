@@ -101,6 +101,10 @@ for stage in "$@"; do
 case $stage in tune|bench|goodput|switch|ab|field) free_gpu ;; esac
 case $stage in
  install)
+  # prepare_settings.sh leaves the drafter heads' tokenizer.json behind (carry size): the target's
+  for m in model model32; do for d in eagle3 drafter; do
+    [ -d /tmp/$m/$d ] && [ ! -f /tmp/$m/$d/tokenizer.json ] && cp /tmp/$m/tokenizer.json /tmp/$m/$d/
+  done; done
   python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/tt . 2>&1 | tail -3
   [ -d .whl ] && python3 -m pip install -q --no-deps --no-index --target /tmp/whl .whl/*.whl 2>&1 | tail -3
   python3 -c "import tabletune.cli, sidecar.settings, vllm_patch.plugin; print('tabletune importable')" ;;

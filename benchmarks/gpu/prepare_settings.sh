@@ -17,8 +17,12 @@ S=$(git rev-parse --show-toplevel); G=$S/.gpu
 [ -f "$G/model/config.json" ] || { echo "run bash ../shared/gpu/prepare.sh first (no $G/model)"; exit 1; }
 [ -f "$G/model32/config.json" ] || { echo "run bash ../shared/gpu/prepare.sh first (no $G/model32)"; exit 1; }
 mkdir -p "$G/moe30b" "$G/model/eagle3" "$G/model32/eagle3"
-for d in moe30b model/eagle3 model32/eagle3; do
-  cp "$G"/model/tokenizer*.json "$G/model/generation_config.json" "$G/$d/"
+# drafter heads carry no tokenizer.json of their own (2.3 MB each against a 64-MiB carry):
+# h200.sh's install stage copies the target's beside them on the device
+cp "$G"/model/tokenizer*.json "$G/model/generation_config.json" "$G/moe30b/"
+for d in model/eagle3 model32/eagle3 model/drafter; do
+  cp "$G/model/tokenizer_config.json" "$G/model/generation_config.json" "$G/$d/"
+  rm -f "$G/$d/tokenizer.json"
 done
 python3 - "$G" <<'EOF'
 import json, sys
@@ -57,10 +61,10 @@ if [ ! -f "$G/moe_kernels.xz" ]; then
   unzip -p "$W" vllm/_moe_C_stable_libtorch.abi3.so | xz -6 -T0 > "$G/moe_kernels.xz"
 fi
 ls -la "$G/moe_kernels.xz"; du -sh "$G/moe30b" "$G/model" "$G/model32"
-# each chunk + the working tree (+ 4 MB for bin/, a model config, .whl) must stay under the
-# 64 MiB a call carries: as many equal chunks c1, c2, c3... as that takes
+# each chunk + the working tree (+ 5 MB for bin/, both targets' configs and tokenizers, .whl)
+# must stay under the 64 MiB a call carries: as many equal chunks c1, c2, c3... as that takes
 TREE=$(cd "$S" && git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
-ROOM=$(( 67108864 - TREE - 4000000 )); SIZE=$(stat -c %s "$G/site.tar.xz")
+ROOM=$(( 67108864 - TREE - 5000000 )); SIZE=$(stat -c %s "$G/site.tar.xz")
 N=$(( (SIZE + ROOM - 1) / ROOM )); CHUNK=$(( (SIZE + N - 1) / N ))
 if [ ! -f "$G/c$N" ] || [ -f "$G/c$((N + 1))" ] || [ "$(stat -c %s "$G/c1")" -ne "$CHUNK" ]; then
   (cd "$G" && rm -f c? && split -b "$CHUNK" -a 1 site.tar.xz part_ \
