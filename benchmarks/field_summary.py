@@ -134,8 +134,8 @@ def compare(blocks: dict[tuple[int, int], dict[str, Run]], policy: str, versus: 
             metric: str, alpha: float = ALPHA) -> dict[str, Any]:
     of, higher = METRICS[metric]
     got = ratio_interval(pairs_of(blocks, versus, policy), of, alpha)
-    return {"policy": policy, "versus": versus, "metric": metric, "ratio": got["ratio"],
-            "ci": got["ci"], "blocks": got["n"], "word": word(got["ci"], higher)}
+    return {"policy": policy, "versus": versus, "metric": metric, "ratio": got.ratio,
+            "ci": got.ci, "blocks": got.n, "word": word(got.ci, higher)}
 
 
 def _inverse(v: float) -> float:
@@ -320,7 +320,7 @@ def summarize(record: dict[str, Any]) -> dict[str, Any]:
             "shapes": shapes, "policies": policies, "tables": meta.get("tables", {}),
             "ci_level": 1 - ALPHA, "blocks": min((s["blocks"] for s in shapes), default=0),
             "parts": len(meta.get("parts", [])), "goodput_slo": meta.get("goodput"),
-            "short_runs": short_runs(runs),
+            "short_runs": [r.model_dump() for r in short_runs(runs)],
             "statistic": "geometric mean of per-block ratios policy / reference (output "
                          "throughput; p50 TPOT), Student's t-interval on their logs; against "
                          "the best fixed k an intersection-union test; `headline`: the README's "

@@ -41,7 +41,7 @@ from benchmarks.client_bench import (Blocks, add_traffic_flags, bench_parser, bl
                                      run_tag, shape_meta, traffic)
 from benchmarks.design import rotated
 from benchmarks.client_arms import Arms
-from benchmarks.noharm_summary import ARMS, arm_throughput, summarize
+from benchmarks.noharm_summary import ARMS, arm_throughput, summarize, summary
 from benchmarks.policies import engine_args as bench_engine_args
 from benchmarks.scenario import Scenario, scenario_of, serving
 from benchmarks.stateful import USER_DEFAULTS, PausedSidecar
@@ -177,10 +177,10 @@ def main(argv: list[str] | None = None) -> int:
                           lambda args, argv_: run(config(args, argv_)))
     if rc:
         return rc
-    summary = summarize(record)
-    print(json.dumps({"verdict": summary["verdict"], "shapes": [
-        {k: s[k] for k in ("shape", "blocks", "ratio", "ci", "pushes", "minutes", "false_changes")}
-        for s in summary["shapes"]]}, indent=1))
+    got = summary(record)
+    print(json.dumps({"verdict": got.verdict, "shapes": [
+        s.model_dump(include={"shape", "blocks", "ratio", "ci", "pushes", "minutes", "false_changes"})
+        for s in got.shapes]}, indent=1))
     return 0
 
 

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from benchmarks.noharm_summary import from_field, summarize
+from benchmarks.noharm_summary import from_field, summary
 from benchmarks.policies import SIDECAR_POLICIES
 
 
@@ -42,11 +42,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{table}; pick two policies it ran (a sidecar policy and its reference)",
               file=sys.stderr)
         return 2
-    result = summarize(from_field(record, args.sidecar, table))
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    for s in result["shapes"]:
-        print(f"{s['shape']}: {s['ratio']} {s['ci']} {s['verdict']}")
-    print(f"verdict: {result['verdict']}")
+    result = summary(from_field(record, args.sidecar, table))
+    args.out.write_text(json.dumps(result.model_dump(mode="json"), indent=1) + "\n")
+    for s in result.shapes:
+        print(f"{s.shape}: {s.ratio} {s.ci} {s.verdict}")
+    print(f"verdict: {result.verdict}")
     return 0
 
 

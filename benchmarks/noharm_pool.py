@@ -36,8 +36,8 @@ def pool(records: dict[str, dict[str, Any]], shapes: Sequence[str]) -> dict[str,
         pairs = [p for record in records.values() for p in paired(runs_of(record["runs"]), shape)]
         mid = ratio_interval(pairs, arm_throughput)
         wide = ratio_interval(pairs, arm_throughput, alpha=0.025)
-        out.append({"shape": shape, "blocks": mid["n"], "ratio": mid["ratio"], "ci": mid["ci"],
-                    "ci_975": wide["ci"]})
+        out.append({"shape": shape, "blocks": mid.n, "ratio": mid.ratio, "ci": mid.ci,
+                    "ci_975": wide.ci})
     return {"runs": sorted(records), "shapes": out,
             "statistic": "geometric mean of per-block ratios sidecar / table of the client's "
                          "output throughput over every run's blocks; Student's t-intervals"}

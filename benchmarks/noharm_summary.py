@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -73,13 +73,38 @@ def mean_of(field: str) -> Callable[[ArmRun], float]:
     return get
 
 
-def short_runs(runs: Sequence[Run]) -> list[dict[str, Any]]:
+Verdict = Literal["meets", "misses", "undecided", "too_few_blocks"]
+
+
+class Ratio(BaseModel):
+    """A paired ratio (geometric mean over blocks) and its interval; None where unmeasured."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ratio: float | None
+    ci: list[float | None]
+
+
+class RatioCI(Ratio):
+    n: int                    # blocks with both arms measured
+
+
+class ShortRun(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    block: int
+    shape: str
+    arm: str
+    steps: int
+
+
+def short_runs(runs: Sequence[Run]) -> list[ShortRun]:
     """Runs of fewer than MIN_STEPS engine steps (kept in the figures, named here)."""
     out = []
     for r in runs:
         steps = sum(p.engine.steps or 0 for p in r.phases)
         if steps < MIN_STEPS:
-            out.append({"block": r.block, "shape": r.shape, "arm": r.arm, "steps": steps})
+            out.append(ShortRun(block=r.block, shape=r.shape, arm=r.arm, steps=steps))
     return out
 
 
@@ -94,18 +119,18 @@ def paired(runs: Sequence[Run], shape: str) -> list[tuple[Run, Run]]:
 
 
 def ratio_interval(pairs: Sequence[tuple[ArmRun, ArmRun]], of: Callable[[ArmRun], float],
-                   alpha: float = ALPHA) -> dict[str, Any]:
+                   alpha: float = ALPHA) -> RatioCI:
     """Geometric mean of of(sidecar) / of(table) over blocks and its (1 - alpha) t-interval;
     None figures below two blocks (no spread to build an interval on)."""
     logs = [math.log(of(s) / of(t)) for t, s in pairs if of(t) > 0 and of(s) > 0]
     if len(logs) < 2:
         mid = round(math.exp(logs[0]), 4) if logs else None
-        return {"ratio": mid, "ci": [None, None], "n": len(logs)}
+        return RatioCI(ratio=mid, ci=[None, None], n=len(logs))
     mid, low, high = (float(np.exp(v)) for v in bounds(estimate(np.asarray(logs)), alpha))
-    return {"ratio": round(mid, 4), "ci": [round(low, 4), round(high, 4)], "n": len(logs)}
+    return RatioCI(ratio=round(mid, 4), ci=[round(low, 4), round(high, 4)], n=len(logs))
 
 
-def verdict(ci: Sequence[float | None], target: float = TARGET) -> str:
+def verdict(ci: Sequence[float | None], target: float = TARGET) -> Verdict:
     lo, hi = ci
     if lo is None or hi is None:
         return "too_few_blocks"
@@ -155,67 +180,115 @@ def median(values: Sequence[float]) -> float | None:
     return round(statistics.median(kept), 3) if kept else None
 
 
-def shape_summary(runs: Sequence[Run], shape: str) -> dict[str, Any]:
+class ShapeSummary(BaseModel):
+    """One traffic shape's figures: sidecar over table, paired by block (see the module)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    shape: str
+    blocks: int
+    ratio: float | None       # of the client's output throughput
+    ci: list[float | None]
+    pushes: int
+    minutes: float
+    false_changes: int
+    verdict: Verdict
+    pushes_per_10min: float | None
+    rollbacks: int
+    sidecar_cpu_share: float | None
+    engine_ratio: Ratio
+    mean_tpot_ratio: Ratio
+    mean_ttft_ratio: Ratio
+    tokens_per_s: dict[str, float | None]               # per arm, median over blocks
+    latency_ms: dict[str, dict[str, float | None]]      # per arm, LATENCY's medians over blocks
+    acceptance_length: dict[str, float | None]          # per arm, median over runs
+
+
+class NoharmSummary(BaseModel):
+    """summary.json (or a field run's noharm-summary.json): every shape, the verdict, what
+    the sidecar did when measured and while warming up."""
+
+    model_config = ConfigDict(frozen=True)
+
+    shapes: list[ShapeSummary]
+    target: float
+    ci_level: float
+    pushes_target_per_10min: float
+    verdict: Verdict
+    measured: SidecarCounts
+    warmup: SidecarCounts
+    blocks: int
+    short_runs: list[ShortRun]
+    parts: int
+    statistic: str
+    command: str | None
+
+
+def shape_summary(runs: Sequence[Run], shape: str) -> ShapeSummary:
     pairs = paired(runs, shape)
     tput = ratio_interval(pairs, arm_throughput)
     counts = sidecar_counts([s for _, s in pairs])
-    return {"shape": shape, "blocks": len(pairs), "ratio": tput["ratio"], "ci": tput["ci"],
-            "pushes": counts.pushes, "minutes": counts.minutes,
-            "false_changes": counts.false_changes,
-            "verdict": verdict(tput["ci"]),
-            "pushes_per_10min": counts.pushes_per_10min, "rollbacks": counts.rollbacks,
-            "sidecar_cpu_share": counts.cpu_share,
-            "engine_ratio": _short(ratio_interval(pairs, engine_throughput)),
-            "mean_tpot_ratio": _short(ratio_interval(pairs, mean_of("mean_tpot_ms"))),
-            "mean_ttft_ratio": _short(ratio_interval(pairs, mean_of("mean_ttft_ms"))),
-            "tokens_per_s": {arm: median([arm_throughput(p[i]) for p in pairs])
-                             for i, arm in enumerate(ARMS)},
-            "latency_ms": {arm: latency([p[i] for p in pairs]) for i, arm in enumerate(ARMS)},
-            "acceptance_length": {arm: acceptance_length([p[i] for p in pairs])
-                                  for i, arm in enumerate(ARMS)}}
+    return ShapeSummary(
+        shape=shape, blocks=len(pairs), ratio=tput.ratio, ci=tput.ci,
+        pushes=counts.pushes, minutes=counts.minutes, false_changes=counts.false_changes,
+        verdict=verdict(tput.ci), pushes_per_10min=counts.pushes_per_10min,
+        rollbacks=counts.rollbacks, sidecar_cpu_share=counts.cpu_share,
+        engine_ratio=_short(ratio_interval(pairs, engine_throughput)),
+        mean_tpot_ratio=_short(ratio_interval(pairs, mean_of("mean_tpot_ms"))),
+        mean_ttft_ratio=_short(ratio_interval(pairs, mean_of("mean_ttft_ms"))),
+        tokens_per_s={arm: median([arm_throughput(p[i]) for p in pairs])
+                      for i, arm in enumerate(ARMS)},
+        latency_ms={arm: latency([p[i] for p in pairs]) for i, arm in enumerate(ARMS)},
+        acceptance_length={arm: acceptance_length([p[i] for p in pairs])
+                           for i, arm in enumerate(ARMS)})
 
 
-def _short(r: dict[str, Any]) -> dict[str, Any]:
-    return {"ratio": r["ratio"], "ci": r["ci"]}
+def _short(r: RatioCI) -> Ratio:
+    return Ratio(ratio=r.ratio, ci=r.ci)
 
 
-def overall(runs: Sequence[Run], shapes: Sequence[dict[str, Any]], pushes: float,
-            minutes: float) -> str:
+def overall(runs: Sequence[Run], shapes: Sequence[ShapeSummary], pushes: float,
+            minutes: float) -> Verdict:
     """meets: every shape's interval at or above the target (each at 95%: all must hold, an
     intersection-union test) and pushes within theirs; misses: a shape wholly below at the
     95% split over the shapes (Bonferroni: any one may, so the family's false rate stays
     within 5%), or more pushes than the target allows; otherwise undecided."""
-    verdicts = [s["verdict"] for s in shapes]
+    verdicts = [s.verdict for s in shapes]
     rate = 10 * pushes / minutes if minutes > 0 else None
     if not shapes or "too_few_blocks" in verdicts or rate is None:
         return "too_few_blocks"
     split = ALPHA / len(shapes)
-    below = [verdict(ratio_interval(paired(runs, s["shape"]), arm_throughput, split)["ci"])
+    below = [verdict(ratio_interval(paired(runs, s.shape), arm_throughput, split).ci)
              == "misses" for s in shapes]
     if any(below) or rate > PUSHES_PER_10_MIN:
         return "misses"
     return "meets" if all(v == "meets" for v in verdicts) else "undecided"
 
 
-def summarize(record: dict[str, Any]) -> dict[str, Any]:
-    """summary.json: {"shapes": [{shape, blocks, ratio, ci, pushes, minutes, false_changes,
-    ...}], ...} from noharm.json's record."""
+def summary(record: dict[str, Any]) -> NoharmSummary:
+    """The figures of noharm.json's record (or a field record read by from_field)."""
     runs = runs_of(record["runs"])
     names = [s["name"] for s in record["meta"]["shapes"]]
     shapes = [shape_summary(runs, name) for name in names]
     measured = sidecar_counts([r for r in runs if r.arm == "sidecar"])
-    return {"shapes": shapes, "target": TARGET, "ci_level": 1 - ALPHA,
-            "pushes_target_per_10min": PUSHES_PER_10_MIN,
-            "verdict": overall(runs, shapes, measured.pushes, measured.minutes),
-            "measured": measured.model_dump(),
-            "warmup": sidecar_counts([r for r in runs_of(record.get("warmup", []))
-                                      if r.arm == "sidecar"]).model_dump(),
-            "blocks": max((s["blocks"] for s in shapes), default=0),
-            "short_runs": short_runs(runs),
-            "parts": len(record["meta"].get("parts", [])),
-            "statistic": "geometric mean of per-block ratios sidecar / table of the client's "
-                         "output throughput; 95% Student's t-interval on their logs",
-            "command": record["meta"].get("command")}
+    return NoharmSummary(
+        shapes=shapes, target=TARGET, ci_level=1 - ALPHA,
+        pushes_target_per_10min=PUSHES_PER_10_MIN,
+        verdict=overall(runs, shapes, measured.pushes, measured.minutes),
+        measured=measured,
+        warmup=sidecar_counts([r for r in runs_of(record.get("warmup", []))
+                               if r.arm == "sidecar"]),
+        blocks=max((s.blocks for s in shapes), default=0),
+        short_runs=short_runs(runs),
+        parts=len(record["meta"].get("parts", [])),
+        statistic="geometric mean of per-block ratios sidecar / table of the client's "
+                  "output throughput; 95% Student's t-interval on their logs",
+        command=record["meta"].get("command"))
+
+
+def summarize(record: dict[str, Any]) -> dict[str, Any]:
+    """summary.json as written: `summary(record)` in JSON form."""
+    return summary(record).model_dump(mode="json")
 
 
 def from_field(record: dict[str, Any], sidecar: str = "sidecar-from-tuned",

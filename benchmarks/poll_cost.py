@@ -91,9 +91,9 @@ def summarize(runs: list[ArmRun], blocks: list[int], every_s: float) -> dict[str
         tput = ratio_interval(pairs, arm_throughput)
         step = ratio_interval(pairs, _step_ms)
         run_s = [sum(p.client.duration for p in r.phases) for _, r in pairs]
-        out["arms"][arm] = {"throughput_ratio": tput["ratio"], "throughput_ci": tput["ci"],
-                            "step_ms_ratio": step["ratio"], "step_ms_ci": step["ci"],
-                            "blocks": tput["n"], "run_s": round(sum(run_s) / max(len(run_s), 1), 2)}
+        out["arms"][arm] = {"throughput_ratio": tput.ratio, "throughput_ci": tput.ci,
+                            "step_ms_ratio": step.ratio, "step_ms_ci": step.ci,
+                            "blocks": tput.n, "run_s": round(sum(run_s) / max(len(run_s), 1), 2)}
     out["short_runs"] = [{"block": b, "arm": r.arm, "steps": n} for b, r in zip(blocks, runs, strict=True)
                          if (n := sum(p.engine.steps or 0 for p in r.phases)) < MIN_STEPS]
     return out

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.noharm_summary import NoharmSummary, Ratio, ShapeSummary
 from benchmarks.summary import word
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -233,12 +234,12 @@ def gpu_switch_row(folder: str, s: dict[str, Any]) -> str:
     return f"| {GPU_SWITCHES[folder]} | {'; '.join(parts)} | {link} |"
 
 
-def _ratio_ci(c: dict[str, Any]) -> str:
-    """A {"ratio", "ci"} figure: the ratio and its interval, when it has one."""
-    if c["ratio"] is None:
+def _ratio_ci(c: Ratio | ShapeSummary) -> str:
+    """A paired ratio: the ratio and its interval, when it has one."""
+    if c.ratio is None:
         return "not measured"
-    lo, hi = c["ci"]
-    return f"{c['ratio']:.3f}" + ("" if lo is None else f" [{lo:.3f}, {hi:.3f}]")
+    lo, hi = c.ci
+    return f"{c.ratio:.3f}" + ("" if lo is None or hi is None else f" [{lo:.3f}, {hi:.3f}]")
 
 
 def noharm_file(folder: str) -> Path:
@@ -248,19 +249,19 @@ def noharm_file(folder: str) -> Path:
     return field if field.exists() else RESULTS / folder / "summary.json"
 
 
-def noharm_row(folder: str, s: dict[str, Any]) -> str:
+def noharm_row(folder: str, s: NoharmSummary) -> str:
     """A do-no-harm summary.json's row (benchmarks/noharm_summary.py): per shape the ratio
     sidecar / table with its interval and verdict, the pushes and false changes, the verdict."""
-    m = s["measured"]
-    shapes = ", ".join(f"{x['shape']} {x['ratio']:.3f} [{x['ci'][0]:.3f}, {x['ci'][1]:.3f}] {x['verdict']}"
-                       f" (mean TPOT {_ratio_ci(x['mean_tpot_ratio'])})" for x in s["shapes"])
-    calls = f"{s['parts']} call{'s' if s['parts'] != 1 else ''}"
-    parts = [f"{s['blocks']} blocks over {calls}; sidecar / table of the client's output "
-             f"throughput ({s['ci_level'] * 100:g}% t-interval per shape): {shapes}",
-             f"{m['pushes']} push{'es' if m['pushes'] != 1 else ''} and {m['false_changes']} false "
-             f"changes in {m['minutes']:g} sidecar-minutes",
-             f"target ≥ {s['target']:g} of the table alone and ≤ {s['pushes_target_per_10min']:g} push "
-             f"per 10 min: **{s['verdict']}**"]
+    m = s.measured
+    shapes = ", ".join(f"{x.shape} {_ratio_ci(x)} {x.verdict} (mean TPOT {_ratio_ci(x.mean_tpot_ratio)})"
+                       for x in s.shapes)
+    calls = f"{s.parts} call{'s' if s.parts != 1 else ''}"
+    parts = [f"{s.blocks} blocks over {calls}; sidecar / table of the client's output "
+             f"throughput ({s.ci_level * 100:g}% t-interval per shape): {shapes}",
+             f"{m.pushes} push{'es' if m.pushes != 1 else ''} and {m.false_changes} false "
+             f"changes in {m.minutes:g} sidecar-minutes",
+             f"target ≥ {s.target:g} of the table alone and ≤ {s.pushes_target_per_10min:g} push "
+             f"per 10 min: **{s.verdict}**"]
     return f"| {NOHARMS[folder]} | {'; '.join(parts)} | [{folder}]({folder}/README.md) |"
 
 
@@ -354,7 +355,7 @@ def table() -> str:
     for folder in GPU_SWITCHES:
         rows.append(gpu_switch_row(folder, json.loads((RESULTS / folder / "switch.json").read_text())))
     for folder in NOHARMS:
-        rows.append(noharm_row(folder, json.loads(noharm_file(folder).read_text())))
+        rows.append(noharm_row(folder, NoharmSummary.model_validate_json(noharm_file(folder).read_text())))
     for folder in POLL_COSTS:
         rows.append(poll_cost_row(folder, json.loads((RESULTS / folder / "summary.json").read_text())))
     rows.append(switch_row([(r, json.loads((RESULTS / r / "switch.json").read_text())) for r in SWITCHES]))

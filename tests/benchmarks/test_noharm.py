@@ -15,8 +15,8 @@ from benchmarks.arm_run import BlockRun
 from benchmarks.field_client import client_argv, parse
 from benchmarks.noharm import config, main, parser
 from benchmarks.noharm_of_field import main as noharm_of_field
-from benchmarks.noharm_summary import (TARGET, arm_throughput, from_field, ratio_interval, summarize,
-                                       verdict)
+from benchmarks.noharm_summary import (TARGET, NoharmSummary, arm_throughput, from_field,
+                                       ratio_interval, summarize, verdict)
 from benchmarks.stateful import _policy_fields
 from tests.benchmarks.arm_runs import block_run, phase, seen
 from tests.helpers import refused
@@ -145,15 +145,15 @@ def test_the_ratio_is_a_geometric_mean_with_a_t_interval_on_the_logs() -> None:
     rs = [1.01, 0.99, 1.02, 1.00, 0.98, 1.03]
     pairs = [(arm(b, "s", "table", 1000.0), arm(b, "s", "sidecar", 1000.0 * r)) for b, r in enumerate(rs)]
     got = ratio_interval(pairs, arm_throughput)
-    assert got["ratio"] == pytest.approx(math.exp(sum(map(math.log, rs)) / 6), abs=1e-4)
-    lo, hi = got["ci"]
-    assert lo < got["ratio"] < hi and got["n"] == 6
+    assert got.ratio == pytest.approx(math.exp(sum(map(math.log, rs)) / 6), abs=1e-4)
+    lo, hi = got.ci
+    assert lo is not None and hi is not None and lo < got.ratio < hi and got.n == 6
     # t(0.975, 5) = 2.571: the half-width in logs is 2.571 sd/sqrt(6)
     logs = [math.log(r) for r in rs]
     m = sum(logs) / 6
     sd = math.sqrt(sum((x - m) ** 2 for x in logs) / 5)
     assert math.log(hi) - m == pytest.approx(2.5706 * sd / math.sqrt(6), rel=1e-3)
-    assert ratio_interval(pairs[:1], arm_throughput)["ci"] == [None, None]
+    assert ratio_interval(pairs[:1], arm_throughput).ci == [None, None]
 
 
 def test_verdicts_read_the_interval_against_the_target() -> None:
@@ -343,3 +343,11 @@ def test_the_pooled_burst_figure_comes_from_the_committed_runs(
     assert pool(records, [s["shape"] for s in committed["shapes"]]) == committed
     assert main(["--out", str(root / "unused.json"), "--shapes", "burst-c4", "/nonexistent"]) == 2
     assert "no noharm.json in /nonexistent" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path", FIELD_NOHARMS + NOHARM_RESULTS, ids=lambda p: str(p.parent.name))
+def test_every_committed_noharm_summary_reads_as_its_model_and_back(path: Path) -> None:
+    # a renamed or stray key on either side fails here, not as a silent default in a reader
+    file = path if path.name == "noharm-summary.json" else path.parent / "summary.json"
+    read = json.loads(file.read_text())
+    assert NoharmSummary.model_validate(read).model_dump(mode="json") == read

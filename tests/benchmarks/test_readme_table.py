@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from benchmarks.noharm_summary import NoharmSummary, Ratio
 from benchmarks.readme_table import (NOHARMS, RESULTS, ROOT, change, field_rows, main,
-                                     noharm_row, render, render_index)
+                                     noharm_file, noharm_row, render, render_index)
 
 
 def test_the_readme_results_tables_equal_the_generated_ones() -> None:
@@ -30,11 +31,15 @@ def test_a_field_row_gives_each_change_in_percent_with_its_interval_and_word() -
     assert "too few blocks" in change({"ratio": 1.1, "ci": [None, None], "word": None})
 
 def test_a_noharm_row_says_each_shapes_interval_the_pushes_and_the_verdict_from_the_file() -> None:
-    shape = {"shape": "burst-c8", "blocks": 6, "ratio": 0.99812, "ci": [0.9901, 1.0062],
-             "verdict": "undecided", "mean_tpot_ratio": {"ratio": 1.012, "ci": [1.0042, 1.0205]}}
-    s = {"shapes": [shape], "blocks": 6, "parts": 3, "ci_level": 0.95, "target": 0.995,
-         "pushes_target_per_10min": 1.0, "verdict": "undecided",
-         "measured": {"pushes": 1, "false_changes": 0, "minutes": 12.5}}
-    row = noharm_row(next(iter(NOHARMS)), s)
+    folder = next(iter(NOHARMS))
+    read = NoharmSummary.model_validate_json(noharm_file(folder).read_text())
+    shape = read.shapes[0].model_copy(update={
+        "shape": "burst-c8", "blocks": 6, "ratio": 0.99812, "ci": [0.9901, 1.0062],
+        "verdict": "undecided", "mean_tpot_ratio": Ratio(ratio=1.012, ci=[1.0042, 1.0205])})
+    s = read.model_copy(update={
+        "shapes": [shape], "blocks": 6, "parts": 3, "ci_level": 0.95, "target": 0.995,
+        "pushes_target_per_10min": 1.0, "verdict": "undecided",
+        "measured": read.measured.model_copy(update={"pushes": 1, "false_changes": 0, "minutes": 12.5})})
+    row = noharm_row(folder, s)
     assert "6 blocks over 3 calls" in row and "burst-c8 0.998 [0.990, 1.006] undecided" in row
     assert "(mean TPOT 1.012 [1.004, 1.020])" in row
