@@ -36,7 +36,8 @@ delivers (sidecar/measured.py), so at a bucket with live steps:
   noise); but exploration must pay for itself, so a challenger whose upper bound loses to the
   incumbent (the model's, at ``model_error``, or the measurement's) is "keep": no duel runs on
   a k that cannot win, and a k that is "keep" wherever it was judged leaves the plugin's
-  rotation too (``rotation_ks``).
+  rotation too (``rotation_ks``); a duel already running ends on the model only once its best
+  case loses by DROP_MARGIN (hysteresis: near 1 it would end and restart rebuild by rebuild).
 - a duel whose challenger the model finds better beyond its assumed ``model_error`` (not its
   live error, which would hold back the share where it is needed), before the pairs give an
   interval, is "urgent" (``Verdicts.urgent``): the sidecar lets the plugin spend
@@ -71,6 +72,9 @@ from tuner.core.admin_api import Duel
 __all__ = ["URGENT_PAIRS", "Verdicts", "arbitrate", "surviving"]
 
 URGENT_PAIRS = 4  # an urgent duel's first pairs: from then on they must agree with the model
+# a running duel ends on the model alone only when its best case loses by this much: the
+# model's ratio moves ~1% between rebuilds, and each end and restart resets the plugin's runs
+DROP_MARGIN = 0.02
 
 FloatArray = npt.NDArray[np.float64]
 Decider = Literal["measured", "model"]
@@ -200,6 +204,7 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
         z = NormalDist().inv_cdf(1.0 - alpha / 2.0)
         here: list[Call] = []
         assumed: dict[int, Figures] = {}  # the model at model_error, per challenger
+        before = next((ks_ for lo, hi, ks_ in previous if (lo, hi) == (rows[0], rows[-1])), ())
         # the model may switch only where no duel can settle it, where its own error is known,
         # and by more than that error
         can_pair = can_duel and (pairable is None or bucket in pairable)
@@ -234,9 +239,9 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
                 status: Status = "switch"
             elif meas is not None and (meas.high < 1.0 + tie or meas.pairs >= max_pairs):
                 status = "keep" if meas.high < 1.0 + tie else "tie"
-            elif best_case.high < 1.0:
+            elif best_case.high < 1.0 - (DROP_MARGIN if c in before else 0.0):
                 # even its best case loses to the incumbent: a duel would only cost, and so
-                # would the rotation's steps (rotation_ks)
+                # would the rotation's steps (rotation_ks); a running duel only by a margin
                 status, decided_by = "keep", "model"
             else:
                 status = "open"
@@ -254,7 +259,6 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
         else:
             # a challenger already dueled here keeps its turn while open: re-sorting near-equal
             # upper bounds every rebuild would reset the plugin's runs
-            before = next((ks_ for lo, hi, ks_ in previous if (lo, hi) == (rows[0], rows[-1])), ())
             open_ = sorted((c for c in here if c.status == "open"),
                            key=lambda c: (c.k not in before, before.index(c.k) if c.k in before
                                           else 0, -(c.measured or c.model).high))[:duel_width]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 
-from sidecar.arbiter import URGENT_PAIRS, Call, arbitrate, rotation_ks, surviving
+from sidecar.arbiter import DROP_MARGIN, URGENT_PAIRS, Call, arbitrate, rotation_ks, surviving
 from sidecar.measured import EARLY_PAIRS, MeasuredGoodput
 
 
@@ -345,3 +346,27 @@ def test_where_pairs_checked_its_ratios_that_error_bounds_the_model_not_its_leve
     few = measured_with(8, 3, 0, math.log(2.4), n=EARLY_PAIRS - 1, sd=0.05)
     v = decide(sure, few, {8: 100, 16: 100}, old, **kw)
     assert list(v.ks[8:]) == [0] * 8 and v.ratio_error is None
+
+
+def test_a_running_duel_ends_on_the_model_only_beyond_a_margin() -> None:
+    """Near 1 the model's best case moves across it from rebuild to rebuild: a duel that runs
+    ends on the model only when it loses by DROP_MARGIN; one that does not run starts only when
+    the best case reaches 1 (hysteresis, not a flip every few seconds)."""
+    old = [3] * 16
+    running = ((9, 16, (2,)),)
+
+    def status(ratio: float, previous: tuple[tuple[int, int, tuple[int, ...]], ...]) -> str:
+        v = arbitrate(np.array(old), draws({0: 0.5, 1: 0.7, 2: ratio, 3: 1.0}), MeasuredGoodput(),
+                      {16: 100}, None, tie=0.005, confidence=0.9, model_error=0.05,
+                      min_served=32, max_pairs=40, duel_width=1, previous=previous)
+        call = next(c for c in v.calls if c.k == 2)
+        assert (v.duels == ((9, 16, (2,)),)) == (call.status == "open")
+        return call.status
+
+    # the best case's high end at ratio r: r * exp(z * hypot(0.01, 0.05)), z at 0.1 / 3
+    high = math.exp(NormalDist().inv_cdf(1 - 0.1 / 3 / 2) * math.hypot(0.01, 0.05))
+    just_below = 0.995 / high          # the best case at ~0.995: inside the margin
+    assert status(just_below, ()) == "keep"         # not started: it cannot win
+    assert status(just_below, running) == "open"    # running: it goes on
+    far_below = (1 - DROP_MARGIN - 0.01) / high     # beyond the margin: it ends either way
+    assert status(far_below, running) == "keep" and status(far_below, ()) == "keep"
