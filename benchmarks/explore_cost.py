@@ -41,9 +41,7 @@ from benchmarks.design import rotated
 from benchmarks.scenario import scenario_of, serving
 from benchmarks.switch import interval
 from benchmarks.window import measure, settle
-from tuner.engine_defaults import vocab_size
 from tuner.load import Request, StationaryLoad
-from tuner.prompts import repetitive
 
 
 class ExploreWindow(BaseModel):
@@ -99,9 +97,9 @@ def summarize(rows: Sequence[ExploreBlock], rates: Sequence[int]) -> dict[str, A
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     scenario = scenario_of(args, ())
-    profile, model = scenario.profile, scenario.model
+    profile = scenario.profile
     table = profile.build().table
-    requests = [Request(p, args.max_tokens) for p in repetitive(64, vocab_size(model), seed=11)]
+    requests = [Request(p, args.max_tokens) for p in scenario.prompts()]
     out: dict[str, Any] = {"table": table.to_list(), "rates": args.rates,
                            "explore_run": args.explore_run, "window_s": args.window_s, "loads": {},
                            "command": "python -m benchmarks.explore_cost " + " ".join(sys.argv[1:])}

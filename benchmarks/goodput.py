@@ -41,7 +41,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from benchmarks.cells import TABLES, Window, write_windows
-from benchmarks.engines import max_model_len
 from benchmarks.report import write as write_report
 from benchmarks.scenario import scenario_of, serving
 from benchmarks.stale_profile import scaled
@@ -50,14 +49,11 @@ from benchmarks.summary import MIN_STEPS
 from benchmarks.stateful import sidecar
 from benchmarks.switch import interval
 from benchmarks.window import measure, swap
-from benchmarks.workload import requests as request_pool
 from tuner import flags
 from tuner.core.engine_client import EngineClient
 from tuner.core.errors import InvalidInput
-from tuner.engine_defaults import vocab_size
 from tuner.load import Request, StationaryLoad
 from tuner.core.profile import Profile
-from tuner.prompts import repetitive
 from tuner.core.table import Table
 
 
@@ -289,10 +285,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     # --start-table: a table wrong where the profile is right (the model can be sure of it)
     start = (flags.table(args.start_table, "--start-table") if args.start_table
              else Table.from_list(bad.table or []))
-    model, extra = scenario.model, scenario.engine_args
-    long = repetitive(64, vocab_size(model), length=args.prompt_tokens, seed=11)
-    requests = request_pool("steady", long, args.prompt_tokens, args.max_tokens,
-                            max_model_len(extra), seed=0)
+    requests = scenario.requests(args.prompt_tokens, args.max_tokens)
     K = base.K
     runs: list[GoodputRun] = []
     loads: dict[int, dict[str, Any]] = {}

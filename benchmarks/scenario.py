@@ -1,5 +1,6 @@
 """The skeleton a bench scenario stands on: what it serves (profile, model, drafter, engine
-flags, acceptance replay, its folder) and the engine up with the plugin, as values.
+flags, acceptance replay, its folder), its request pool, and the engine up with the plugin, as
+values.
 
 A bench builds its Scenario from the shared flags (``scenario_of``), adds its own traffic and
 arms, and serves inside ``serving``: one vLLM with every k of the profile's K in its startup
@@ -20,12 +21,16 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.engines import admin_client, spec_server
+from benchmarks.engines import admin_client, max_model_len, spec_server
+from benchmarks.workload import longest_prompt
+from benchmarks.workload import requests as cut_to_mix
 from tuner import flags
 from tuner.core.engine_client import EngineClient
 from tuner.core.profile import Profile, load
-from tuner.engine_defaults import resolve_model
+from tuner.load import Request
+from tuner.engine_defaults import resolve_model, vocab_size
 from tuner.launcher import VllmServer, free_port, launch
+from tuner.prompts import Prompt, repetitive
 from tuner.replay import Replay
 
 __all__ = ["Scenario", "Serving", "scenario_of", "serving"]
@@ -40,6 +45,17 @@ class Scenario:
     engine_args: tuple[str, ...]    # beside the profile's engine settings
     replay: Replay | None           # forced acceptance (--emulate), if any
     out: Path                       # the bench's folder; the engine's logs under logs/
+
+    def prompts(self, length: int = 96) -> list[Prompt]:
+        """The benches' 64 prompts on this model's vocabulary (token ids, ngram-friendly)."""
+        return repetitive(64, vocab_size(self.model), length=length, seed=11)
+
+    def requests(self, prompt_tokens: int, max_tokens: int, mix: str = "steady") -> list[Request]:
+        """The request pool: the prompts cut to the mix's lengths (benchmarks/workload.py),
+        within the engine's --max-model-len."""
+        limit = max_model_len(self.engine_args)
+        return cut_to_mix(mix, self.prompts(longest_prompt(mix, prompt_tokens, limit)),
+                          prompt_tokens, max_tokens, limit)
 
 
 def scenario_of(args: argparse.Namespace, engine_args: tuple[str, ...]) -> Scenario:

@@ -39,19 +39,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.client_bench import bench_parser, run_main
 from benchmarks.scenario import scenario_of, serving
-from benchmarks.engines import max_model_len
 from benchmarks.inference import bounds, estimate
 from benchmarks.policies import engine_args as bench_engine_args
 from benchmarks.stateful import USER_DEFAULTS, PausedSidecar
 from benchmarks.window import measure
-from benchmarks.workload import requests as request_pool
 from tuner import flags
 from tuner.core.engine_client import EngineClient
 from tuner.core.errors import InvalidInput
 from tuner.core.table import Table
-from tuner.engine_defaults import vocab_size
 from tuner.load import StationaryLoad
-from tuner.prompts import repetitive
 
 ARMS = ("off", "watch", "full")
 SIDECAR_ARGS = {"watch": ("--dry-run",), "full": ()}  # after the user's defaults
@@ -159,10 +155,8 @@ async def run(args: argparse.Namespace, argv: list[str]) -> CostRecord:
     scenario = scenario_of(args, bench_engine_args(tuple(args.engine_arg or ())))
     out, profile_path, profile = scenario.out, scenario.profile_path, scenario.profile
     out.mkdir(parents=True, exist_ok=True)
-    extra, model = scenario.engine_args, scenario.model
     start = flags.table(args.start_table, "--start-table") if args.start_table else profile.build().table
-    long = repetitive(64, vocab_size(model), length=args.prompt_tokens, seed=11)
-    pool = request_pool(args.mix, long, args.prompt_tokens, args.max_tokens, max_model_len(extra))
+    pool = scenario.requests(args.prompt_tokens, args.max_tokens, args.mix)
     record = CostRecord(command="python -m benchmarks.sidecar_cost " + shlex.join(argv),
                         start_table=start.to_list(), window_s=args.window_s)
     t0 = time.monotonic()

@@ -47,20 +47,16 @@ import numpy as np
 from benchmarks.design import rotated
 from benchmarks.inference import MIN_BLOCKS, bounds, estimate
 from benchmarks.scenario import scenario_of, serving
-from benchmarks.engines import max_model_len
 from benchmarks.stateful import sidecar
 from benchmarks.summary import MIN_STEPS, step_counts
 from benchmarks.window import measure, swap
-from benchmarks.workload import requests as request_pool
 from pydantic import BaseModel, ConfigDict, ValidationError
 from tuner import flags
 from tuner.core.errors import InvalidInput
 from tuner.replay import Replay
 from tuner.acceptance import monotone, per_position
 from tuner.core.engine_client import EngineClient
-from tuner.engine_defaults import vocab_size
 from tuner.load import Request, StationaryLoad
-from tuner.prompts import repetitive
 from tuner.core.table import Table
 
 MAX_TOKENS = 48
@@ -368,10 +364,8 @@ def workloads(args: argparse.Namespace, K: int) -> tuple[Workload, Workload]:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     scenario = scenario_of(args, tuple(args.engine_arg or ()))
-    profile, model, extra = scenario.profile, scenario.model, scenario.engine_args
-    long = repetitive(64, vocab_size(model), length=args.prompt_tokens, seed=11)
-    requests = request_pool("steady", long, args.prompt_tokens, args.max_tokens,
-                            max_model_len(extra), seed=0)
+    profile = scenario.profile
+    requests = scenario.requests(args.prompt_tokens, args.max_tokens)
     K, n_max = profile.K, profile.engine.max_num_seqs
     out, n = scenario.out, args.load
     works = workloads(args, K)
