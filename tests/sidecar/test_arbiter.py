@@ -9,6 +9,7 @@ import numpy as np
 
 from sidecar.arbiter import DROP_MARGIN, URGENT_PAIRS, Call, arbitrate, rotation_ks, surviving
 from sidecar.measured import EARLY_PAIRS, MeasuredGoodput
+from tuner.core.admin_api import Duel
 
 
 def draws(ratio: dict[int, float], max_b: int = 16, reps: int = 200, sd: float = 0.01) -> np.ndarray:
@@ -355,7 +356,7 @@ def test_a_running_duel_ends_on_the_model_only_beyond_a_margin() -> None:
     old = [3] * 16
     running = ((9, 16, (2,)),)
 
-    def status(ratio: float, previous: tuple[tuple[int, int, tuple[int, ...]], ...]) -> str:
+    def status(ratio: float, previous: tuple[Duel, ...]) -> str:
         v = arbitrate(np.array(old), draws({0: 0.5, 1: 0.7, 2: ratio, 3: 1.0}), MeasuredGoodput(),
                       {16: 100}, None, tie=0.005, confidence=0.9, model_error=0.05,
                       min_served=32, max_pairs=40, duel_width=1, previous=previous)
