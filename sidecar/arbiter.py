@@ -37,7 +37,8 @@ delivers (sidecar/measured.py), so at a bucket with live steps:
   incumbent (the model's, at ``model_error``, or the measurement's) is "keep": no duel runs on
   a k that cannot win, and a k that is "keep" wherever it was judged leaves the plugin's
   rotation too (``rotation_ks``); a duel already running ends on the model only once its best
-  case loses by DROP_MARGIN (hysteresis: near 1 it would end and restart rebuild by rebuild).
+  case loses by DROP_MARGIN, and a k the rotation visits leaves it only then too (hysteresis:
+  near 1 either would end and restart rebuild by rebuild).
 - a duel whose challenger the model finds better beyond its assumed ``model_error`` (not its
   live error, which would hold back the share where it is needed), before the pairs give an
   interval, is "urgent" (``Verdicts.urgent``): the sidecar lets the plugin spend
@@ -110,6 +111,7 @@ class Arbiter:
     live_error: Mapping[int, float] | None = None
     can_duel: bool = False       # the plugin duels: measurement, not the model, switches
     pairable: frozenset[int] | None = None  # where a duel can pair (None: every bucket)
+    rotation: tuple[int, ...] = ()  # the k's the plugin's rotation visits now (): every k
 
 
 def _model(G_reps: FloatArray, rows: npt.NDArray[np.int64], k: int, c: int, z: float,
@@ -144,17 +146,19 @@ def _urgent(c: Call, assumed: Figures, so_far: tuple[int, float], tie: float) ->
 
 
 def rotation_ks(calls: Collection[Call], allowed: list[int], served_ks: Collection[int],
-                restricted: bool = False) -> tuple[int, ...]:
+                restricted: bool = False, staying: Collection[int] = ()) -> tuple[int, ...]:
     """The k's the plugin's rotation may visit: every allowed k but one whose every call is
     "keep" (its best case, the model's or the pairs', loses to the incumbent wherever it was
     judged); the table's served k's stay (a cycle at the table's k runs the table), and so does
     the largest k unless the table serves it (it alone drafts every position, whose acceptance
-    the estimate needs). (): none left out of an unrestricted set (``restricted`` False: every
-    k), i.e. the plugin's every runnable k."""
+    the estimate needs), and so do ``staying`` (rotating now, and kept only within DROP_MARGIN).
+    (): none left out of an unrestricted set (``restricted`` False: every k), i.e. the
+    plugin's every runnable k."""
     judged: dict[int, bool] = {}
     for c in calls:
         judged[c.k] = judged.get(c.k, True) and c.status == "keep"
-    lost = {k for k, all_keep in judged.items() if all_keep} - set(served_ks) - {max(allowed)}
+    lost = ({k for k, all_keep in judged.items() if all_keep} - set(served_ks) - {max(allowed)}
+            - set(staying))
     if not restricted and not lost & set(allowed):
         return ()
     return tuple(k for k in allowed if k not in lost)
@@ -176,7 +180,8 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
               duel_width: int, futile: Callable[[int, int, int, int], bool] | None = None,
               previous: tuple[Duel, ...] = (),
               live_error: Mapping[int, float] | None = None,
-              can_duel: bool = False, pairable: Collection[int] | None = None) -> Verdicts:
+              can_duel: bool = False, pairable: Collection[int] | None = None,
+              rotating: Collection[int] = ()) -> Verdicts:
     """Per served bucket, the k to run and who decided it; the duels still worth running.
     ``futile(start, end, k, c)``: the incumbent k's extra drafts over a smaller c buy nothing
     and c is no slower (tuner/core/incumbent.py): c replaces it without waiting for a duel.
@@ -184,12 +189,14 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
     the model may switch any served bucket). ``can_duel``: duels can settle what the model
     favours, so the model switches nothing (it orders the duels). ``pairable``: the buckets
     where a duel can pair (None: all); elsewhere no duel is asked for and the model decides
-    as where none can run."""
+    as where none can run. ``rotating``: the k's the plugin's rotation visits now (() every k):
+    one of them leaves it, as a running duel's challenger ends, only beyond DROP_MARGIN."""
     max_b, num_k = G_reps.shape[1], G_reps.shape[2]
     ks = np.asarray(old_ks, dtype=np.int64).copy()
     calls: list[Call] = []
     duels = []
     urgent: list[Duel] = []
+    marginal: set[int] = set()  # kept by the model's best case, but within DROP_MARGIN of 1
     ks_allowed = sorted(allowed) if allowed is not None else list(range(num_k))
     checked = ratio_error(G_reps, measured) if live_error is not None else None
     for bucket in sorted(b for b, n in served.items() if n >= min_served):
@@ -243,6 +250,8 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
                 # even its best case loses to the incumbent: a duel would only cost, and so
                 # would the rotation's steps (rotation_ks); a running duel only by a margin
                 status, decided_by = "keep", "model"
+                if best_case.high >= 1.0 - DROP_MARGIN:
+                    marginal.add(c)
             else:
                 status = "open"
             here.append(Call(bucket=bucket, batch_size_start=int(rows[0]),
@@ -272,5 +281,7 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
     served_ks = {int(k) for b, n in served.items() if n >= min_served
                  for k in ks[np.asarray(band_rows(b, max_b), dtype=np.int64) - 1]}
     # the larger share is the plugin's for every duel it runs: only the urgent ones run then
+    staying = marginal & set(rotating or ks_allowed)
     return Verdicts(ks, calls, tuple(urgent or duels), bool(urgent), checked,
-                    rotation_ks(calls, ks_allowed, served_ks, restricted=allowed is not None))
+                    rotation_ks(calls, ks_allowed, served_ks, restricted=allowed is not None,
+                                staying=staying))

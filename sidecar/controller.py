@@ -247,7 +247,8 @@ class Controller:
             arbiter = Arbiter(belief.goodput, dict(belief.goodput.served), s.model_error,
                               s.min_served, s.max_pairs, s.duel_width, duels=self.engine_table.duels,
                               live_error=live, can_duel=s.explore_share > 0,
-                              pairable=frozenset(belief.goodput.pairable()))
+                              pairable=frozenset(belief.goodput.pairable()),
+                              rotation=self.engine_table.rotation)
         inputs = Inputs(tie=s.tie, confidence=s.confidence, allowed_k=self.allowed_k,
                         cliffs=belief.cliffs, prior_steps=belief.w_T,
                         measured=belief.live_T.measured(belief.T_dense.shape[0], belief.w_T),

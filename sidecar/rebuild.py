@@ -170,7 +170,8 @@ def _verdicts(arb: Arbiter, ks: npt.NDArray[np.int64], G_reps: FloatArray,
                      tie=inputs.tie, confidence=inputs.confidence, model_error=arb.model_error,
                      min_served=arb.min_served, max_pairs=arb.max_pairs,
                      duel_width=arb.duel_width, futile=futile, previous=arb.duels,
-                     live_error=arb.live_error, can_duel=arb.can_duel, pairable=arb.pairable)
+                     live_error=arb.live_error, can_duel=arb.can_duel, pairable=arb.pairable,
+                     rotating=arb.rotation)
 
 
 def _by_measure(blend: Blend, T_prof: FloatArray, old: Table, old_ks: list[int], G: FloatArray,

@@ -371,3 +371,22 @@ def test_a_running_duel_ends_on_the_model_only_beyond_a_margin() -> None:
     assert status(just_below, running) == "open"    # running: it goes on
     far_below = (1 - DROP_MARGIN - 0.01) / high     # beyond the margin: it ends either way
     assert status(far_below, running) == "keep" and status(far_below, ()) == "keep"
+
+
+def test_a_rotating_k_leaves_the_rotation_only_beyond_the_margin() -> None:
+    """The rotation's own hysteresis: k=0, which no duel runs, leaves it when its best case
+    loses, but a k that rotates now stays while that best case is within DROP_MARGIN of 1."""
+    old = [3] * 16
+    high = math.exp(NormalDist().inv_cdf(1 - 0.1 / 3 / 2) * math.hypot(0.01, 0.05))
+
+    def rotation(k0: float, rotating: tuple[int, ...]) -> tuple[int, ...]:
+        # k=2 open (near a tie) and dueled; k=1 far behind; k=0 as given
+        return arbitrate(np.array(old), draws({0: k0, 1: 0.5, 2: 1.0, 3: 1.0}), MeasuredGoodput(),
+                         {16: 100}, None, tie=0.005, confidence=0.9, model_error=0.05,
+                         min_served=32, max_pairs=40, duel_width=1, rotating=rotating).rotation
+
+    just_below, far_below = 0.995 / high, (1 - DROP_MARGIN - 0.01) / high
+    assert rotation(just_below, (2, 3)) == (2, 3)           # not rotating: it stays out
+    assert rotation(just_below, (0, 2, 3)) == (0, 2, 3)     # rotating: it stays in
+    assert rotation(just_below, ()) == (0, 2, 3)            # () is every k: k=1 goes, k=0 stays
+    assert rotation(far_below, ()) == (2, 3)                # beyond the margin it goes
