@@ -97,14 +97,15 @@ keep() { cp -r "$@" "$O/" 2>/dev/null; true; }
 free_gpu() { nvidia-smi -i "${GPU:-0}" --query-compute-apps=pid --format=csv,noheader 2>/dev/null \
                | xargs -r kill -9 2>/dev/null; sleep 2; true; }
 STATUS=0; need() { [ -s "$1" ] || { echo "stage $stage left no $1"; STATUS=1; }; }
+# prepare_settings.sh leaves the drafter heads' tokenizer.json behind (carry size), and each
+# `device_run.sh recv` copies the model folders again: the target's, before any stage
+for m in model model32; do for d in eagle3 drafter; do
+  if [ -d /tmp/$m/$d ] && [ ! -f /tmp/$m/$d/tokenizer.json ]; then cp /tmp/$m/tokenizer.json /tmp/$m/$d/; fi
+done; done
 for stage in "$@"; do
 case $stage in tune|bench|goodput|switch|ab|field) free_gpu ;; esac
 case $stage in
  install)
-  # prepare_settings.sh leaves the drafter heads' tokenizer.json behind (carry size): the target's
-  for m in model model32; do for d in eagle3 drafter; do
-    [ -d /tmp/$m/$d ] && [ ! -f /tmp/$m/$d/tokenizer.json ] && cp /tmp/$m/tokenizer.json /tmp/$m/$d/
-  done; done
   python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/tt . 2>&1 | tail -3
   [ -d .whl ] && python3 -m pip install -q --no-deps --no-index --target /tmp/whl .whl/*.whl 2>&1 | tail -3
   python3 -c "import tabletune.cli, sidecar.settings, vllm_patch.plugin; print('tabletune importable')" ;;

@@ -350,4 +350,6 @@ def test_every_committed_noharm_summary_reads_as_its_model_and_back(path: Path) 
     # a renamed or stray key on either side fails here, not as a silent default in a reader
     file = path if path.name == "noharm-summary.json" else path.parent / "summary.json"
     read = json.loads(file.read_text())
-    assert NoharmSummary.model_validate(read).model_dump(mode="json") == read
+    again = NoharmSummary.model_validate(read).model_dump(mode="json")
+    # as text: 1 == 1.0 in Python, but an int turned float (or back) is a change in the file
+    assert json.dumps(again, sort_keys=True) == json.dumps(read, sort_keys=True)
