@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     missing = [str(d) for d in args.runs
                if not (d / "noharm.json").is_file() and not (d / "field.json").is_file()]
     if missing:
-        print(f"runs: no noharm.json in {', '.join(missing)}; pass the bench's --out folders",
+        print(f"runs: no noharm.json or field.json in {', '.join(missing)}; pass the benches' "
+              "--out folders",
               file=sys.stderr)
         return 2
     records = {d.as_posix(): record_in(d) for d in args.runs}

@@ -342,7 +342,7 @@ def test_the_pooled_burst_figure_comes_from_the_committed_runs(
     records = {name: record_in(root / name) for name in committed["runs"]}
     assert pool(records, [s["shape"] for s in committed["shapes"]]) == committed
     assert main(["--out", str(root / "unused.json"), "--shapes", "burst-c4", "/nonexistent"]) == 2
-    assert "no noharm.json in /nonexistent" in capsys.readouterr().err
+    assert "no noharm.json or field.json in /nonexistent" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("path", FIELD_NOHARMS + NOHARM_RESULTS, ids=lambda p: str(p.parent.name))
