@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine
@@ -141,7 +142,7 @@ async def main(settings: SidecarSettings, stop: asyncio.Event | None = None,
     stop = stop if stop is not None else asyncio.Event()
     uninstall = _install_signals(stop) if handle_signals else (lambda: None)
     log.info("starting", extra={"settings": settings.model_dump(
-        mode="json", exclude={"admin_token", "admin_token_file"})})
+        mode="json", exclude={"admin_token", "admin_token_file"}), "niceness": os.nice(0)})
     fatal: BaseException | None = None
     try:
         async with EngineClient(settings.engine_url, settings.admin_url, _token(settings),
@@ -179,9 +180,15 @@ def cli(argv: list[str] | None = None) -> int:
     return run(settings)
 
 
+def lower_priority(by: int) -> int:
+    """Raise this process's niceness by ``by`` (never lowers it); the niceness now."""
+    return os.nice(by)
+
+
 def run(settings: SidecarSettings) -> int:
     """`tabletune sidecar`: 0 on a clean stop, 2 if refused (e.g. ProfileMismatch), 1 on a crash."""
     restore = logs.configure(settings.log_format)
+    lower_priority(settings.nice)  # the process entry only: main() also runs in tests and benches
     try:
         return asyncio.run(main(settings))
     except TableTuneError as exc:

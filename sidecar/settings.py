@@ -81,6 +81,7 @@ class SidecarSettings(BaseSettings):
     backoff_max_s: float = Field(10.0, gt=0, description="longest pause between scrapes while vLLM keeps failing")
     log_format: Literal["json", "plain"] = Field("json", description="log line format")
     access_log: bool = Field(False, description="log requests to the sidecar's own HTTP server (not probes or /metrics) on stdout; the event log on stderr never has them")
+    nice: int = Field(10, ge=0, le=19, description="lower the sidecar's CPU priority by this much at start (os.nice), so on cores it shares with vLLM its rebuilds wait for the engine's processes, not the other way round (0: as started); a container's own CPU limit still applies")
 
     @model_validator(mode="after")
     def _check(self) -> SidecarSettings:
@@ -172,6 +173,7 @@ HELP_GROUPS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         ("listen_port", "and port (/healthz, /readyz, /metrics, /v1/state)"),
         ("log_format", "json or plain"),
         ("access_log", "log requests to the sidecar's HTTP server"),
+        ("nice", "lower the sidecar's CPU priority by this much"),
         ("timeout_s", "timeout of each request to vLLM"),
         ("max_metrics_bytes", "largest reply read"),
         ("retry_attempts", "tries per admin request"),
@@ -187,9 +189,9 @@ def flag(name: str) -> str:
 # argparse tree, and turns a ValidationError into one InvalidInput naming flag, env and value
 # (never a token's); the CLI source would need the same error path rebuilt around it.
 def _metavar(name: str, info: Any) -> str:
-    kind = str(info.annotation)
+    kind = info.annotation
     return ("URL" if name.endswith("_url") else "NAME" if name == "model_name" else
-            "N" if kind == "int" else "X" if kind == "float" else "FILE" if "Path" in kind else "TEXT")
+            "N" if kind is int else "X" if kind is float else "FILE" if "Path" in str(kind) else "TEXT")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
