@@ -90,6 +90,7 @@ class Verdicts:
     urgent: bool = False    # a dueled challenger the model is sure wins, not yet measured
     ratio_error: float | None = None  # the model's error on ratios, where pairs checked it
     rotation: tuple[int, ...] = ()    # the k's the plugin's rotation visits (rotation_ks)
+    planned: tuple[Duel, ...] = ()    # every duel worth running: ``duels`` while none is urgent
 
     def switches(self) -> list[Call]:
         return [c for c in self.calls if c.status == "switch"]
@@ -106,7 +107,9 @@ class Arbiter:
     min_served: int
     max_pairs: int
     duel_width: int
-    duels: tuple[Duel, ...] = ()  # the ones the plugin runs now
+    # the duels the last rebuild planned: those the plugin runs, and those waiting behind an
+    # urgent one (they keep DROP_MARGIN and their turn, or they would reshuffle meanwhile)
+    duels: tuple[Duel, ...] = ()
     # the model's error measured live per bucket (None: model_error everywhere)
     live_error: Mapping[int, float] | None = None
     can_duel: bool = False       # the plugin duels: measurement, not the model, switches
@@ -189,8 +192,10 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
     the model may switch any served bucket). ``can_duel``: duels can settle what the model
     favours, so the model switches nothing (it orders the duels). ``pairable``: the buckets
     where a duel can pair (None: all); elsewhere no duel is asked for and the model decides
-    as where none can run. ``rotating``: the k's the plugin's rotation visits now (() every k):
-    one of them leaves it, as a running duel's challenger ends, only beyond DROP_MARGIN."""
+    as where none can run. ``previous``: the duels the last rebuild planned (its
+    ``planned``), which end only beyond DROP_MARGIN. ``rotating``: the k's the plugin's
+    rotation visits now (() every k): one of them leaves it, as a running duel's challenger
+    ends, only beyond DROP_MARGIN."""
     max_b, num_k = G_reps.shape[1], G_reps.shape[2]
     ks = np.asarray(old_ks, dtype=np.int64).copy()
     calls: list[Call] = []
@@ -284,4 +289,4 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
     staying = marginal & set(rotating or ks_allowed)
     return Verdicts(ks, calls, tuple(urgent or duels), bool(urgent), checked,
                     rotation_ks(calls, ks_allowed, served_ks, restricted=allowed is not None,
-                                staying=staying))
+                                staying=staying), tuple(duels))

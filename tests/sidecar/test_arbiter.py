@@ -390,3 +390,27 @@ def test_a_rotating_k_leaves_the_rotation_only_beyond_the_margin() -> None:
     assert rotation(just_below, (0, 2, 3)) == (0, 2, 3)     # rotating: it stays in
     assert rotation(just_below, ()) == (0, 2, 3)            # () is every k: k=1 goes, k=0 stays
     assert rotation(far_below, ()) == (2, 3)                # beyond the margin it goes
+
+
+def test_a_duel_waiting_behind_an_urgent_one_keeps_its_margin() -> None:
+    """While a duel is urgent only it is sent, but the plan keeps the others: a near-tie that
+    was planned before stays planned within DROP_MARGIN, as a running duel does, so it does not
+    end and restart while it waits."""
+    old = [3] * 16
+    high = math.exp(NormalDist().inv_cdf(1 - 0.1 / 3 / 2) * math.hypot(0.01, 0.05))
+    sure = draws({0: 0.5, 1: 0.6, 2: 1.2, 3: 1.0})
+    dipped = draws({0: 0.5, 1: 0.6, 2: 0.995 / high, 3: 1.0})   # best case ~0.995
+    G = np.concatenate([dipped[:, :8], sure[:, 8:]], axis=1)     # B 5-8 dipped, 9-16 sure
+
+    def plan(previous: tuple[Duel, ...]) -> tuple[tuple[Duel, ...], tuple[Duel, ...]]:
+        v = arbitrate(np.array(old), G, MeasuredGoodput(), {8: 100, 16: 100}, None, tie=0.005,
+                      confidence=0.9, model_error=0.05, min_served=32, max_pairs=40,
+                      duel_width=1, previous=previous, can_duel=True)
+        assert v.urgent
+        return v.duels, v.planned
+
+    urgent = (9, 16, (2,))
+    # the last rebuild planned both and sent the urgent one: the waiting duel stays planned
+    assert plan(((5, 8, (2,)), urgent)) == ((urgent,), ((5, 8, (2,)), urgent))
+    # had the plan been only what was sent, the dip would end it
+    assert plan((urgent,)) == ((urgent,), (urgent,))
