@@ -6,7 +6,9 @@ the sidecar cost across them, not what the latest costs. The ratio is noharm_sum
 geometric mean of the per-block ratios sidecar / table of the client's output throughput) with
 its Student's t-interval at 95% and at 97.5% (two shapes share the family). A folder holding a
 field bench's field.json instead is read as `noharm_of_field` reads it (sidecar-from-tuned
-against tuned).
+against tuned); `--sidecar P --against Q` reads two other policies of the field runs (e.g.
+`watch-from-tuned` against `tuned`: what observing costs), and then every folder must hold a
+field.json that ran both.
 
     python -m benchmarks.noharm_pool --out benchmarks/results/cpu-tiny-noharm/pooled.json \\
         --shapes burst-c4,burst-c16 benchmarks/results/cpu-tiny-noharm \\
@@ -24,13 +26,16 @@ from typing import Any
 
 from benchmarks.arm_run import runs_of
 from benchmarks.noharm_summary import arm_throughput, from_field, paired, ratio_interval
+from benchmarks.policies import SIDECAR_POLICIES
 
 __all__ = ["pool", "record_in"]
 
 
-def pool(records: dict[str, dict[str, Any]], shapes: Sequence[str]) -> dict[str, Any]:
+def pool(records: dict[str, dict[str, Any]], shapes: Sequence[str],
+         reading: tuple[str, str | None] | None = None) -> dict[str, Any]:
     """Per shape, the pooled ratio over every record's paired blocks (records: name ->
-    noharm.json's record)."""
+    noharm.json's record); ``reading``: the field runs' (sidecar, against) policies they were
+    read with, recorded (None: the do-no-harm arms)."""
     out = []
     for shape in shapes:
         pairs = [p for record in records.values() for p in paired(runs_of(record["runs"]), shape)]
@@ -38,7 +43,7 @@ def pool(records: dict[str, dict[str, Any]], shapes: Sequence[str]) -> dict[str,
         wide = ratio_interval(pairs, arm_throughput, alpha=0.025)
         out.append({"shape": shape, "blocks": mid.n, "ratio": mid.ratio, "ci": mid.ci,
                     "ci_975": wide.ci})
-    return {"runs": sorted(records), "shapes": out,
+    return {"runs": sorted(records), "reading": list(reading) if reading else None, "shapes": out,
             "statistic": "geometric mean of per-block ratios sidecar / table of the client's "
                          "output throughput over every run's blocks; Student's t-intervals"}
 
@@ -48,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--shapes", required=True, help="comma-separated, e.g. burst-c4,burst-c16")
+    p.add_argument("--sidecar", help="a field run's sidecar policy (default: the do-no-harm arms)")
+    p.add_argument("--against", help="its reference policy (default: the table it starts from)")
     p.add_argument("runs", nargs="+", type=Path,
                    help="folders holding a noharm.json (or a field bench's field.json)")
     args = p.parse_args(argv)
@@ -58,17 +65,38 @@ def main(argv: list[str] | None = None) -> int:
               "--out folders",
               file=sys.stderr)
         return 2
-    records = {d.as_posix(): record_in(d) for d in args.runs}
-    result = pool(records, [s for s in args.shapes.split(",") if s])
+    if args.sidecar or args.against:
+        sidecar = args.sidecar or "sidecar-from-tuned"
+        against = args.against or SIDECAR_POLICIES.get(sidecar)
+        lacking = [str(d) for d in args.runs if not _ran(d, (sidecar, against))]
+        if lacking:
+            print(f"--sidecar/--against: {', '.join(lacking)} did not run both {sidecar} and "
+                  f"{against} (a field.json with both policies); leave those folders out",
+                  file=sys.stderr)
+            return 2
+        records = {d.as_posix(): record_in(d, (sidecar, against)) for d in args.runs}
+        reading: tuple[str, str | None] | None = (sidecar, against)
+    else:
+        records, reading = {d.as_posix(): record_in(d) for d in args.runs}, None
+    result = pool(records, [s for s in args.shapes.split(",") if s], reading)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     for s in result["shapes"]:
         print(f"{s['shape']}: {s['ratio']} {s['ci']} over {s['blocks']} blocks")
     return 0
 
 
-def record_in(folder: Path) -> dict[str, Any]:
+def _ran(folder: Path, policies: tuple[str, str | None]) -> bool:
+    if not (folder / "field.json").is_file():
+        return False
+    ran = json.loads((folder / "field.json").read_text())["meta"]["policies"]
+    return all(p in ran for p in policies)
+
+
+def record_in(folder: Path, reading: tuple[str, str | None] | None = None) -> dict[str, Any]:
     """The do-no-harm record a run's folder holds: its noharm.json, or its field.json read as
-    one (benchmarks/noharm_summary.from_field)."""
+    one (benchmarks/noharm_summary.from_field), as ``reading``'s (sidecar, against) if given."""
+    if reading is not None:
+        return from_field(json.loads((folder / "field.json").read_text()), *reading)
     if (folder / "noharm.json").is_file():
         record: dict[str, Any] = json.loads((folder / "noharm.json").read_text())
         return record

@@ -83,3 +83,37 @@ def test_the_field_shell_writes_the_figures_beside_the_summary(tmp_path: Path) -
     got = json.loads(figs.read_text())
     assert got["shapes"][0]["short_drafts"] == {"table": 0.0, "sidecar": 0.03}
     assert got == figures(from_field(rec)).model_dump(mode="json")
+
+
+READINGS = {"noharm": ("sidecar-from-tuned", None), "watch": ("watch-from-tuned", None),
+            "explore": ("sidecar-from-tuned", "watch-from-tuned")}
+FIGURES = sorted((Path(__file__).parents[2] / "benchmarks/results").rglob("*-figures.json"))
+
+
+@pytest.mark.parametrize("path", FIGURES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_committed_figures_file_is_its_field_runs_read(path: Path) -> None:
+    sidecar, against = READINGS[path.name.removesuffix("-figures.json")]
+    record = json.loads((path.parent / "field.json").read_text())
+    assert figures(from_field(record, sidecar, against)).model_dump(mode="json") == json.loads(
+        path.read_text())
+
+
+def test_the_pool_reads_other_policies_of_field_runs(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """noharm_pool --sidecar/--against: the three-arm runs' other readings pooled too."""
+    from benchmarks.noharm_pool import main as pool_main
+    rec = record()
+    names = {"table": "tuned", "sidecar": "watch-from-tuned"}
+    rec["runs"] = [{**r, "arm": names[r["arm"]]} for r in rec["runs"]]  # type: ignore[attr-defined]
+    rec["meta"] = {**rec["meta"], "policies": ["tuned", "watch-from-tuned"]}  # type: ignore[dict-item]
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "field.json").write_text(json.dumps(rec))
+    out = tmp_path / "pooled.json"
+    assert pool_main(["--out", str(out), "--shapes", "burst-c4", "--sidecar", "watch-from-tuned",
+                      str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    (shape,) = json.loads(out.read_text())["shapes"]
+    assert shape["blocks"] == 16 and shape["ratio"] == pytest.approx(1.005, abs=1e-3)
+    assert pool_main(["--out", str(out), "--shapes", "burst-c4", "--sidecar",
+                      "sidecar-from-tuned", str(tmp_path / "a")]) == 2
+    assert "did not run both sidecar-from-tuned and tuned" in capsys.readouterr().err
