@@ -167,3 +167,18 @@ def test_the_committed_rates_meet_five_percent_where_the_readme_says_so() -> Non
         assert row["bound"] <= ALPHA, row
     for row in [*c["sidecar"], *c["guardrail"]]:   # the sidecar's ar0.8 is beyond its requirement
         assert row["bound"] <= ALPHA or not row.get("required", True), row
+
+
+def test_the_model_where_no_duel_pairs_switches_a_null_bucket_in_at_most_five_percent() -> None:
+    """benchmarks/model_check_calibration.py's committed run: every (true error, checks) cell,
+    each within 5% by its bound; a short run of the same code has the same shape."""
+    from benchmarks.model_check_calibration import CHECKS, TRUE_ERRORS, calibrate
+    c = json.loads((HERE / "model_check.json").read_text())
+    assert {(r["true_error"], r["checks"]) for r in c["null"]} == {
+        (e, n) for e in TRUE_ERRORS for n in CHECKS}
+    for row in c["null"]:
+        assert row["trials"] >= 2000 and row["bound"] <= ALPHA, row
+        assert row["bound"] == pytest.approx(_bound(row["false_switch"], row["trials"]), abs=2e-4)
+    short = calibrate(trials=5, seed=1)
+    assert [sorted(r) for r in short["null"]] == [sorted(r) for r in c["null"]]
+    assert len(short["power"]) == len(c["power"])

@@ -327,17 +327,24 @@ def test_where_pairs_checked_its_ratios_that_error_bounds_the_model_not_its_leve
     """The H100's 3B under bursts: live steps ran 1.1-2.9x the profile's at every k, so the
     model's level was off 0.4-1.4 in log at the buckets a burst drains through and it switched
     none, while pairs at the plateau put its ratio 0.1-0.2 off. The ratio it decides by is
-    bounded by the pairs' check; pairs that contradict it keep it out."""
+    bounded by the pairs' check (an upper bound: one check alone leaves it wide); pairs that
+    contradict it keep it out."""
     old = [0] * 16
     sure = draws({0: 1.0, 1: 1.5, 2: 1.9, 3: 2.2})
     level = {16: 1.0}   # the drain's bucket B 9-16: the model's level far off
     kw = dict(live_error=level, can_duel=True, pairable=frozenset({8}))
     v = decide(sure, MeasuredGoodput(), {8: 100, 16: 100}, old, **kw)
     assert list(v.ks[8:]) == [0] * 8 and v.ratio_error is None     # the level error holds
-    # the plateau B 5-8: k=3 over k=0 paired at 2.4x (the model: 2.2x)
+    # the plateau B 5-8: k=3 over k=0 paired at 2.4x (the model: 2.2x); one check alone
+    # bounds the model's error at ~8x its distance: not enough to switch on 2.2x
     agree = measured_with(8, 3, 0, math.log(2.4), n=EARLY_PAIRS + 1, sd=0.05)
     v = decide(sure, agree, {8: 100, 16: 100}, old, **kw)
-    assert list(v.ks[8:]) == [3] * 8 and 0.03 < (v.ratio_error or 0) < 0.2
+    assert list(v.ks[8:]) == [0] * 8 and 0.4 < (v.ratio_error or 0) < 0.9
+    # and k=2 over k=0 at 1.9x, as the model says: two checks bound it at ~3x their distance
+    agree.pairs[(8, 2, 0)] = measured_with(8, 2, 0, math.log(1.9), n=EARLY_PAIRS + 1,
+                                           sd=0.05).pairs[(8, 2, 0)]
+    v = decide(sure, agree, {8: 100, 16: 100}, old, **kw)
+    assert list(v.ks[8:]) == [3] * 8 and 0.1 < (v.ratio_error or 0) < 0.3
     assert next(c for c in v.switches() if c.bucket == 16).decided_by == "model"
     # pairs that say k=3 is no better than k=0 there: the model's 2.2x is not trusted anywhere
     against = measured_with(8, 3, 0, 0.0, n=EARLY_PAIRS + 1, sd=0.05)

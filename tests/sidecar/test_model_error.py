@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from sidecar.measured import EARLY_PAIRS, MeasuredGoodput
-from sidecar.model_error import model_log_ratio, ratio_error
+from sidecar.model_error import CHECK_LEVEL, model_log_ratio, ratio_error
+from tuner.core.chi2 import chi2_cdf, chi2_ppf
 
 
 def draws(ratio: dict[int, float], max_b: int = 16, reps: int = 100) -> np.ndarray:
@@ -38,16 +39,26 @@ def test_the_model_ratio_is_read_either_way_round() -> None:
     assert model_log_ratio(G, rows, 0, 4) is None     # a k the model does not price
 
 
-def test_the_ratio_error_is_the_pairs_rms_distance_from_the_model() -> None:
+def test_the_ratio_error_bounds_the_sd_of_the_pairs_distances_from_the_model() -> None:
     """The H100's plateaus: pairs read k=3 over k=0 at 2.4x where the model said 2.0x, and k=1
-    over k=0 at 1.6x where it said 1.5x; stored either way round."""
+    over k=0 at 1.6x where it said 1.5x; stored either way round. The error is the 90% upper
+    bound on the sd those distances sample: sqrt(Σ e² / χ²_n(0.1))."""
     m = with_pairs((16, 3, 0, [math.log(2.4)] * 5), (8, 0, 1, [-math.log(1.6)] * 5))
     e = ratio_error(G, m)
-    want = math.sqrt((math.log(2.4 / 2.0) ** 2 + math.log(1.6 / 1.5) ** 2) / 2)
-    assert e == pytest.approx(want, abs=1e-5)
-    # a model far off where the pairs look (k=3 no better than k=0): a large error
+    squares = math.log(2.4 / 2.0) ** 2 + math.log(1.6 / 1.5) ** 2
+    assert e == pytest.approx(math.sqrt(squares / chi2_ppf(1 - CHECK_LEVEL, 2)), abs=1e-5)
+    assert e == pytest.approx(math.sqrt(squares / 2) * 3.081, rel=1e-3)   # χ²_2(0.1) = 0.2107
+    # a model far off where the pairs look (k=3 no better than k=0): a large error, ~8x at n=1
     assert (ratio_error(G, with_pairs((16, 3, 0, [0.0] * 5))) or 0.0) == pytest.approx(
-        math.log(2.0), abs=1e-5)
+        math.log(2.0) * 7.958, rel=1e-3)
+
+
+def test_the_chi_square_quantiles_are_the_tabled_ones() -> None:
+    for df, q, tabled in [(1, 0.1, 0.01579), (2, 0.1, 0.2107), (4, 0.1, 1.0636),
+                          (10, 0.1, 4.8652), (1, 0.95, 3.8415), (30, 0.05, 18.4927)]:
+        assert chi2_ppf(q, df) == pytest.approx(tabled, rel=1e-3)
+        assert chi2_cdf(chi2_ppf(q, df), df) == pytest.approx(q, abs=1e-9)
+    assert chi2_cdf(0.0, 3) == 0.0
 
 
 def test_too_few_pairs_check_nothing() -> None:
