@@ -3,8 +3,9 @@
 The arbiter (sidecar/arbiter.py) lets the model decide a bucket the load only passes through
 once pairs elsewhere have checked its ratios, and then beyond the error those checks bound
 (sidecar/model_error.ratio_error). Per trial: the incumbent k=3 at B 1-16; pairable buckets
-B 2, 3-4 and 5-8, and one not (B 9-16); the model's log ratio G(c)/G(3) off the truth by
-N(0, ``true_error``) per bucket and challenger; ``checks`` comparisons at the pairable buckets
+B 2, 3-4 and 5-8, and one not (B 9-16); each k's model goodput off the truth by
+N(0, ``true_error``/√2) per bucket, so a ratio G(c)/G(3) is off by sd ``true_error`` and the
+challengers at one bucket share the incumbent's error; ``checks`` comparisons at the pairable buckets
 with PAIRS pairs each (sd PAIR_SD) measuring the truth; the live level error small (0.02) so
 the checks are what bound the model. ``false_switch``: the share of trials whose unpaired
 bucket switched when every k is truly equal, with its one-sided bound (rate + 2 SE);
@@ -47,8 +48,9 @@ def trial(rng: np.random.Generator, true_error: float, checks: int, gain: float 
     truth = np.array([0.0, 0.0, gain, 0.0])
     G = np.ones((200, 16, 4))
     for b, rows in ROWS.items():
-        bias = rng.normal(0.0, true_error, 4)
-        bias[3] = 0.0                       # ratios to the incumbent: its own bias cancels
+        # each k's goodput off by sd true_error/sqrt(2): a ratio off by sd true_error, and the
+        # challengers at one bucket alike through the incumbent's own error (correlation 0.5)
+        bias = rng.normal(0.0, true_error / math.sqrt(2), 4)
         G[:, rows, :] = np.exp(truth + bias)[None, None, :]
     G *= np.exp(rng.normal(0.0, 0.01, G.shape))   # the model's own draws
     measured = MeasuredGoodput()

@@ -56,6 +56,8 @@ class ShapeFigures(BaseModel):
 class NoharmFigures(BaseModel):
     model_config = ConfigDict(frozen=True)
 
+    # the field run's policies read as (sidecar, table): the arms' names in ``short_drafts``
+    reading: list[str] | None
     shapes: list[ShapeFigures]
     ci_level: float
     statistic: str
@@ -101,11 +103,12 @@ def shape_figures(runs: Sequence[ArmRun], shape: str) -> ShapeFigures:
         short_drafts={arm: short_drafts([p[i] for p in pairs]) for i, arm in enumerate(ARMS)})
 
 
-def figures(record: dict[str, Any]) -> NoharmFigures:
+def figures(record: dict[str, Any], reading: tuple[str, str] | None = None) -> NoharmFigures:
     """The figures of a do-no-harm record (noharm.json, or a field record through
-    noharm_summary.from_field)."""
+    noharm_summary.from_field with the (sidecar, table) policies ``reading``)."""
     runs = runs_of(record["runs"])
     return NoharmFigures(
+        reading=list(reading) if reading else None,
         shapes=[shape_figures(runs, s["name"]) for s in record["meta"]["shapes"]],
         ci_level=1 - ALPHA,
         statistic="per-block ratios sidecar / table: geometric mean with Student's t-interval "

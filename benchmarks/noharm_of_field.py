@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     result = summary(arms)
     args.out.write_text(json.dumps(result.model_dump(mode="json"), indent=1) + "\n")
     if args.figures is not None:
-        found = figures(arms)
+        found = figures(arms, (args.sidecar, table))
         args.figures.write_text(json.dumps(found.model_dump(mode="json"), indent=1) + "\n")
         for f in found.shapes:
             print(f"{f.shape}: TTFT {f.mean_ttft.t.ratio} {f.mean_ttft.t.ci}, throughput "

@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--shapes", required=True, help="comma-separated, e.g. burst-c4,burst-c16")
-    p.add_argument("--sidecar", help="a field run's sidecar policy (default: the do-no-harm arms)")
+    p.add_argument("--sidecar", choices=sorted(SIDECAR_POLICIES),
+                   help="a field run's sidecar policy (default: the do-no-harm arms)")
     p.add_argument("--against", help="its reference policy (default: the table it starts from)")
     p.add_argument("runs", nargs="+", type=Path,
                    help="folders holding a noharm.json (or a field bench's field.json)")

@@ -139,6 +139,7 @@ async def main(settings: SidecarSettings, stop: asyncio.Event | None = None,
                on_bound: Callable[[int], None] | None = None, handle_signals: bool = True) -> int:
     """Run until ``stop`` (or SIGTERM/SIGINT); 0 on a clean stop, TableTuneError if refused."""
     profile = _load_profile(settings)
+    lower_priority(settings.nice)  # once the input is good: a refused start changes nothing
     stop = stop if stop is not None else asyncio.Event()
     uninstall = _install_signals(stop) if handle_signals else (lambda: None)
     log.info("starting", extra={"settings": settings.model_dump(
@@ -188,7 +189,6 @@ def lower_priority(by: int) -> int:
 def run(settings: SidecarSettings) -> int:
     """`tabletune sidecar`: 0 on a clean stop, 2 if refused (e.g. ProfileMismatch), 1 on a crash."""
     restore = logs.configure(settings.log_format)
-    lower_priority(settings.nice)  # the process entry only: main() also runs in tests and benches
     try:
         return asyncio.run(main(settings))
     except TableTuneError as exc:

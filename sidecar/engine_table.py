@@ -178,7 +178,10 @@ class EngineTable:
         else:
             log.info("duels", extra={"duels": [[lo, hi, list(ks)] for lo, hi, ks in duels],
                                      "share": self.policy_fields()["duel_share"],
-                                     "rotation": list(rotation)})
+                                     "rotation": list(rotation),
+                                     # planned, not sent: waiting behind an urgent duel
+                                     "waiting": [[lo, hi, list(ks)] for lo, hi, ks in self.planned
+                                                 if (lo, hi, ks) not in duels]})
 
     async def put_policy(self) -> bool:
         try:

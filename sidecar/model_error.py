@@ -94,17 +94,20 @@ def model_log_ratio(G_reps: FloatArray, rows: npt.NDArray[np.int64], k: int,
 def ratio_error(G_reps: FloatArray, goodput_by_ring: MeasuredGoodput,
                 min_pairs: int = EARLY_PAIRS) -> float | None:
     """The model's error on G(c)/G(k) where pairs measured it, bounded above at CHECK_LEVEL:
-    from the n comparisons with at least ``min_pairs`` pairs, the (pairs' mean − model's
-    median) in log, sqrt(Σ e² / χ²_n at 1 − CHECK_LEVEL) (the bound on a normal error's sd;
-    ×7.96 the root mean square at n=1, ×1.94 at 4, ×1.43 at 10); None with no such comparison."""
+    e = pairs' mean − model's median (log) of each comparison with at least ``min_pairs``
+    pairs; a bucket's comparisons share its incumbent's error, so each checked bucket counts
+    once, with the mean of its e²; over n buckets sqrt(Σ / χ²_n at 1 − CHECK_LEVEL), the
+    bound on a normal error's sd (×7.96 the root mean square at n=1, ×3.08 at 2, ×1.94 at 4);
+    None with no such comparison."""
     max_b = G_reps.shape[1]
-    errors = []
+    squares: dict[int, list[float]] = {}
     for bucket, k, ref, _, mean in goodput_by_ring.compared(min_pairs):
         rows = np.asarray(band_rows(bucket, max_b), dtype=np.int64)
         model = model_log_ratio(G_reps, rows, ref, k) if rows.size else None
         if model is not None:
-            errors.append(mean - model[0])
-    if not errors:
+            squares.setdefault(bucket, []).append((mean - model[0]) ** 2)
+    if not squares:
         return None
     # one check's |e| is often far below the error it samples: a bound, not the estimate
-    return round(math.sqrt(float(np.sum(np.square(errors))) / chi2_ppf(1 - CHECK_LEVEL, len(errors))), 5)
+    total = sum(float(np.mean(e2)) for e2 in squares.values())
+    return round(math.sqrt(total / chi2_ppf(1 - CHECK_LEVEL, len(squares))), 5)

@@ -81,7 +81,7 @@ class SidecarSettings(BaseSettings):
     backoff_max_s: float = Field(10.0, gt=0, description="longest pause between scrapes while vLLM keeps failing")
     log_format: Literal["json", "plain"] = Field("json", description="log line format")
     access_log: bool = Field(False, description="log requests to the sidecar's own HTTP server (not probes or /metrics) on stdout; the event log on stderr never has them")
-    nice: int = Field(10, ge=0, le=19, description="lower the sidecar's CPU priority by this much at start (os.nice), so on cores it shares with vLLM its rebuilds wait for the engine's processes, not the other way round (0: as started); a container's own CPU limit still applies")
+    nice: int = Field(10, ge=0, le=19, description="lower the sidecar's CPU priority by this much at start (os.nice), so on cores it shares with vLLM in the same container or login session its rebuilds wait for the engine's processes (0: as started); in its own container (deploy/) niceness does not reach across, and the container's CPU request decides")
 
     @model_validator(mode="after")
     def _check(self) -> SidecarSettings:

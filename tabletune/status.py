@@ -124,8 +124,8 @@ def render(state: SidecarState, url: str, tty: bool, now: float | None = None) -
     # once pairs have checked the model's ratios, that error bounds it (sidecar/model_error.py)
     checked = state.last_decision.model_ratio_error if state.last_decision else None
     if checked is not None:
-        lines.append(f"its ratios, checked by pairs: off {checked:.1%} (this, not the error "
-                     "above, is what a switch by the model must beat)")
+        lines.append(f"its ratios, checked by pairs: off at most {checked:.1%} (a 90% bound; "
+                     "this, not the error above, is what a switch by the model must beat)")
 
     lines.append(_section("duels: the smallest gain each finds by max_pairs pairs (in half its "
                           "runs; smaller ends as a tie)", tty))

@@ -35,8 +35,9 @@ async def test_status_shows_table_estimate_step_times_and_decisions(tmp_path: Pa
     assert "checked by pairs" not in plain
     checked = state.model_copy(update={"last_decision": state.last_decision.model_copy(
         update={"model_ratio_error": 0.042})})
-    assert ("its ratios, checked by pairs: off 4.2% (this, not the error above, is what a switch "
-            "by the model must beat)") in render(checked, "http://x:1", tty=False, now=0.0)
+    assert ("its ratios, checked by pairs: off at most 4.2% (a 90% bound; this, not the error "
+            "above, is what a switch by the model must beat)") in render(checked, "http://x:1",
+                                                                         tty=False, now=0.0)
 
 
 def test_status_of_a_sidecar_that_has_seen_nothing_yet() -> None:

@@ -172,7 +172,7 @@ def test_the_committed_rates_meet_five_percent_where_the_readme_says_so() -> Non
 def test_the_model_where_no_duel_pairs_switches_a_null_bucket_in_at_most_five_percent() -> None:
     """benchmarks/model_check_calibration.py's committed run: every (true error, checks) cell,
     each within 5% by its bound; a short run of the same code has the same shape."""
-    from benchmarks.model_check_calibration import CHECKS, TRUE_ERRORS, calibrate
+    from benchmarks.model_check_calibration import CHECKS, TRUE_ERRORS, calibrate, trial
     c = json.loads((HERE / "model_check.json").read_text())
     assert {(r["true_error"], r["checks"]) for r in c["null"]} == {
         (e, n) for e in TRUE_ERRORS for n in CHECKS}
@@ -182,3 +182,7 @@ def test_the_model_where_no_duel_pairs_switches_a_null_bucket_in_at_most_five_pe
     short = calibrate(trials=5, seed=1)
     assert [sorted(r) for r in short["null"]] == [sorted(r) for r in c["null"]]
     assert len(short["power"]) == len(c["power"])
+    # the committed figures are this code's: its first cell again, from the same seed
+    rng = np.random.default_rng(0)
+    hits = sum(trial(rng, TRUE_ERRORS[0], CHECKS[0]) is not None for _ in range(2000))
+    assert hits / 2000 == c["null"][0]["false_switch"]

@@ -48,7 +48,7 @@ def engine_phase(tokens: float, steps: int, drafted: list[int], ttft: float = 10
 
 
 def record() -> dict[str, object]:
-    """Four blocks: the sidecar 10% slower to first token, 5% more steps for the same tokens,
+    """Eight blocks: the sidecar 10% slower to first token, 5% more steps for the same tokens,
     and 3% of its drafting request-steps short of K=3."""
     runs: list[BlockRun] = []
     for b in range(8):
@@ -82,7 +82,7 @@ def test_the_field_shell_writes_the_figures_beside_the_summary(tmp_path: Path) -
                             "--figures", str(figs)]) == 0
     got = json.loads(figs.read_text())
     assert got["shapes"][0]["short_drafts"] == {"table": 0.0, "sidecar": 0.03}
-    assert got == figures(from_field(rec)).model_dump(mode="json")
+    assert got == figures(from_field(rec), ("sidecar-from-tuned", "tuned")).model_dump(mode="json")
 
 
 READINGS = {"noharm": ("sidecar-from-tuned", None), "watch": ("watch-from-tuned", None),
@@ -92,10 +92,12 @@ FIGURES = sorted((Path(__file__).parents[2] / "benchmarks/results").rglob("*-fig
 
 @pytest.mark.parametrize("path", FIGURES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_committed_figures_file_is_its_field_runs_read(path: Path) -> None:
-    sidecar, against = READINGS[path.name.removesuffix("-figures.json")]
+    committed = json.loads(path.read_text())
+    sidecar, against = committed["reading"]
     record = json.loads((path.parent / "field.json").read_text())
-    assert figures(from_field(record, sidecar, against)).model_dump(mode="json") == json.loads(
-        path.read_text())
+    assert figures(from_field(record, sidecar, against), (sidecar, against)).model_dump(
+        mode="json") == committed
+    assert READINGS[path.name.removesuffix("-figures.json")][0] == sidecar
 
 
 def test_the_pool_reads_other_policies_of_field_runs(tmp_path: Path,

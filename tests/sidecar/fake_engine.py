@@ -66,7 +66,8 @@ def settings(profile: Path, engine_url: str, admin_url: str | None = None,
         explore_share=0.25, explore_horizon=1000,
         # these tests are about faults and mechanics, on the model's pushes; the decisions by
         # measured goodput have their own (test_measured_decisions.py)
-        decide_by="model")
+        decide_by="model",
+        nice=0)  # main() runs in the test process: never lower pytest's priority
     values.update(overrides)
     return SidecarSettings(**values)
 

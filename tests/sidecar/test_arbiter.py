@@ -340,9 +340,14 @@ def test_where_pairs_checked_its_ratios_that_error_bounds_the_model_not_its_leve
     agree = measured_with(8, 3, 0, math.log(2.4), n=EARLY_PAIRS + 1, sd=0.05)
     v = decide(sure, agree, {8: 100, 16: 100}, old, **kw)
     assert list(v.ks[8:]) == [0] * 8 and 0.4 < (v.ratio_error or 0) < 0.9
-    # and k=2 over k=0 at 1.9x, as the model says: two checks bound it at ~3x their distance
+    # a second check at the same bucket shares its incumbent's error: still one check
     agree.pairs[(8, 2, 0)] = measured_with(8, 2, 0, math.log(1.9), n=EARLY_PAIRS + 1,
                                            sd=0.05).pairs[(8, 2, 0)]
+    v = decide(sure, agree, {8: 100, 16: 100}, old, **kw)
+    assert list(v.ks[8:]) == [0] * 8 and (v.ratio_error or 0) > 0.3
+    # and k=2 over k=0 at 1.9x at B 3-4, as the model says: two buckets bound it at ~3x
+    agree.pairs[(4, 2, 0)] = measured_with(4, 2, 0, math.log(1.9), n=EARLY_PAIRS + 1,
+                                           sd=0.05).pairs[(4, 2, 0)]
     v = decide(sure, agree, {8: 100, 16: 100}, old, **kw)
     assert list(v.ks[8:]) == [3] * 8 and 0.1 < (v.ratio_error or 0) < 0.3
     assert next(c for c in v.switches() if c.bucket == 16).decided_by == "model"
