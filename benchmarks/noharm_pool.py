@@ -24,15 +24,38 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from benchmarks.arm_run import runs_of
 from benchmarks.noharm_summary import arm_throughput, from_field, paired, ratio_interval
 from benchmarks.policies import SIDECAR_POLICIES
 
-__all__ = ["pool", "record_in"]
+__all__ = ["Pooled", "PooledShape", "pool", "record_in"]
+
+
+class PooledShape(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    shape: str
+    blocks: int
+    ratio: float | None
+    ci: list[float | None]        # 95%
+    ci_975: list[float | None]    # 97.5%: two shapes share the family
+
+
+class Pooled(BaseModel):
+    """pooled*.json: the runs pooled, how their field records were read, and per shape."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    runs: list[str]
+    reading: list[str | None] | None  # (sidecar, against) of field runs; None: the do-no-harm arms
+    shapes: list[PooledShape]
+    statistic: str
 
 
 def pool(records: dict[str, dict[str, Any]], shapes: Sequence[str],
-         reading: tuple[str, str | None] | None = None) -> dict[str, Any]:
+         reading: tuple[str, str | None] | None = None) -> Pooled:
     """Per shape, the pooled ratio over every record's paired blocks (records: name ->
     noharm.json's record); ``reading``: the field runs' (sidecar, against) policies they were
     read with, recorded (None: the do-no-harm arms)."""
@@ -41,11 +64,11 @@ def pool(records: dict[str, dict[str, Any]], shapes: Sequence[str],
         pairs = [p for record in records.values() for p in paired(runs_of(record["runs"]), shape)]
         mid = ratio_interval(pairs, arm_throughput)
         wide = ratio_interval(pairs, arm_throughput, alpha=0.025)
-        out.append({"shape": shape, "blocks": mid.n, "ratio": mid.ratio, "ci": mid.ci,
-                    "ci_975": wide.ci})
-    return {"runs": sorted(records), "reading": list(reading) if reading else None, "shapes": out,
-            "statistic": "geometric mean of per-block ratios sidecar / table of the client's "
-                         "output throughput over every run's blocks; Student's t-intervals"}
+        out.append(PooledShape(shape=shape, blocks=mid.n, ratio=mid.ratio, ci=mid.ci,
+                               ci_975=wide.ci))
+    return Pooled(runs=sorted(records), reading=list(reading) if reading else None, shapes=out,
+                  statistic="geometric mean of per-block ratios sidecar / table of the client's "
+                            "output throughput over every run's blocks; Student's t-intervals")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         records, reading = {d.as_posix(): record_in(d) for d in args.runs}, None
     result = pool(records, [s for s in args.shapes.split(",") if s], reading)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    for s in result["shapes"]:
-        print(f"{s['shape']}: {s['ratio']} {s['ci']} over {s['blocks']} blocks")
+    args.out.write_text(json.dumps(result.model_dump(mode="json"), indent=1) + "\n")
+    for s in result.shapes:
+        print(f"{s.shape}: {s.ratio} {s.ci} over {s.blocks} blocks")
     return 0
 
 

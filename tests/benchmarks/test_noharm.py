@@ -336,13 +336,17 @@ def test_the_field_shell_writes_the_summary_and_names_a_wrong_input(
 def test_the_pooled_burst_figure_comes_from_the_committed_runs(
         capsys: pytest.CaptureFixture[str]) -> None:
     """README's pooled do-no-harm figure is benchmarks.noharm_pool over the runs it names."""
-    from benchmarks.noharm_pool import main, pool, record_in
+    from benchmarks.noharm_pool import Pooled, main, pool, record_in
     root = Path(__file__).parents[2]
     for path in sorted((root / "benchmarks/results/cpu-tiny-noharm").glob("pooled*.json")):
-        committed = json.loads(path.read_text())
-        reading = tuple(committed["reading"]) if committed["reading"] else None
-        records = {name: record_in(root / name, reading) for name in committed["runs"]}
-        assert pool(records, [s["shape"] for s in committed["shapes"]], reading) == committed
+        committed = Pooled.model_validate_json(path.read_text())   # extra keys refused
+        reading = tuple(committed.reading) if committed.reading else None
+        records = {name: record_in(root / name, reading) for name in committed.runs}
+        again = pool(records, [s.shape for s in committed.shapes], reading)  # type: ignore[arg-type]
+        assert again == committed
+        # as text: a float turned int (or back), or a key renamed, is a change in the file
+        assert json.dumps(again.model_dump(mode="json"), sort_keys=True) == json.dumps(
+            json.loads(path.read_text()), sort_keys=True)
     assert main(["--out", str(root / "unused.json"), "--shapes", "burst-c4", "/nonexistent"]) == 2
     assert "no noharm.json or field.json in /nonexistent" in capsys.readouterr().err
 
