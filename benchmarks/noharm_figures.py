@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from benchmarks.arm_run import ArmRun, runs_of
+from benchmarks.arm_run import ArmRun, BlockRun, runs_of
 from benchmarks.inference import hodges_lehmann
 from benchmarks.noharm_summary import (ALPHA, ARMS, RatioCI, arm_throughput, mean_of, paired,
                                        ratio_interval)
@@ -93,8 +93,8 @@ def both(pairs: Sequence[tuple[ArmRun, ArmRun]], of: Callable[[ArmRun], float]) 
     return Paired(t=ratio_interval(pairs, of), hodges_lehmann=rank_interval(pairs, of))
 
 
-def shape_figures(runs: Sequence[ArmRun], shape: str) -> ShapeFigures:
-    pairs = paired(runs, shape)  # type: ignore[arg-type]
+def shape_figures(runs: Sequence[BlockRun], shape: str) -> ShapeFigures:
+    pairs = paired(runs, shape)
     return ShapeFigures(
         shape=shape, blocks=len(pairs), throughput=both(pairs, arm_throughput),
         mean_ttft=both(pairs, mean_of("mean_ttft_ms")),

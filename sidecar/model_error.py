@@ -17,9 +17,9 @@ move G(c) and G(k) alike, while a switch rests on G(c)/G(k). Pairs measure that 
 directly: where comparisons have EARLY_PAIRS pairs, the model's ratio error is bounded from
 their distances to the model's ratio (``ratio_error``: an upper bound at CHECK_LEVEL on the sd
 those distances sample, each pair mean's own noise counted in), and that bound holds the model
-instead of the level error. Their plain root mean square let a model 10% off switch 9-15% of
-null buckets no duel could pair (one check's distance is often far below the error it samples). It assumes
-the model errs on ratios alike where the pairs reach and where they do not.
+instead of the level error (one check's distance is often far below the error it samples,
+so not their root mean square). It assumes the model errs on ratios alike where the pairs
+reach and where they do not.
 """
 
 from __future__ import annotations
