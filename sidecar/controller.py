@@ -287,10 +287,16 @@ class Controller:
         old, back = verdict.new, verdict.old
         outcome, reason = await self.engine_table.push(back, await self.engine_table.current())
         self.stats.rolled_back()
+        changed = self.belief.pushed(old, back) if outcome == "pushed" else set()
         # the pairs that said "switch" lost to the engine's goodput: measure again from here
         self.belief.goodput.forget()
         self.belief.goodput.mark()
+        self.engine_table.planned = surviving(self.engine_table.planned, changed)
         choice = self.proposal(back)
+        if outcome == "pushed":  # the duels are planned again for the table put back
+            await self.engine_table.set_exploration(
+                choice.duels, choice.urgent and not self.belief.settling(), choice.rotation,
+                choice.planned)
         chosen = Choice(back, choice.proposed, choice.G, choice.a_used, choice.a_raw, [])
         return self._decide(chosen, old, "rolled_back" if outcome == "pushed" else outcome,
                             f"{rollback_reason(verdict, self.settings.guard_hold_s)}; {reason}",

@@ -5,6 +5,7 @@ The same on the real engine: tests/sidecar/test_online_engine.py."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,6 +98,45 @@ async def test_a_push_that_drops_live_goodput_is_rolled_back_and_held_out(tmp_pa
         # the next rebuild would choose the same table: held out, the engine keeps STARTUP
         again = await c.rebuild()
         assert again.outcome == "unchanged" and "held out" in again.reason and fake.table == STARTUP
+
+
+async def test_a_rollback_plans_the_duels_again_for_the_table_put_back(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """The duels planned against the pushed table are stale once it is rolled back: the
+    rollback sends the plan made for the table put back (here a duel of k=3 at B 5-8, where
+    the rollback put k=1 back), and the next rebuild's arbiter gets that plan."""
+    import dataclasses
+
+    import sidecar.controller as controller_module
+    real_choose = controller_module.choose
+
+    def choose(*args: Any) -> Any:  # a challenger at B 5-8 only where the table runs k=1 there
+        old = args[3]
+        duels = ((5, 8, (3,)),) if old is not None and old.k_at(6, 3) == 1 else ()
+        return dataclasses.replace(real_choose(*args), duels=duels, planned=duels)
+
+    monkeypatch.setattr(controller_module, "choose", choose)
+    clock = Clock()
+    async with controller_for(FakeEngine(), tmp_path, clock=clock, rebuild_every_steps=100_000,
+                              guard_window=3, guard_hold_s=600, guard_min_steps=50,
+                              change_window=50) as (c, fake):
+        assert await c.tick() is None
+        for steps in (100, 102, 98, 101):
+            fake.run(steps)
+            clock.now += 1
+            await c.tick()
+        assert (await c.rebuild()).outcome == "pushed" and fake.table == TUNED
+        assert c.engine_table.planned == ()  # the push changed B 5-8: its duel has no verdict
+        puts = len(fake.policy_puts)
+        decision = None
+        for steps in (60, 50, 51, 49, 50):
+            fake.run(steps)
+            clock.now += 1
+            decision = decision or await c.tick()
+        assert decision is not None and decision.outcome == "rolled_back", decision
+        assert fake.table == STARTUP
+        assert c.engine_table.planned == ((5, 8, (3,)),)
+        assert len(fake.policy_puts) > puts and fake.policy["duels"] == [[5, 8, [3]]]
 
 
 async def test_acceptance_that_drops_after_k0_stretches_is_a_condition(tmp_path: Path) -> None:
