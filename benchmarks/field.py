@@ -42,7 +42,7 @@ from benchmarks.client_bench import (Blocks, add_traffic_flags, bench_parser, bl
                                      keep_log, next_part, printer, recorded, run_blocks, run_main,
                                      run_tag, shape_meta, traffic)
 from benchmarks.design import rotated
-from benchmarks.field_summary import summarize
+from benchmarks.field_summary import summarize, summary
 from benchmarks.noharm_summary import arm_throughput
 from benchmarks.policies import (NOSPEC, SIDECAR_KINDS, SIDECAR_POLICIES, expand, policy_tables,
                                  sidecar_flags)
@@ -255,10 +255,11 @@ def main(argv: list[str] | None = None) -> int:
                           lambda args, argv_: run(config(args, argv_)))
     if rc:
         return rc
-    summary = summarize(record)
-    print(json.dumps({"blocks": summary["blocks"], "shapes": [
-        {"shape": s["shape"], "versus_best_fixed": s["versus_best_fixed"]}
-        for s in summary["shapes"]]}, indent=1))
+    got = summary(record)
+    print(json.dumps({"blocks": got.blocks, "shapes": [
+        {"shape": s.shape, "versus_best_fixed": [v.model_dump(mode="json")
+                                                  for v in s.versus_best_fixed]}
+        for s in got.shapes]}, indent=1))
     return 0
 
 

@@ -35,17 +35,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 
 from benchmarks.arm_run import ArmRun, runs_of
+from benchmarks.field_summary_model import (BestFixed, BestFixedShort, FieldClaim, FieldComparison,
+                                            FieldSummary, Figure, LearnedComparison, PolicyFigures,
+                                            FieldShape, Word)
 from benchmarks.inference import LogRatio, bounds_best, estimate, holm, p_best
 from benchmarks.noharm_summary import (ALPHA, Run, acceptance_length, arm_throughput,
                                        engine_throughput, latency, mean_of, median,
                                        ratio_interval, short_runs)
 from benchmarks.stats import is_fixed, policy_key
 from benchmarks.policies import SIDECAR
+
+Blocks = dict[tuple[int, int], dict[str, Run]]    # (part, block) -> policy -> its run
+Tables = dict[str, list[list[int]]]               # policy -> the table it ran
 
 METRICS: dict[str, tuple[Callable[[ArmRun], float], bool]] = {
     # name: (per-run figure, higher is better); the README's claims use the first two
@@ -58,26 +64,26 @@ HEADLINE = ("output_throughput", "p50_tpot")
 FIGURES = ("output_throughput", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
            "itl_p50_ms", "itl_p99_ms")
 LEARN_S = 60.0  # a sidecar policy is also compared with the tuned table once awake this long
-SAME = "same within noise"
-SAME_TABLE = "same table"  # the two policies ran one table: an A/A, no claim
+SAME: Final = "same within noise"
+SAME_TABLE: Final = "same table"  # the two policies ran one table: an A/A, no claim
 BEST_FIXED = "best fixed k"
 
 
-def by_block(runs: Sequence[Run], shape: str) -> dict[tuple[int, int], dict[str, Run]]:
+def by_block(runs: Sequence[Run], shape: str) -> Blocks:
     """(part, block) -> policy -> its run of `shape`."""
-    out: dict[tuple[int, int], dict[str, Run]] = {}
+    out: Blocks = {}
     for r in runs:
         if r.shape == shape:
             out.setdefault((r.part, r.block), {})[r.arm] = r
     return dict(sorted(out.items()))
 
 
-def pairs_of(blocks: dict[tuple[int, int], dict[str, Run]], versus: str,
+def pairs_of(blocks: Blocks, versus: str,
              policy: str) -> list[tuple[Run, Run]]:
     return [(b[versus], b[policy]) for b in blocks.values() if versus in b and policy in b]
 
 
-def word(ci: Sequence[float | None], higher_is_better: bool) -> str | None:
+def word(ci: Sequence[float | None], higher_is_better: bool) -> Word:
     lo, hi = ci
     if lo is None or hi is None:
         return None
@@ -97,11 +103,12 @@ def request_goodput(run: Run) -> float:
     return sum((g or 0.0) * d for g, d in got) / seconds if seconds > 0 else math.nan
 
 
-def policy_figures(arms: Sequence[Run]) -> dict[str, Any]:
-    return {"tokens_per_s": median([arm_throughput(r) for r in arms]),
-            "engine_tokens_per_s": median([engine_throughput(r) for r in arms]),
-            "latency_ms": latency(arms), "acceptance_length": acceptance_length(arms),
-            "request_goodput": median([request_goodput(r) for r in arms])}
+def policy_figures(arms: Sequence[Run], figured: dict[str, Figure]) -> PolicyFigures:
+    return PolicyFigures(tokens_per_s=median([arm_throughput(r) for r in arms]),
+                         engine_tokens_per_s=median([engine_throughput(r) for r in arms]),
+                         latency_ms=latency(arms), acceptance_length=acceptance_length(arms),
+                         request_goodput=median([request_goodput(r) for r in arms]),
+                         figures=figured)
 
 
 def median_interval(values: Sequence[float], alpha: float = ALPHA) -> list[float | None]:
@@ -115,8 +122,8 @@ def median_interval(values: Sequence[float], alpha: float = ALPHA) -> list[float
     return [None, None] if j == 0 else [round(xs[j - 1], 3), round(xs[n - j], 3)]
 
 
-def figures(blocks: dict[tuple[int, int], dict[str, Run]], policy: str,
-            fixed: Sequence[str]) -> dict[str, dict[str, Any]]:
+def figures(blocks: Blocks, policy: str,
+            fixed: Sequence[str]) -> dict[str, Figure]:
     """Per figure users read: the median over blocks, its interval, and (a policy that is not
     a fixed k) the paired ratio to the best fixed k."""
     out = {}
@@ -124,18 +131,19 @@ def figures(blocks: dict[tuple[int, int], dict[str, Run]], policy: str,
         of = METRICS[name][0]
         values = [of(b[policy]) for b in blocks.values() if policy in b]
         best = None if is_fixed(policy) else versus_best_fixed(blocks, policy, fixed, name)
-        out[name] = {"median": median(values), "ci": median_interval(values),
-                     "versus_best_fixed": None if best is None else
-                     {k: best[k] for k in ("ratio", "ci", "closest", "word")}}
+        out[name] = Figure(median=median(values), ci=median_interval(values),
+                           versus_best_fixed=None if best is None else BestFixedShort(
+                               ratio=best.ratio, ci=best.ci, closest=best.closest,
+                               word=best.word))
     return out
 
 
-def compare(blocks: dict[tuple[int, int], dict[str, Run]], policy: str, versus: str,
-            metric: str, alpha: float = ALPHA) -> dict[str, Any]:
+def compare(blocks: Blocks, policy: str, versus: str,
+            metric: str, alpha: float = ALPHA) -> FieldComparison:
     of, higher = METRICS[metric]
     got = ratio_interval(pairs_of(blocks, versus, policy), of, alpha)
-    return {"policy": policy, "versus": versus, "metric": metric, "ratio": got.ratio,
-            "ci": got.ci, "blocks": got.n, "word": word(got.ci, higher)}
+    return FieldComparison(policy=policy, versus=versus, metric=metric, ratio=got.ratio, ci=got.ci,
+                      blocks=got.n, word=word(got.ci, higher))
 
 
 def _inverse(v: float) -> float:
@@ -143,8 +151,8 @@ def _inverse(v: float) -> float:
     return math.inf if v == 0 else 0.0 if math.isinf(v) else 1.0 / v
 
 
-def versus_best_fixed(blocks: dict[tuple[int, int], dict[str, Run]], policy: str,
-                      fixed: Sequence[str], metric: str = "output_throughput") -> dict[str, Any] | None:
+def versus_best_fixed(blocks: Blocks, policy: str,
+                      fixed: Sequence[str], metric: str = "output_throughput") -> BestFixed | None:
     """`policy` against the best fixed k in `metric` (see the module). For a metric where lower
     is better (TPOT) the figures are read as their inverses (a rate), tested, and turned back."""
     if not fixed:
@@ -152,15 +160,20 @@ def versus_best_fixed(blocks: dict[tuple[int, int], dict[str, Run]], policy: str
     higher = METRICS[metric][1]
     each = [compare(blocks, policy, k, metric) for k in fixed]
     wide = [compare(blocks, policy, k, metric, ALPHA / len(fixed)) for k in fixed]
-    if any(c["ratio"] is None for c in each):
+    if any(c.ratio is None for c in each):
         return None
 
     def rate(v: float) -> float:  # the figure as "higher is better"
         return v if higher else _inverse(v)
 
-    worst = min(each, key=lambda c: rate(c["ratio"]))
-    lows = [None if c["ci"][0] is None else rate(c["ci"][0 if higher else 1]) for c in each]
-    highs = [None if c["ci"][0] is None else rate(c["ci"][1 if higher else 0]) for c in wide]
+    worst = min(each, key=lambda c: rate(c.ratio or 0.0))
+    def end(c: FieldComparison, i: int) -> float | None:  # None: no interval (too few blocks)
+        v = c.ci[i]
+        return None if v is None or None in c.ci else rate(v)
+
+    lows = [end(c, 0 if higher else 1) for c in each]
+    highs = [end(c, 1 if higher else 0) for c in wide]
+    said: Word
     if None in lows or None in highs:
         ci: list[float | None] = [None, None]
         said = None
@@ -169,11 +182,11 @@ def versus_best_fixed(blocks: dict[tuple[int, int], dict[str, Run]], policy: str
         said = "faster" if lo > 1.0 else "slower" if hi < 1.0 else SAME
         ci = [round(lo, 4), round(hi, 4)] if higher else [round(_inverse(hi), 4),
                                                               round(_inverse(lo), 4)]
-    return {"policy": policy, "metric": metric, "ratio": worst["ratio"], "ci": ci,
-            "closest": worst["versus"], "word": said}
+    return BestFixed(policy=policy, metric=metric, ratio=worst.ratio, ci=ci,
+                     closest=worst.versus, word=said)
 
 
-def _estimates(blocks: dict[tuple[int, int], dict[str, Run]], policy: str,
+def _estimates(blocks: Blocks, policy: str,
                refs: Sequence[str], metric: str) -> list[LogRatio] | None:
     """Per reference, the per-block log ratios policy / ref as a rate (higher is better; TPOT
     turned into its inverse), estimated; None below two blocks for any of them."""
@@ -209,7 +222,7 @@ def claim_interval(estimates: Sequence[LogRatio], alpha: float, higher: bool) ->
 
 
 def headline(runs: Sequence[Run], shapes: Sequence[str], policies: Sequence[str],
-             tables: dict[str, Any], alpha: float = ALPHA) -> list[dict[str, Any]]:
+             tables: Tables, alpha: float = ALPHA) -> list[FieldClaim]:
     """The claims the README shows, one family: per shape, every policy that is neither a
     fixed k nor the documented table, against the best fixed k and against the documented
     table, in output throughput and p50 TPOT. Holm's step-down over the family (a run makes
@@ -218,7 +231,7 @@ def headline(runs: Sequence[Run], shapes: Sequence[str], policies: Sequence[str]
     policies that ran the same table is an A/A: reported, outside the family, word "same table"."""
     fixed = sorted((p for p in policies if is_fixed(p)), key=policy_key)
     shown = [p for p in policies if not is_fixed(p) and p != "documented"]
-    found: list[tuple[dict[str, Any], list[LogRatio] | None]] = []
+    found: list[tuple[_Asked, list[LogRatio] | None]] = []
     for shape in shapes:
         blocks = by_block(runs, shape)
         for policy in shown:
@@ -233,32 +246,43 @@ def headline(runs: Sequence[Run], shapes: Sequence[str], policies: Sequence[str]
                     if ests is not None:
                         rate = min(math.exp(float(e.mean)) for e in ests)
                         ratio = round(rate if METRICS[metric][1] else _inverse(rate), 4)
-                    found.append(({"shape": shape, "policy": policy, "versus": versus,
-                                   "metric": metric, "ratio": ratio, "same_table": same}, ests))
-    family = [i for i, (c, e) in enumerate(found) if e is not None and not c["same_table"]]
+                    found.append((_Asked(shape, policy, versus, metric, ratio, same), ests))
     p = np.full(len(found), np.nan)
-    for i in family:
-        p[i] = claim_p(found[i][1])  # type: ignore[arg-type]
+    for i, (asked, ests) in enumerate(found):
+        if ests is not None and not asked.same_table:
+            p[i] = claim_p(ests)
     levels = holm(p, alpha)[1] if len(found) else np.asarray([])
     out = []
-    for i, (claim, ests) in enumerate(found):
-        higher = METRICS[claim["metric"]][1]
+    for i, (asked, ests) in enumerate(found):
+        higher = METRICS[asked.metric][1]
         if ests is None:
-            out.append({**claim, "ci": [None, None], "level": None, "p": None, "word": None})
+            out.append(FieldClaim(**asked._asdict(), ci=[None, None], level=None, p=None, word=None))
             continue
-        level = float(levels[i]) if i in family else alpha
+        in_family = not math.isnan(p[i])
+        level = float(levels[i]) if in_family else alpha
         ci = claim_interval(ests, level, higher)
-        said = SAME_TABLE if claim["same_table"] else word(ci, True) if higher else \
+        said = SAME_TABLE if asked.same_table else word(ci, True) if higher else \
             word([_inverse(ci[1]), _inverse(ci[0])], True)
-        out.append({**claim, "ci": ci, "level": round(level, 6),
-                    "p": None if i not in family else round(float(p[i]), 6), "word": said})
+        out.append(FieldClaim(**asked._asdict(), ci=list(ci), level=round(level, 6),
+                         p=round(float(p[i]), 6) if in_family else None, word=said))
     return out
 
 
-def _same(c: dict[str, Any], tables: dict[str, Any]) -> dict[str, Any]:
+class _Asked(NamedTuple):
+    """A claim before it is tested."""
+
+    shape: str
+    policy: str
+    versus: str
+    metric: str
+    ratio: float | None
+    same_table: bool
+
+
+def _same(c: FieldComparison, tables: Tables) -> FieldComparison:
     """A comparison of two policies that ran one table is an A/A: its word says so."""
-    a, b = tables.get(c["policy"]), tables.get(c["versus"])
-    return {**c, "word": SAME_TABLE} if a is not None and a == b and c["word"] else c
+    a, b = tables.get(c.policy), tables.get(c.versus)
+    return c.model_copy(update={"word": SAME_TABLE}) if a is not None and a == b and c.word else c
 
 
 def awake_before(runs: Sequence[Run]) -> dict[tuple[int, int, str, str], float]:
@@ -274,18 +298,19 @@ def awake_before(runs: Sequence[Run]) -> dict[tuple[int, int, str, str], float]:
     return out
 
 
-def after_learning(blocks: dict[tuple[int, int], dict[str, Run]], policy: str,
+def after_learning(blocks: Blocks, policy: str,
                    awake: dict[tuple[int, int, str, str], float],
-                   learn_s: float = LEARN_S) -> list[dict[str, Any]]:
+                   learn_s: float = LEARN_S) -> list[LearnedComparison]:
     """A sidecar policy against the tuned table in the blocks where its sidecar had been awake
     at least ``learn_s`` before its run (what it keeps once it has learned), both metrics."""
     learned = {key: b for key, b in blocks.items() if policy in b and awake.get(
         (b[policy].part, b[policy].block, b[policy].shape, policy), 0.0) >= learn_s}
-    return [{**compare(learned, policy, "tuned", m), "awake_s": learn_s} for m in HEADLINE]
+    return [LearnedComparison(**dict(compare(learned, policy, "tuned", m)), awake_s=learn_s)
+            for m in HEADLINE]
 
 
 def shape_summary(runs: Sequence[Run], shape: str, policies: Sequence[str],
-                  tables: dict[str, Any] | None = None) -> dict[str, Any]:
+                  tables: Tables | None = None) -> FieldShape:
     blocks = by_block(runs, shape)
     complete = [b for b in blocks.values() if all(p in b for p in policies)]
     fixed = sorted((p for p in policies if is_fixed(p)), key=policy_key)
@@ -298,32 +323,37 @@ def shape_summary(runs: Sequence[Run], shape: str, policies: Sequence[str],
     awake = awake_before(runs)
     learned = [c for p in others if p.startswith(SIDECAR) and "tuned" in policies
                for c in after_learning(blocks, p, awake)]
-    return {"shape": shape, "blocks": len(complete),
-            "policies": {p: {**policy_figures([b[p] for b in blocks.values() if p in b]),
-                             "figures": figures(blocks, p, fixed)}
-                         for p in policies},
-            "comparisons": comparisons,
-            "after_learning": learned,
-            "versus_best_fixed": [v for p in others for m in HEADLINE
-                                  if (v := versus_best_fixed(blocks, p, fixed, m)) is not None]}
+    return FieldShape(
+        shape=shape, blocks=len(complete),
+        policies={p: policy_figures([b[p] for b in blocks.values() if p in b],
+                                    figures(blocks, p, fixed)) for p in policies},
+        comparisons=comparisons, after_learning=learned,
+        versus_best_fixed=[v for p in others for m in HEADLINE
+                           if (v := versus_best_fixed(blocks, p, fixed, m)) is not None])
 
 
 def summarize(record: dict[str, Any]) -> dict[str, Any]:
+    """summary.json as written: `summary(record)` in JSON form."""
+    return summary(record).model_dump(mode="json")
+
+
+def summary(record: dict[str, Any]) -> FieldSummary:
     """summary.json from field.json's record."""
     meta = record["meta"]
     names = [s["name"] for s in meta["shapes"]]
     policies = list(meta["policies"])
     runs = runs_of(record["runs"])
-    shapes = [shape_summary(runs, name, policies, meta.get("tables", {})) for name in names]
-    claims = headline(runs, names, policies, meta.get("tables", {}))
-    return {"headline": claims, "family": sum(c["p"] is not None for c in claims),
-            "shapes": shapes, "policies": policies, "tables": meta.get("tables", {}),
-            "ci_level": 1 - ALPHA, "blocks": min((s["blocks"] for s in shapes), default=0),
-            "parts": len(meta.get("parts", [])), "goodput_slo": meta.get("goodput"),
-            "short_runs": [r.model_dump() for r in short_runs(runs)],
-            "statistic": "geometric mean of per-block ratios policy / reference (output "
-                         "throughput; p50 TPOT), Student's t-interval on their logs; against "
-                         "the best fixed k an intersection-union test; `headline`: the README's "
-                         "claims, Holm at 5% family-wise, each interval at its Holm level; "
-                         "`shapes[].comparisons`: every pair at 95% each, not corrected",
-            "command": meta.get("command")}
+    tables: Tables = meta.get("tables", {})
+    shapes = [shape_summary(runs, name, policies, tables) for name in names]
+    claims = headline(runs, names, policies, tables)
+    return FieldSummary(
+        headline=claims, family=sum(c.p is not None for c in claims), shapes=shapes,
+        policies=policies, tables=tables, ci_level=1 - ALPHA,
+        blocks=min((s.blocks for s in shapes), default=0), parts=len(meta.get("parts", [])),
+        goodput_slo=meta.get("goodput"), short_runs=short_runs(runs),
+        statistic="geometric mean of per-block ratios policy / reference (output "
+                  "throughput; p50 TPOT), Student's t-interval on their logs; against "
+                  "the best fixed k an intersection-union test; `headline`: the README's "
+                  "claims, Holm at 5% family-wise, each interval at its Holm level; "
+                  "`shapes[].comparisons`: every pair at 95% each, not corrected",
+        command=meta.get("command"))

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.field_summary_model import FieldClaim, FieldSummary
 from benchmarks.noharm_summary import NoharmSummary, Ratio, ShapeSummary
 from benchmarks.summary import word
 
@@ -300,26 +301,26 @@ def goodput_row(folder: str, g: dict[str, Any], summary: dict[str, Any] | None =
             f"[{folder}]({folder}/README.md) |")
 
 
-def change(c: dict[str, Any] | None) -> str:
-    """A comparison as a user reads it: the change in percent, its interval, a plain word."""
-    if c is None or c["ratio"] is None:
+def change(c: FieldClaim | None) -> str:
+    """A claim as a user reads it: the change in percent, its interval, a plain word."""
+    if c is None or c.ratio is None:
         return "not measured"
-    if c["word"] == "same table":
+    if c.word == "same table":
         return "the same table"
-    if c["ci"][0] is None:
-        return f"{(c['ratio'] - 1) * 100:+.1f}% (too few blocks for an interval)"
-    lo, hi = ((v - 1) * 100 for v in c["ci"])
-    return f"{(c['ratio'] - 1) * 100:+.1f}% [{lo:+.1f}, {hi:+.1f}] {c['word']}"
+    lo, hi = c.ci
+    if lo is None or hi is None:
+        return f"{(c.ratio - 1) * 100:+.1f}% (too few blocks for an interval)"
+    return f"{(c.ratio - 1) * 100:+.1f}% [{(lo - 1) * 100:+.1f}, {(hi - 1) * 100:+.1f}] {c.word}"
 
 
-def field_rows(setting: str, folder: str, s: dict[str, Any]) -> list[str]:
+def field_rows(setting: str, folder: str, s: FieldSummary) -> list[str]:
     """Per traffic shape and compared policy, the headline claims (Holm, one family a run):
     output throughput and median TPOT against the best fixed k and the documented table."""
     rows = []
     link = f"[{folder}](benchmarks/results/{folder}/README.md)"
-    claims = {(c["shape"], c["policy"], c["versus"], c["metric"]): c for c in s["headline"]}
-    blocks = {x["shape"]: x["blocks"] for x in s["shapes"]}
-    for shape, policy in dict.fromkeys((c["shape"], c["policy"]) for c in s["headline"]):
+    claims = {(c.shape, c.policy, c.versus, c.metric): c for c in s.headline}
+    blocks = {x.shape: x.blocks for x in s.shapes}
+    for shape, policy in dict.fromkeys((c.shape, c.policy) for c in s.headline):
         cells = [claims.get((shape, policy, versus, metric))
                  for versus in ("best fixed k", "documented")
                  for metric in ("output_throughput", "p50_tpot")]
@@ -347,7 +348,7 @@ def field_table() -> str:
     for folder, setting in FIELDS.items():
         path = RESULTS / folder / "summary.json"
         if path.exists():
-            rows += field_rows(setting, folder, json.loads(path.read_text()))
+            rows += field_rows(setting, folder, FieldSummary.model_validate_json(path.read_text()))
     return "\n".join(rows)
 
 
