@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict
 
 from benchmarks.design import rotated
 from benchmarks.scenario import scenario_of, serving
-from benchmarks.switch import interval
+from benchmarks.inference import MeanInterval, mean_interval
 from benchmarks.window import measure, settle
 from tuner.load import Request, StationaryLoad
 
@@ -82,17 +82,23 @@ def summarize(rows: Sequence[ExploreBlock], rates: Sequence[int]) -> dict[str, A
                                                      row.arms[str(r)].share)])) is not None]
         explored = sum(row.arms[str(r)].explore_steps for row in rows)
         steps = sum(row.arms[str(r)].engine_steps for row in rows)
-        per_rate[str(r)] = {"over_off": interval(ratios), "share": round(explored / max(steps, 1), 4),
-                            "cost_per_share": interval(slopes)}
+        per_rate[str(r)] = {"over_off": _dumped(mean_interval(ratios)),
+                            "share": round(explored / max(steps, 1), 4),
+                            "cost_per_share": _dumped(mean_interval(slopes))}
     pooled = [s for row in rows
               if (s := cost_slope(row.off_tps, [(a.tps, a.share)
                                                 for a in row.arms.values()])) is not None]
-    slope = interval(pooled)
+    slope = mean_interval(pooled)
     share = per_rate[str(default)]["share"]
     cost = None if slope is None else {
-        key: round(slope[key] * share, 5) for key in ("estimate", "ci_low", "ci_high")}
-    return {"per_rate": per_rate, "cost_per_share": slope, "default_share": share,
+        "estimate": round(slope.estimate * share, 5), "ci_low": round(slope.ci_low * share, 5),
+        "ci_high": round(slope.ci_high * share, 5)}
+    return {"per_rate": per_rate, "cost_per_share": _dumped(slope), "default_share": share,
             "default_cost": cost}
+
+
+def _dumped(got: MeanInterval | None) -> dict[str, Any] | None:
+    return None if got is None else got.model_dump(mode="json")
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:

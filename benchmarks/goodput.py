@@ -47,7 +47,7 @@ from benchmarks.stale_profile import scaled
 from benchmarks.stats import Settings, analyze
 from benchmarks.summary import MIN_STEPS
 from benchmarks.stateful import sidecar
-from benchmarks.switch import interval
+from benchmarks.inference import mean_interval
 from benchmarks.window import measure, swap
 from tuner import flags
 from tuner.core.engine_client import EngineClient
@@ -144,17 +144,19 @@ def fixed_verdicts(tps: dict[int, list[float]], alpha: float = 0.05) -> dict[str
     pairs (each at alpha / pairs, so the best set's family errs with probability <= alpha),
     and the *best set*: every k no other k beats beyond its interval."""
     pairs = max(1, len(tps) * (len(tps) - 1) // 2)
-    ratios = {f"{a}/{b}": interval([x / y for x, y in zip(tps[a], tps[b], strict=True)],
-                                   alpha=alpha / pairs)
+    ratios = {f"{a}/{b}": mean_interval([x / y for x, y in zip(tps[a], tps[b], strict=True)],
+                                        alpha=alpha / pairs)
               for a in tps for b in tps if a != b}
-    best_set = [a for a in tps if all((ratios[f"{a}/{b}"] or {}).get("ci_high", 1.0) >= 1.0
+    best_set = [a for a in tps if all((r := ratios[f"{a}/{b}"]) is None or r.ci_high >= 1.0
                                       for b in tps if b != a)]
     medians = {k: sorted(v)[len(v) // 2] for k, v in tps.items()}
     order = sorted(medians, key=lambda k: -medians[k])
     best, runner_up = order[0], order[1]
-    ci = ratios[f"{best}/{runner_up}"] or {}
-    return {"tokens_per_s": tps, "ratios": ratios, "best_set": best_set, "best_fixed_k": best,
-            "runner_up": runner_up, "best_fixed_ci": [ci.get("ci_low"), ci.get("ci_high")],
+    ci = ratios[f"{best}/{runner_up}"]
+    return {"tokens_per_s": tps,
+            "ratios": {k: None if r is None else r.model_dump(mode="json") for k, r in ratios.items()},
+            "best_set": best_set, "best_fixed_k": best, "runner_up": runner_up,
+            "best_fixed_ci": [None, None] if ci is None else [ci.ci_low, ci.ci_high],
             "family": {"pairs": pairs, "method": "bonferroni", "alpha": alpha}}
 
 

@@ -31,10 +31,11 @@ The bench (benchmarks/stats.py) and the field bench (benchmarks/field_summary.py
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict
 
 from tuner.core.student_t import t_ppf, t_sf  # numpy has no t distribution
 
@@ -221,3 +222,31 @@ def hodges_lehmann(d: npt.ArrayLike, alpha: float) -> tuple[float, float | None,
     if k < 1:
         return mid, None, None
     return mid, float(walsh[k - 1]), float(walsh[len(walsh) - k])
+
+
+class MeanInterval(BaseModel):
+    """An estimate with its t-interval over per-block (or per-cycle) values."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    estimate: float
+    ci_low: float
+    ci_high: float
+    n: int
+    statistic: Literal["geometric mean", "mean"]
+    verdict_ready: bool       # at least MIN_BLOCKS values: a claim may rest on it
+
+
+def mean_interval(values: list[float], ratio: bool = True,
+                  alpha: float = 0.05) -> MeanInterval | None:
+    """Estimate and (1 - alpha) t-interval of per-block or per-cycle values: for ratios, the
+    geometric mean (the t-interval on their logs, as the bench); otherwise the mean. Not a
+    bootstrap percentile: over 5 cycles that is exactly [min, max], which covers far less than
+    95%. Below MIN_BLOCKS values the interval is shown, no claim rests on it."""
+    if not values or (ratio and min(values) <= 0):
+        return None
+    x = np.log(np.asarray(values)) if ratio else np.asarray(values, dtype=np.float64)
+    mid, low, high = (float(np.exp(v) if ratio else v) for v in bounds(estimate(x), alpha))
+    return MeanInterval(estimate=round(mid, 4), ci_low=round(low, 4), ci_high=round(high, 4),
+                        n=len(values), statistic="geometric mean" if ratio else "mean",
+                        verdict_ready=len(values) >= MIN_BLOCKS)

@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.field_summary_model import FieldClaim, FieldSummary
+from benchmarks.inference import MeanInterval
 from benchmarks.noharm_summary import NoharmSummary, Ratio, ShapeSummary
 from benchmarks.summary import word
+from benchmarks.switch import SwitchFigures
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -199,14 +201,25 @@ def bench_row(folder: str, s: dict[str, Any]) -> str:
     return f"| {BENCHES[folder]} | {'; '.join(parts)} | [{folder}]({folder}/README.md) |"
 
 
-def switch_row(runs: list[tuple[str, dict[str, Any]]]) -> str:
-    secs = [x for _, s in runs for x in s["seconds_to_right_table"] if x is not None]
-    cycles = sum(len(s["seconds_to_right_table"]) for _, s in runs)
-    def fig(c: dict[str, Any]) -> str:
-        side = "excludes 1" if not c["ci_low"] <= 1 <= c["ci_high"] else "includes 1"
-        return f"{c['estimate']:.3f} [{c['ci_low']:.3f}, {c['ci_high']:.3f}] ({side}, {c['n']} cycles)"
-    best = ", ".join(fig(s["after_right_table"]["sidecar_over_best"]) for _, s in runs)
-    stale = ", ".join(fig(s["after_right_table"]["sidecar_over_stale"]) for _, s in runs)
+def _interval(c: MeanInterval | None, pct: bool = False) -> str:
+    if c is None:
+        return "not measured"
+    if pct:
+        return f"{c.estimate * 100:.0f}% [{c.ci_low * 100:.0f}, {c.ci_high * 100:.0f}]"
+    return f"{c.estimate:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}]"
+
+
+def switch_row(runs: list[tuple[str, SwitchFigures]]) -> str:
+    secs = [x for _, s in runs for x in s.seconds_to_right_table if x is not None]
+    cycles = sum(len(s.seconds_to_right_table) for _, s in runs)
+
+    def fig(c: MeanInterval | None) -> str:
+        if c is None:
+            return "not measured"
+        side = "excludes 1" if not c.ci_low <= 1 <= c.ci_high else "includes 1"
+        return f"{_interval(c)} ({side}, {c.n} cycles)"
+    best = ", ".join(fig(s.after_right_table.sidecar_over_best) for _, s in runs)
+    stale = ", ".join(fig(s.after_right_table.sidecar_over_stale) for _, s in runs)
     return (f"| CPU, tiny model, the sidecar through a workload switch (paired arms) | the right table "
             f"{min(secs):.1f}–{max(secs):.1f} s after the switch in {len(secs)} of {cycles} cycles over "
             f"{len(runs)} runs; from 10 to 30 s after it, sidecar / best table {best}; sidecar / stale "
@@ -216,29 +229,32 @@ def switch_row(runs: list[tuple[str, dict[str, Any]]]) -> str:
             f"[cpu-tiny-online](cpu-tiny-online/README.md) |")
 
 
-def gpu_switch_row(folder: str, s: dict[str, Any]) -> str:
-    def fig(c: dict[str, Any], pct: bool = False) -> str:
-        if pct:
-            return f"{c['estimate'] * 100:.0f}% [{c['ci_low'] * 100:.0f}, {c['ci_high'] * 100:.0f}]"
-        return f"{c['estimate']:.3f} [{c['ci_low']:.3f}, {c['ci_high']:.3f}]"
-    secs = [x for x in s["seconds_to_right_table"] if x is not None]
-    cycles = len(s["seconds_to_right_table"])
-    bests = sorted({p["best_name"] for p in s["parts"]})
-    rec = s["recovery_30s"]
-    target = "met" if rec["ci_low"] >= 0.98 else "not met" if rec["ci_high"] < 0.98 else "undecided"
-    versus_b = [f"{b} / B's table {fig(s['best_candidates_over_table_b'][b])} over every call's gap blocks"
+def gpu_switch_row(folder: str, body: dict[str, Any]) -> str:
+    """A merged switch.json's row: its figures, and per call the best table it chose."""
+    s = SwitchFigures.of_file(body)
+    secs = [x for x in s.seconds_to_right_table if x is not None]
+    cycles = len(s.seconds_to_right_table)
+    bests = sorted({p["best_name"] for p in body["parts"]})
+    rec = s.recovery_30s
+    target = ("undecided" if rec is None else "met" if rec.ci_low >= 0.98
+              else "not met" if rec.ci_high < 0.98 else "undecided")
+    candidates = {name: None if c is None else MeanInterval.model_validate(c)
+                  for name, c in body["best_candidates_over_table_b"].items()}
+    versus_b = [f"{b} / B's table {_interval(candidates[b])} over every call's gap blocks"
                 for b in bests if b != "table_b"]
     why = "a call's best is its gap blocks' highest median" + (": " + "; ".join(versus_b) if versus_b else "")
-    g = s["best_over_stale"]   # the stale table's loss, 1 - stale/best, from the paired interval
-    lo, est, hi = ((1 - 1 / g[key]) * 100 for key in ("ci_low", "estimate", "ci_high"))
+    g = s.best_over_stale   # the stale table's loss, 1 - stale/best, from the paired interval
+    if g is None:
+        raise ValueError(f"{folder}: no stale/best blocks")
+    lo, est, hi = ((1 - 1 / v) * 100 for v in (g.ci_low, g.estimate, g.ci_high))
     loss = f"{est:.0f}% [{lo:.0f}, {hi:.0f}]"
     parts = [f"acceptance dropped through the plugin's emulator, {cycles} switches in "
-             f"{len(s['parts'])} calls: the stale table loses {loss} "
-             f"(best / stale {fig(g)})",
+             f"{len(body['parts'])} calls: the stale table loses {loss} "
+             f"(best / stale {_interval(g)})",
              f"the median-best table ({' or '.join(bests)}) was in {min(secs):.2f}–{max(secs):.2f} s "
              f"in {len(secs)} of {cycles} cycles ({why})",
-             f"recovery_30s **{fig(rec, pct=True)}** (target ≥ 98%: {target})",
-             f"from 10 to 30 s, sidecar / best {fig(s['after_right_table']['sidecar_over_best'])} "
+             f"recovery_30s **{_interval(rec, pct=True)}** (target ≥ 98%: {target})",
+             f"from 10 to 30 s, sidecar / best {_interval(s.after_right_table.sidecar_over_best)} "
              f"(95% t-intervals over cycles, each figure on its own: not family-corrected)"]
     link = f"[{folder}]({folder}/README.md)"
     return f"| {GPU_SWITCHES[folder]} | {'; '.join(parts)} | {link} |"
@@ -368,7 +384,8 @@ def table() -> str:
         rows.append(noharm_row(folder, NoharmSummary.model_validate_json(noharm_file(folder).read_text())))
     for folder in POLL_COSTS:
         rows.append(poll_cost_row(folder, json.loads((RESULTS / folder / "summary.json").read_text())))
-    rows.append(switch_row([(r, json.loads((RESULTS / r / "switch.json").read_text())) for r in SWITCHES]))
+    rows.append(switch_row([(r, SwitchFigures.of_file(json.loads((RESULTS / r / "switch.json").read_text())))
+                            for r in SWITCHES]))
     return "\n".join(rows)
 
 

@@ -42,10 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from benchmarks.design import rotated
-from benchmarks.inference import MIN_BLOCKS, bounds, estimate
+from benchmarks.inference import MeanInterval, mean_interval
 from benchmarks.scenario import scenario_of, serving
 from benchmarks.stateful import sidecar
 from benchmarks.summary import MIN_STEPS, step_counts
@@ -79,23 +78,6 @@ async def enter(admin: EngineClient, w: Workload) -> None:
     """Make the engine serve workload w (only the emulator's rates are engine state)."""
     if w.rates is not None:
         await admin.put_emulation(list(w.rates))
-
-
-def interval(values: list[float], ratio: bool = True, alpha: float = 0.05) -> dict[str, Any] | None:
-    """Estimate and 95% t-interval of per-block or per-cycle values: for ratios, the geometric
-    mean (the t-interval on their logs, as the bench); otherwise the mean. Not a bootstrap
-    percentile: over 5 cycles that is exactly [min, max], which covers far less than 95%.
-    With fewer than MIN_BLOCKS values `verdict_ready` is false: the interval is shown, no
-    claim rests on it."""
-    if not values or (ratio and min(values) <= 0):
-        return None
-    x = np.log(np.asarray(values)) if ratio else np.asarray(values, dtype=np.float64)
-    mid, low, high = (float(np.exp(v) if ratio else v) for v in bounds(estimate(x), alpha))
-    out: dict[str, Any] = {"estimate": round(mid, 4), "ci_low": round(low, 4),
-                           "ci_high": round(high, 4), "n": len(values),
-                           "statistic": "geometric mean" if ratio else "mean",
-                           "verdict_ready": len(values) >= MIN_BLOCKS}
-    return out
 
 
 def drafting_everywhere(K: int, max_num_seqs: int) -> Table:
@@ -246,7 +228,48 @@ def _mean_between(windows: list[SwitchWindow], lo: float, hi: float) -> float | 
     return statistics.mean(got) if got else None
 
 
-def after(cycles: list[SwitchCycle], from_s: float = 10.0, to_s: float = 30.0) -> dict[str, Any]:
+class AfterRightTable(_Record):
+    """The sidecar arm over the best and over the stale arm, windows ending in (from_s, to_s]."""
+
+    from_s: float
+    to_s: float
+    sidecar_over_best: MeanInterval | None
+    sidecar_over_stale: MeanInterval | None
+
+
+class ArmSteps(_Record):
+    """Engine steps in the arms' windows against the rule of at least MIN_STEPS."""
+
+    min_steps: int
+    windows_with_steps: int
+    fewest_steps: int | None
+    windows_below_min_steps: int
+    windows_measured_again: int | None   # None: a switch.json from before the count was kept
+
+
+class SwitchFigures(_Record):
+    """Every figure of switch.json, from its raw windows and cycles (``summarize``)."""
+
+    best_over_stale: MeanInterval | None
+    stale_loss: float | None
+    seconds_to_right_table: list[float | None]
+    seconds_to_right_table_max: float | None
+    right_table_every_cycle: bool
+    recovery_30s: MeanInterval | None
+    after_right_table: AfterRightTable
+    arm_steps: ArmSteps
+    switch_gap_30s: MeanInterval | None
+
+    @classmethod
+    def of_file(cls, body: dict[str, Any]) -> SwitchFigures:
+        """The figures of a committed switch.json (its raw runs beside them left out); a file
+        from before the step count was kept reads an ArmSteps of None counts."""
+        got = {k: body[k] for k in cls.model_fields if k in body}
+        got.setdefault("arm_steps", {**step_counts([]), "windows_measured_again": None})
+        return cls.model_validate(got)
+
+
+def after(cycles: list[SwitchCycle], from_s: float = 10.0, to_s: float = 30.0) -> AfterRightTable:
     """Once the right table is in (the switch's target is 10 s): the sidecar arm's throughput
     over the best arm's and over the stale arm's, windows ending in (from_s, to_s], per cycle
     and as medians with 95% intervals. Ratios of arms, not a share of the gap: a gap of ~10%
@@ -258,11 +281,11 @@ def after(cycles: list[SwitchCycle], from_s: float = 10.0, to_s: float = 30.0) -
         if sc is not None and bt and st:
             best.append(sc / bt)
             stale.append(sc / st)
-    return {"from_s": from_s, "to_s": to_s, "sidecar_over_best": interval(best),
-            "sidecar_over_stale": interval(stale)}
+    return AfterRightTable(from_s=from_s, to_s=to_s, sidecar_over_best=mean_interval(best),
+                           sidecar_over_stale=mean_interval(stale))
 
 
-def arm_steps(cycles: list[SwitchCycle]) -> dict[str, Any]:
+def arm_steps(cycles: list[SwitchCycle]) -> ArmSteps:
     """Engine steps in the arms' windows (at least MIN_STEPS each, rule 12 of
     docs/measurement.md); a switch.json from before the count was kept says so (None)."""
     windows = [w for c in cycles for a in c.arms.values() for w in a.windows]
@@ -270,27 +293,34 @@ def arm_steps(cycles: list[SwitchCycle]) -> dict[str, Any]:
     # windows measured again (an implausible engine count): None where a file predates the record
     discarded = (sum(len(w.discarded) for w in windows if w.discarded is not None)
                  if windows and all(w.discarded is not None for w in windows) else None)
-    return {**step_counts(steps), "windows_measured_again": discarded}
+    return ArmSteps(**step_counts(steps), windows_measured_again=discarded)
 
 
 def summarize(stale_tps: list[float], best_tps: list[float],
               cycles: list[SwitchCycle]) -> dict[str, Any]:
-    """Every figure of switch.json from its raw windows and cycles (pure), so a committed
-    switch.json can be re-analysed: ``python -m benchmarks.switch --rerender FILE``."""
+    """switch.json's figures in JSON form: ``figures`` (pure), so a committed switch.json can
+    be re-analysed: ``python -m benchmarks.switch --rerender FILE``."""
+    return figures(stale_tps, best_tps, cycles).model_dump(mode="json")
+
+
+def figures(stale_tps: list[float], best_tps: list[float],
+            cycles: list[SwitchCycle]) -> SwitchFigures:
+    """Every figure of switch.json from its raw windows and cycles (pure)."""
     seconds = [c.seconds_to_right_table for c in cycles]
     recovered = [c.recovery_30s for c in cycles if c.recovery_30s is not None]
     st, bt = statistics.median(stale_tps), statistics.median(best_tps)
-    return {"best_over_stale": interval([b / s for b, s in zip(best_tps, stale_tps, strict=True)]),
-            "stale_loss": round(1 - st / bt, 4) if bt else None,
-            "seconds_to_right_table": seconds,
-            "seconds_to_right_table_max": max((s for s in seconds if s is not None), default=None),
-            "right_table_every_cycle": all(s is not None for s in seconds),
-            "recovery_30s": interval(recovered, ratio=False),
-            "after_right_table": after(cycles),
-            "arm_steps": arm_steps(cycles),
-            "switch_gap_30s": interval([best_30 / stale_30 for c in cycles
-                                        if (stale_30 := c.arms["stale"].mean_30s)
-                                        and (best_30 := c.arms["best"].mean_30s) is not None])}
+    return SwitchFigures(
+        best_over_stale=mean_interval([b / s for b, s in zip(best_tps, stale_tps, strict=True)]),
+        stale_loss=round(1 - st / bt, 4) if bt else None,
+        seconds_to_right_table=seconds,
+        seconds_to_right_table_max=max((s for s in seconds if s is not None), default=None),
+        right_table_every_cycle=all(s is not None for s in seconds),
+        recovery_30s=mean_interval(recovered, ratio=False),
+        after_right_table=after(cycles),
+        arm_steps=arm_steps(cycles),
+        switch_gap_30s=mean_interval([best_30 / stale_30 for c in cycles
+                                      if (stale_30 := c.arms["stale"].mean_30s)
+                                      and (best_30 := c.arms["best"].mean_30s) is not None]))
 
 
 def cycles_of(rows: list[dict[str, Any]]) -> list[SwitchCycle]:
@@ -329,7 +359,7 @@ def merge(paths: list[Path]) -> dict[str, Any]:
     stale = [x for g in parts for x in g["stale_tps"]]
     best = [x for g in parts for x in g["best_tps"]]
     names = sorted(set.intersection(*(set(g["candidates_tps"]) for g in parts)))
-    versus_b = {name: interval([x / b for g in parts
+    versus_b = {name: mean_interval([x / b for g in parts
                                 for x, b in zip(g["candidates_tps"][name], g["candidates_tps"]["table_b"],
                                                 strict=True)])
                 for name in names if name != "table_b" and "table_b" in names}
@@ -339,7 +369,8 @@ def merge(paths: list[Path]) -> dict[str, Any]:
                        "table_a": g["table_a"], "table_b": g["table_b"], "a_a": g["a_a"],
                        "a_b": g["a_b"], "cycles": len(g["cycles"]), "command": g.get("command")}
                       for p, g in zip(paths, parts, strict=True)],
-            "best_candidates_over_table_b": versus_b,
+            "best_candidates_over_table_b": {name: None if v is None else v.model_dump(mode="json")
+                                             for name, v in versus_b.items()},
             "stale_tps": stale, "best_tps": best, "cycles": dumped(cycles),
             **summarize(stale, best, cycles)}
 

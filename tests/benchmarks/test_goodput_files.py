@@ -70,14 +70,14 @@ def test_the_best_set_is_a_family_corrected_for_the_loads_pairs(tmp_path: Path) 
     import math
 
     from benchmarks.goodput import fixed_verdicts, revised
-    from benchmarks.switch import interval
+    from benchmarks.inference import mean_interval
 
     c = 0.01 / math.sqrt(6 / 5)                    # sd of the log ratios: 0.01
     k1 = [100.0] * 6
     k2 = [100.0 * math.exp(0.012 + c * (-1) ** b) for b in range(6)]
     k3 = [50.0] * 6
-    plain = interval([b / a for a, b in zip(k1, k2, strict=True)])
-    assert plain is not None and plain["ci_low"] > 1.0            # alone: "k2 beats k1"
+    plain = mean_interval([b / a for a, b in zip(k1, k2, strict=True)])
+    assert plain is not None and plain.ci_low > 1.0            # alone: "k2 beats k1"
     v = fixed_verdicts({1: k1, 2: k2, 3: k3})
     assert v["ratios"]["2/1"]["ci_low"] < 1.0 and v["best_set"] == [1, 2]
     assert v["family"] == {"pairs": 3, "method": "bonferroni", "alpha": 0.05}

@@ -42,8 +42,10 @@ def test_after_the_right_table_the_arms_are_compared_by_ratio() -> None:
     cycles = [cycle_of(stale=arm(100, 100, 100), best=arm(150, 110, 110),
                        sidecar=arm(100, 110, 121))] * 3
     got = after(cycles, from_s=5.0, to_s=15.0)       # windows ending at 10 and 15 s
-    assert got["sidecar_over_best"]["estimate"] == 1.05 and got["sidecar_over_stale"]["estimate"] == 1.155
-    assert got["sidecar_over_best"]["ci_low"] == got["sidecar_over_best"]["ci_high"] == 1.05  # no spread
+    best, stale = got.sidecar_over_best, got.sidecar_over_stale
+    assert best is not None and stale is not None
+    assert best.estimate == 1.05 and stale.estimate == 1.155
+    assert best.ci_low == best.ci_high == 1.05  # no spread
 
 
 def test_the_arms_windows_count_their_engine_steps_and_old_files_say_none_were_kept() -> None:
@@ -52,26 +54,27 @@ def test_the_arms_windows_count_their_engine_steps_and_old_files_say_none_were_k
     def arm(*steps: int | None) -> SwitchArm:
         return arm_of([{"end_s": 5.0, "tps": 1.0, "steps": s} for s in steps])
     got = arm_steps([cycle_of(stale=arm(120, 49), best=arm(80), sidecar=arm(None, 60))])
-    assert got == {"min_steps": 50, "windows_with_steps": 4, "fewest_steps": 49,
-                   "windows_below_min_steps": 1, "windows_measured_again": None}
+    assert got.model_dump() == {"min_steps": 50, "windows_with_steps": 4, "fewest_steps": 49,
+                                "windows_below_min_steps": 1, "windows_measured_again": None}
     kept = arm_of([{"end_s": 5.0, "tps": 1.0, "steps": 60, "discarded": ["implausible"]}])
-    assert arm_steps([cycle_of(sidecar=kept)])["windows_measured_again"] == 1
+    assert arm_steps([cycle_of(sidecar=kept)]).windows_measured_again == 1
     old = arm_of([{"end_s": 5.0, "tps": 1.0}])                  # before steps were kept
-    assert arm_steps([cycle_of(stale=old)]) == {
+    assert arm_steps([cycle_of(stale=old)]).model_dump() == {
         "min_steps": 50, "windows_with_steps": 0, "fewest_steps": None,
         "windows_below_min_steps": 0, "windows_measured_again": None}
 
 
 def test_five_cycles_give_a_t_interval_not_min_and_max() -> None:
-    from benchmarks.switch import interval
+    from benchmarks.inference import mean_interval
 
-    got = interval([0.95, 1.02, 1.10, 0.98, 1.05])
-    assert got is not None and got["n"] == 5 and got["verdict_ready"]
-    assert (got["ci_low"], got["ci_high"]) != (0.95, 1.10)      # not [min, max]
-    assert got["ci_low"] < got["estimate"] < got["ci_high"] and got["statistic"] == "geometric mean"
-    assert interval([1.1, 1.2])["verdict_ready"] is False         # type: ignore[index]
-    mean = interval([-0.3, 0.4, 0.1, 0.2], ratio=False)
-    assert mean is not None and mean["estimate"] == 0.1 and mean["statistic"] == "mean"
+    got = mean_interval([0.95, 1.02, 1.10, 0.98, 1.05])
+    assert got is not None and got.n == 5 and got.verdict_ready
+    assert (got.ci_low, got.ci_high) != (0.95, 1.10)      # not [min, max]
+    assert got.ci_low < got.estimate < got.ci_high and got.statistic == "geometric mean"
+    few = mean_interval([1.1, 1.2])
+    assert few is not None and few.verdict_ready is False
+    mean = mean_interval([-0.3, 0.4, 0.1, 0.2], ratio=False)
+    assert mean is not None and mean.estimate == 0.1 and mean.statistic == "mean"
 
 
 def test_dummy_weights_switch_by_the_emulators_rates_and_bad_rates_name_the_flag() -> None:
