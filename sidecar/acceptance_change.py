@@ -23,7 +23,7 @@ pushes of model-made tables: docs/sidecar.md). So the test asks three things of 
    windows (~6 s of traffic at 1-s scrapes and the 3-s floor a window has).
 3. **Against the recent past, not the prior.** The reference is the counts of the active
    scrapes before the two windows (4 windows' worth at least, 120 s at most, only since the
-   last change):
+   last change or push: a push moves which steps of a request's life propose):
    the same traffic's own rate, mix of ages included, rather than the profile's prompts. A
    profile that was wrong from the start is not a change: the estimator learns it.
 
@@ -150,5 +150,6 @@ class AcceptanceWindows:
             self._items.popleft()
 
     def clear(self) -> None:
-        """An engine restart: nothing before it is this run's traffic."""
+        """An engine restart, or a push: nothing before it is evidence of this run's traffic
+        under this table."""
         self._items.clear()

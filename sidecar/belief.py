@@ -215,10 +215,15 @@ class Belief:
 
     def pushed(self, old: Table | None, new: Table) -> set[int] | None:
         """A push: the buckets it changed (None: all) count their served steps again
-        (sidecar/measured.py); returned, as the duels there have no verdicts yet."""
+        (sidecar/measured.py), and the change test's reference starts again; the buckets are
+        returned, as the duels there have no verdicts yet."""
         changed = None if old is None else changed_buckets(
             old.dense(self.max_seqs, self.K)[1:], new.dense(self.max_seqs, self.K)[1:])
         self.goodput.mark(changed)
+        if changed is None or changed:
+            # which steps of a request's life propose moved with the table (under bursts, B
+            # follows request age): the change test's reference starts again from the push
+            self.accept_windows.clear()
         return changed
 
     def model_errors(self, table: Table) -> dict[int, LiveError]:

@@ -72,6 +72,35 @@ async def test_a_dip_that_goes_back_within_a_window_is_no_change(tmp_path: Path)
         assert c.stats.changes == 0
 
 
+async def test_a_push_starts_the_change_tests_reference_again(tmp_path: Path) -> None:
+    """A push moves which steps of a request's life propose (under bursts B follows request
+    age), so acceptance read over them may sit elsewhere with the traffic unchanged (a CPU run
+    from k=0 read a change 100 s after its push: cpu-tiny-noharm/earn-from-k0). The reference
+    starts again from the push: a level the test above calls a change within 4 scrapes is,
+    right after a push, the new reference."""
+    clock = Clock()
+    async with controller_for(FakeEngine(), tmp_path, clock=clock, rebuild_every_steps=100_000,
+                              guard_window=0, **WINDOWS) as (c, fake):
+        assert await c.tick() is None
+        for _ in range(10):
+            fake.run(100, a=(0.9, 0.8, 0.7))
+            clock.now += 1
+            assert await c.tick() is None
+        assert (await c.rebuild()).outcome == "pushed" and fake.table == TUNED
+        for _ in range(16):
+            fake.run(100, a=(0.5, 0.3, 0.1))
+            clock.now += 1
+            assert await c.tick() is None
+        assert c.stats.changes == 0
+        decision, ticks = None, 0
+        while decision is None and ticks < 6:  # a change after the push is still found
+            fake.run(100, a=(0.1, 0.05, 0.0))
+            clock.now += 1
+            ticks += 1
+            decision = await c.tick()
+        assert decision is not None and decision.trigger == "change", decision
+
+
 async def test_a_push_that_drops_live_goodput_is_rolled_back_and_held_out(tmp_path: Path) -> None:
     clock = Clock()
     async with controller_for(FakeEngine(), tmp_path, clock=clock, rebuild_every_steps=100_000,
