@@ -36,7 +36,7 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -47,7 +47,7 @@ from benchmarks.stale_profile import scaled
 from benchmarks.stats import Settings, analyze
 from benchmarks.summary import MIN_STEPS
 from benchmarks.stateful import sidecar
-from benchmarks.inference import mean_interval
+from benchmarks.inference import MeanInterval, mean_interval
 from benchmarks.window import measure, swap
 from tuner import flags
 from tuner.core.engine_client import EngineClient
@@ -55,6 +55,29 @@ from tuner.core.errors import InvalidInput
 from tuner.load import Request, StationaryLoad
 from tuner.core.profile import Profile
 from tuner.core.table import Table
+
+
+class Family(BaseModel):
+    """How a load's pairs of fixed k's share the error rate."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    pairs: int
+    method: Literal["bonferroni"]
+    alpha: float
+
+
+class FixedVerdicts(BaseModel):
+    """A load's fixed k's: tokens/s per block, every pair's ratio (Bonferroni over the pairs)
+    and the best set, every k no other beats beyond its interval."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    tokens_per_s: dict[int, list[float]]
+    ratios: dict[str, MeanInterval | None]     # "a/b": k=a over k=b
+    best_set: list[int]
+    best_fixed_k: int                          # the highest median
+    runner_up: int
+    best_fixed_ci: list[float | None]          # best over runner-up
+    family: Family
 
 
 class Followed(BaseModel):
@@ -83,15 +106,15 @@ class GoodputRun(Followed):
     match: bool                                  # sidecar_k in best_set
 
     @classmethod
-    def of(cls, got: Followed, verdicts: dict[str, Any], load: int, run: int,
+    def of(cls, got: Followed, verdicts: FixedVerdicts, load: int, run: int,
            decided_by: dict[str, int]) -> GoodputRun:
         """A sidecar's run judged by its load's fixed_verdicts."""
         return cls(**{f: getattr(got, f) for f in Followed.model_fields}, load=load, run=run,
-                   best_fixed_k=verdicts["best_fixed_k"], best_fixed_ci=verdicts["best_fixed_ci"],
-                   best_set=verdicts["best_set"], decided_by=decided_by,
-                   match=got.sidecar_k in verdicts["best_set"])
+                   best_fixed_k=verdicts.best_fixed_k, best_fixed_ci=verdicts.best_fixed_ci,
+                   best_set=verdicts.best_set, decided_by=decided_by,
+                   match=got.sidecar_k in verdicts.best_set)
 
-    def judged(self, verdicts: dict[str, Any]) -> GoodputRun:
+    def judged(self, verdicts: FixedVerdicts) -> GoodputRun:
         """The run against its load's verdicts recomputed."""
         return GoodputRun.of(self, verdicts, self.load, self.run, self.decided_by)
 
@@ -115,8 +138,10 @@ def scale_of(text: str) -> tuple[int, float] | None:
 
 
 async def fixed(url: str, engine: EngineClient, admin: EngineClient, requests: list[Request],
-                n: int, ks: list[int], blocks: int, window_s: float, seed: int) -> dict[str, Any]:
-    """Every fixed k of ``ks`` in shuffled blocks; per-block tokens/s per k."""
+                n: int, ks: list[int], blocks: int, window_s: float,
+                seed: int) -> tuple[FixedVerdicts, dict[str, Any]]:
+    """Every fixed k of ``ks`` in shuffled blocks: their verdicts, and the load's entry of
+    goodput.json (the verdicts, engine steps and windows measured again)."""
     n_max = (await admin.get_table()).max_num_seqs
     await admin.put_policy(explore_every=0, duels=[])  # no sidecar's exploration left behind
     rng = random.Random(seed)
@@ -136,10 +161,11 @@ async def fixed(url: str, engine: EngineClient, admin: EngineClient, requests: l
                 steps[k].append(m.steps.steps if m.steps is not None else None)
                 discarded += [{"block": b, "k": k, "reason": why} for _, why in m.discarded]
         traffic.check()
-    return {**fixed_verdicts(tps), "steps": steps, "discarded": discarded}
+    verdicts = fixed_verdicts(tps)
+    return verdicts, {**verdicts.model_dump(mode="json"), "steps": steps, "discarded": discarded}
 
 
-def fixed_verdicts(tps: dict[int, list[float]], alpha: float = 0.05) -> dict[str, Any]:
+def fixed_verdicts(tps: dict[int, list[float]], alpha: float = 0.05) -> FixedVerdicts:
     """Per pair of k's the ratio per block with its interval, Bonferroni over the load's
     pairs (each at alpha / pairs, so the best set's family errs with probability <= alpha),
     and the *best set*: every k no other k beats beyond its interval."""
@@ -153,11 +179,10 @@ def fixed_verdicts(tps: dict[int, list[float]], alpha: float = 0.05) -> dict[str
     order = sorted(medians, key=lambda k: -medians[k])
     best, runner_up = order[0], order[1]
     ci = ratios[f"{best}/{runner_up}"]
-    return {"tokens_per_s": tps,
-            "ratios": {k: None if r is None else r.model_dump(mode="json") for k, r in ratios.items()},
-            "best_set": best_set, "best_fixed_k": best, "runner_up": runner_up,
-            "best_fixed_ci": [None, None] if ci is None else [ci.ci_low, ci.ci_high],
-            "family": {"pairs": pairs, "method": "bonferroni", "alpha": alpha}}
+    return FixedVerdicts(tokens_per_s=tps, ratios=ratios, best_set=best_set, best_fixed_k=best,
+                         runner_up=runner_up,
+                         best_fixed_ci=[None, None] if ci is None else [ci.ci_low, ci.ci_high],
+                         family=Family(pairs=pairs, method="bonferroni", alpha=alpha))
 
 
 async def sidecar_run(url: str, admin: EngineClient, requests: list[Request], n: int,
@@ -295,13 +320,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         server, admin, engine = up.server, up.admin, up.engine
         for n in (int(x) for x in args.loads.split(",")):
             ks = fixed_ks(args, K)
-            best = await fixed(server.url, engine, admin, requests, n, ks, args.blocks,
-                               args.window_s, seed=n)
-            loads[n] = best
+            best, loads[n] = await fixed(server.url, engine, admin, requests, n, ks,
+                                         args.blocks, args.window_s, seed=n)
             analysed(out, loads, ks, args.window_s, "python -m benchmarks.goodput "
                      + " ".join(sys.argv[1:]))
-            print(f"N={n}: best fixed k={best['best_fixed_k']} {best['best_fixed_ci']}, "
-                  f"best set {best['best_set']}", file=sys.stderr)
+            print(f"N={n}: best fixed k={best.best_fixed_k} {best.best_fixed_ci}, "
+                  f"best set {best.best_set}", file=sys.stderr)
             for r in range(args.runs):
                 logs = out / "logs" / f"n{n}-run{r}"
                 logs.mkdir(parents=True, exist_ok=True)
@@ -334,9 +358,11 @@ def revised(g: dict[str, Any]) -> dict[str, Any]:
     """A goodput.json with each load's verdicts recomputed from its blocks by today's
     fixed_verdicts (an older file's intervals were not corrected for the load's pairs), each
     run's best set and match with them, and the rates."""
-    loads = {str(n): {**fk, **fixed_verdicts({int(k): v for k, v in fk["tokens_per_s"].items()})}
+    verdicts = {str(n): fixed_verdicts({int(k): v for k, v in fk["tokens_per_s"].items()})
+                for n, fk in g["loads"].items()}
+    loads = {str(n): {**fk, **verdicts[str(n)].model_dump(mode="json")}
              for n, fk in g["loads"].items()}
-    runs = [GoodputRun.model_validate(r).judged(loads[str(r["load"])]) for r in g["runs"]]
+    runs = [GoodputRun.model_validate(r).judged(verdicts[str(r["load"])]) for r in g["runs"]]
     return {**g, "runs": [r.model_dump(mode="json") for r in runs], "loads": loads, **rates(runs),
             "blocks": {n: min(len(v) for v in fk["tokens_per_s"].values()) for n, fk in loads.items()}}
 

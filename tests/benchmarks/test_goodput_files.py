@@ -79,8 +79,9 @@ def test_the_best_set_is_a_family_corrected_for_the_loads_pairs(tmp_path: Path) 
     plain = mean_interval([b / a for a, b in zip(k1, k2, strict=True)])
     assert plain is not None and plain.ci_low > 1.0            # alone: "k2 beats k1"
     v = fixed_verdicts({1: k1, 2: k2, 3: k3})
-    assert v["ratios"]["2/1"]["ci_low"] < 1.0 and v["best_set"] == [1, 2]
-    assert v["family"] == {"pairs": 3, "method": "bonferroni", "alpha": 0.05}
+    ratio = v.ratios["2/1"]
+    assert ratio is not None and ratio.ci_low < 1.0 and v.best_set == [1, 2]
+    assert v.family.model_dump() == {"pairs": 3, "method": "bonferroni", "alpha": 0.05}
     old = {"runs": [{**part(8, {1: k1}, 1)["runs"][0],  # type: ignore[index]
                      "match": False, "best_set": [2], "best_fixed_k": 2}],
            "loads": {"8": {"tokens_per_s": {"1": k1, "2": k2, "3": k3}, "best_set": [2]}}}

@@ -284,6 +284,19 @@ def test_every_committed_field_noharm_summary_is_its_field_runs_summarized(path:
                 (path.parent / name).read_text())
 
 
+READ_FIGURES = sorted((Path(__file__).parents[2] / "benchmarks/results").rglob("*-figures.json"))
+
+
+@pytest.mark.parametrize("path", READ_FIGURES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_committed_reading_of_a_field_run_is_its_runs_summarized(path: Path) -> None:
+    """Each reading (its figures file names the sidecar and the policy it is read against)
+    has its summary beside it, the field runs summarized that way."""
+    sidecar, against = json.loads(path.read_text())["reading"]
+    record = json.loads((path.parent / "field.json").read_text())
+    summary = path.parent / path.name.replace("-figures.json", "-summary.json")
+    assert summarize(from_field(record, sidecar, against)) == json.loads(summary.read_text())
+
+
 def field_record() -> dict[str, Any]:
     """A field record of three policies: the sidecar, its start table and a fixed k."""
     rec = record({"burst-c16": [1.0, 1.01, 0.99]})

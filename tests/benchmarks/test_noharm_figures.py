@@ -86,7 +86,10 @@ def test_the_field_shell_writes_the_figures_beside_the_summary(tmp_path: Path) -
 
 
 READINGS = {"noharm": ("sidecar-from-tuned", None), "watch": ("watch-from-tuned", None),
-            "explore": ("sidecar-from-tuned", "watch-from-tuned")}
+            "explore": ("sidecar-from-tuned", "watch-from-tuned"),
+            # a sidecar started on a wrong table: against the tuned one, and over its start
+            "earned": ("sidecar-from-fixed-k0", "tuned"),
+            "over-start": ("sidecar-from-fixed-k0", None)}
 FIGURES = sorted((Path(__file__).parents[2] / "benchmarks/results").rglob("*-figures.json"))
 
 
