@@ -42,12 +42,14 @@ delivers (sidecar/measured.py), so at a bucket with live steps:
 - a duel whose challenger the model finds better beyond its assumed ``model_error`` (not its
   live error, which would hold back the share where it is needed), before the pairs give an
   interval, is "urgent" (``Verdicts.urgent``): the sidecar lets the plugin spend
-  ``urgent_share`` of the steps on it until the pairs speak: at the usual share 24 runs need
-  more than one ``explore_horizon`` (docs/sidecar.md); the measurement still decides. From its
-  URGENT_PAIRS-th pair on it stays urgent only while the pairs' mean favours the challenger (a
-  wrong model, e.g. a stale profile, buys a few pairs at the larger share, not an interval's
-  worth). While any duel is urgent only the urgent ones run (the share is the plugin's for
-  every duel it runs, and the others are near-ties that can wait).
+  ``urgent_share`` of the steps on it until the pairs settle it: at the usual share 24 runs
+  need more than one ``explore_horizon`` (docs/sidecar.md); the measurement still decides.
+  From its URGENT_PAIRS-th pair on it stays urgent only while the pairs' mean favours the
+  challenger (a wrong model, e.g. a stale profile, buys a few pairs at the larger share, not
+  an interval's worth). While any duel is urgent only the urgent ones run (the share is the
+  plugin's for every duel it runs, and the others are near-ties that can wait), so a duel the
+  pairs bear out stays urgent until it settles or reaches ``max_pairs``: dropped to the usual
+  share at 24 pairs, a CPU run's B 9-16 duel waited behind urgent ones for the rest of the run.
 
 Buckets the engine did not serve since the last push that changed them are not decided here:
 their k stays (an edge is never moved on evidence from elsewhere).
@@ -135,17 +137,16 @@ def _measured(c: PairedComparison | None) -> Figures | None:
                                           high=round(c.high, 5), pairs=c.pairs, steps=c.steps)
 
 
-def _urgent(c: Call, assumed: Figures, so_far: tuple[int, float], tie: float) -> bool:
-    """The model, at its assumed error, sure that the challenger wins, and no interval yet: the
-    table is likely wrong here, and a duel at the usual share would take minutes to show it.
-    Its live error does not hold the share back (a wide one would keep the wrong k for minutes):
-    the share only buys pairs, and the pairs decide. Only while the first pairs agree: from
-    URGENT_PAIRS on, their mean must favour the challenger, so a model that is wrong (a stale
-    profile flattering a k) spends the larger share on a few pairs, not on every pair an
-    interval needs."""
+def _urgent(assumed: Figures, so_far: tuple[int, float], tie: float) -> bool:
+    """The model, at its assumed error, sure that the challenger wins: the table is likely
+    wrong here, and a duel at the usual share would take minutes to show it. Its live error
+    does not hold the share back (a wide one would keep the wrong k for minutes): the share
+    only buys pairs, and the pairs decide. Only while the pairs agree: from URGENT_PAIRS on,
+    their mean must favour the challenger, so a model that is wrong (a stale profile
+    flattering a k) spends the larger share on a few pairs; one that the pairs bear out keeps
+    it until they settle (at the usual share it would wait behind every other urgent duel)."""
     pairs, mean = so_far
-    return ((c.measured is None or c.measured.pairs < MIN_PAIRS) and assumed.low > 1.0 + tie
-            and (pairs < URGENT_PAIRS or mean > math.log1p(tie)))
+    return assumed.low > 1.0 + tie and (pairs < URGENT_PAIRS or mean > math.log1p(tie))
 
 
 def rotation_ks(calls: Collection[Call], allowed: list[int], served_ks: Collection[int],
@@ -279,8 +280,7 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
             if open_ and (pairable is None or bucket in pairable):
                 duel = (int(rows[0]), int(rows[-1]), tuple(c.k for c in open_))
                 duels.append(duel)
-                if _urgent(open_[0], assumed[open_[0].k], measured.so_far(bucket, open_[0].k, k),
-                           tie):
+                if _urgent(assumed[open_[0].k], measured.so_far(bucket, open_[0].k, k), tie):
                     urgent.append(duel)
         calls += here
     served_ks = {int(k) for b, n in served.items() if n >= min_served

@@ -183,10 +183,12 @@ def test_a_conclusive_measurement_decides_even_when_wider_than_the_model() -> No
     assert s.measured.low > 1.005 and (s.measured.high - s.measured.low) > (s.model.high - s.model.low)
 
 
-def test_a_duel_the_model_is_sure_of_is_urgent_until_pairs_exist() -> None:
+def test_a_duel_the_model_is_sure_of_is_urgent_while_its_pairs_bear_it_out() -> None:
     """Issue 34.6: where the model finds a challenger better beyond its error, the duel is
-    urgent (a larger share, so a wrong table is measured in a minute); once pairs exist, or where
-    the model is not sure, the usual share."""
+    urgent (a larger share, so a wrong table is measured in a minute), and stays so past the
+    24 pairs of an interval while their mean favours the challenger (else it would wait behind
+    every other urgent duel); where the pairs disagree, or the model is not sure, the usual
+    share."""
     old = [3] * 16
     sure = draws({0: 1.0, 1: 1.1, 2: 1.2, 3: 1.0})      # k=2 20% better by the model
     v = decide(sure, MeasuredGoodput(), {16: 100}, old, live_error={16: 0.02}, can_duel=True)
@@ -197,8 +199,11 @@ def test_a_duel_the_model_is_sure_of_is_urgent_until_pairs_exist() -> None:
     alone = draws({0: 0.5, 1: 0.6, 2: 1.2, 3: 1.0})   # only k=2 can win: it alone is dueled
     v = decide(alone, MeasuredGoodput(), {16: 100}, old, live_error={16: 0.02}, can_duel=True)
     assert v.duels == ((9, 16, (2,)),) and v.urgent
-    paired = measured_with(16, 2, 3, math.log(1.02), sd=0.2)  # pairs, not yet conclusive
+    paired = measured_with(16, 2, 3, math.log(1.02), sd=0.2)  # 30 pairs, not yet conclusive
     v = decide(alone, paired, {16: 100}, old, live_error={16: 0.02}, can_duel=True)
+    assert v.duels == ((9, 16, (2,)),) and v.urgent
+    against = measured_with(16, 2, 3, math.log(0.98), sd=0.2)  # 30 pairs leaning the other way
+    v = decide(alone, against, {16: 100}, old, live_error={16: 0.02}, can_duel=True)
     assert v.duels == ((9, 16, (2,)),) and not v.urgent
     assert not decide(sure, MeasuredGoodput(), {}, old, can_duel=True).urgent  # nothing served
 
