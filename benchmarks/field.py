@@ -4,7 +4,7 @@ and reported as users of `vllm bench serve` read it (issue #35).
 One vLLM with the plugin serves every policy in turn (its table swapped through the admin API;
 the plain policy, no exploration): every fixed k, the documented table, the profile's tuned
 table, the quarter-shrunk and TurboSpec-style tables, and at most one sidecar
-(`sidecar-from-quarter`, `-from-documented`, `-from-tuned`: the real `tabletune sidecar` with
+(`sidecar-from-quarter`, `-from-documented`, `-from-tuned`, `-from-fixed-kN`: the real sidecar with
 the user's defaults, started from that table, awake only in its own runs) and one observing
 sidecar (`watch-from-...`: the same with `--dry-run`, its own process, so a run can pair
 observing against observing and exploring). No speculation needs

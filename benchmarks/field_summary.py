@@ -142,8 +142,8 @@ def compare(blocks: Blocks, policy: str, versus: str,
             metric: str, alpha: float = ALPHA) -> FieldComparison:
     of, higher = METRICS[metric]
     got = ratio_interval(pairs_of(blocks, versus, policy), of, alpha)
-    return FieldComparison(policy=policy, versus=versus, metric=metric, ratio=got.ratio, ci=got.ci,
-                      blocks=got.n, word=word(got.ci, higher))
+    return FieldComparison(policy=policy, versus=versus, metric=metric, ratio=got.ratio,
+                           ci=got.ci, blocks=got.n, word=word(got.ci, higher))
 
 
 def _inverse(v: float) -> float:

@@ -30,11 +30,15 @@ class BestFixedShort(_Model):
     word: Word
 
 
-class BestFixed(BestFixedShort):
+class BestFixed(_Model):
     """``policy`` against the best fixed k in ``metric``: an intersection-union test."""
 
     policy: str
     metric: str
+    ratio: float | None
+    ci: Interval
+    closest: str
+    word: Word
 
 
 class Figure(_Model):

@@ -1,4 +1,5 @@
-"""Inference for paired blocks (pure, numpy only): t-intervals on log ratios, Holm, cross-fitting.
+"""Inference for paired blocks (pure: numpy, and pydantic for MeanInterval): t-intervals on log
+ratios, Holm, cross-fitting.
 
 Legend: y = log tokens/s of one window; in block b, d_b = y_b(P) - y_b(R) is the log ratio of
 policy P to the reference R. Over n blocks: mean d̄, standard error se = s/√n, df = n - 1.

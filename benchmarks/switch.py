@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 from benchmarks.design import rotated
 from benchmarks.inference import MeanInterval, mean_interval
 from benchmarks.scenario import scenario_of, serving
@@ -263,7 +262,7 @@ class SwitchFigures(_Record):
     @classmethod
     def of_file(cls, body: dict[str, Any]) -> SwitchFigures:
         """The figures of a committed switch.json (its raw runs beside them left out); a file
-        from before the step count was kept reads an ArmSteps of None counts."""
+        from before the step count was kept reads an ArmSteps of no windows counted."""
         got = {k: body[k] for k in cls.model_fields if k in body}
         got.setdefault("arm_steps", {**step_counts([]), "windows_measured_again": None})
         return cls.model_validate(got)

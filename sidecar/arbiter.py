@@ -40,16 +40,17 @@ delivers (sidecar/measured.py), so at a bucket with live steps:
   case loses by DROP_MARGIN, and a k the rotation visits leaves it only then too (hysteresis:
   near 1 either would end and restart rebuild by rebuild).
 - a duel whose challenger the model finds better beyond its assumed ``model_error`` (not its
-  live error, which would hold back the share where it is needed), before the pairs give an
-  interval, is "urgent" (``Verdicts.urgent``): the sidecar lets the plugin spend
-  ``urgent_share`` of the steps on it until the pairs settle it: at the usual share 24 runs
-  need more than one ``explore_horizon`` (docs/sidecar.md); the measurement still decides.
-  From its URGENT_PAIRS-th pair on it stays urgent only while the pairs' mean favours the
-  challenger (a wrong model, e.g. a stale profile, buys a few pairs at the larger share, not
-  an interval's worth). While any duel is urgent only the urgent ones run (the share is the
-  plugin's for every duel it runs, and the others are near-ties that can wait), so a duel the
-  pairs bear out stays urgent until it settles or reaches ``max_pairs``: dropped to the usual
-  share at 24 pairs, a CPU run's B 9-16 duel waited behind urgent ones for the rest of the run.
+  live error, which would hold back the share where it is needed) is "urgent"
+  (``Verdicts.urgent``): the sidecar lets the plugin spend ``urgent_share`` of the steps on it
+  until the pairs settle it: at the usual share 24 runs need more than one
+  ``explore_horizon`` (docs/sidecar.md); the measurement still decides. From its
+  URGENT_PAIRS-th pair on it stays urgent only while the pairs' mean favours the challenger (a
+  model wrong in direction, e.g. a stale profile, buys a few pairs at the larger share; one
+  right in direction whose gain sits near the tie keeps it up to ``max_pairs``, at little
+  cost). While any duel is urgent only the urgent ones run (the share is the plugin's for
+  every duel it runs, and the others are near-ties that can wait), so a duel the pairs bear
+  out stays urgent until it settles: dropped to the usual share at 24 pairs, a CPU run's
+  B 9-16 duel waited behind urgent ones for the rest of the run.
 
 Buckets the engine did not serve since the last push that changed them are not decided here:
 their k stays (an edge is never moved on evidence from elsewhere).
@@ -89,7 +90,7 @@ class Verdicts:
     ks: npt.NDArray[np.int64]                 # the dense table after the switches
     calls: list[Call]                          # every challenger at every served bucket
     duels: tuple[Duel, ...]
-    urgent: bool = False    # a dueled challenger the model is sure wins, not yet measured
+    urgent: bool = False    # a dueled challenger the model is sure wins, the pairs not against
     ratio_error: float | None = None  # the model's error on ratios, where pairs checked it
     rotation: tuple[int, ...] = ()    # the k's the plugin's rotation visits (rotation_ks)
     planned: tuple[Duel, ...] = ()    # every duel worth running: ``duels`` while none is urgent

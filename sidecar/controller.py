@@ -291,12 +291,13 @@ class Controller:
         # the pairs that said "switch" lost to the engine's goodput: measure again from here
         self.belief.goodput.forget()
         self.belief.goodput.mark()
-        self.engine_table.planned = surviving(self.engine_table.planned, changed)
+        if outcome == "pushed":
+            # a duel where the rollback changed the k duels the old incumbent: it ends; the
+            # others run on until the next rebuild plans from what is served again
+            t = self.engine_table
+            await t.set_exploration(surviving(t.duels, changed), t.urgent, t.rotation,
+                                    surviving(t.planned, changed))
         choice = self.proposal(back)
-        if outcome == "pushed":  # the duels are planned again for the table put back
-            await self.engine_table.set_exploration(
-                choice.duels, choice.urgent and not self.belief.settling(), choice.rotation,
-                choice.planned)
         chosen = Choice(back, choice.proposed, choice.G, choice.a_used, choice.a_raw, [])
         return self._decide(chosen, old, "rolled_back" if outcome == "pushed" else outcome,
                             f"{rollback_reason(verdict, self.settings.guard_hold_s)}; {reason}",

@@ -486,8 +486,7 @@ class MeasuredGoodput:
                       + [(o, -v, n) for v, n, o in self.pairs.get((bucket, ref, k), ())])
 
     def so_far(self, bucket: int, k: int, ref: int) -> tuple[int, float]:
-        """k over ref at ``bucket`` before any interval: the pairs and their mean log ratio
-        (0 with none)."""
+        """k over ref at ``bucket``: the pairs and their mean log ratio (0 with none)."""
         x = [v for _, v, _ in self._ordered(bucket, k, ref)]
         return len(x), (sum(x) / len(x) if x else 0.0)
 

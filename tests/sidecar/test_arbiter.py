@@ -199,10 +199,10 @@ def test_a_duel_the_model_is_sure_of_is_urgent_while_its_pairs_bear_it_out() -> 
     alone = draws({0: 0.5, 1: 0.6, 2: 1.2, 3: 1.0})   # only k=2 can win: it alone is dueled
     v = decide(alone, MeasuredGoodput(), {16: 100}, old, live_error={16: 0.02}, can_duel=True)
     assert v.duels == ((9, 16, (2,)),) and v.urgent
-    paired = measured_with(16, 2, 3, math.log(1.02), sd=0.2)  # 30 pairs, not yet conclusive
+    paired = measured_with(16, 2, 3, math.log(1.05), sd=0.2)  # 30 pairs, not yet conclusive
     v = decide(alone, paired, {16: 100}, old, live_error={16: 0.02}, can_duel=True)
     assert v.duels == ((9, 16, (2,)),) and v.urgent
-    against = measured_with(16, 2, 3, math.log(0.98), sd=0.2)  # 30 pairs leaning the other way
+    against = measured_with(16, 2, 3, math.log(0.95), sd=0.2)  # 30 pairs leaning the other way
     v = decide(alone, against, {16: 100}, old, live_error={16: 0.02}, can_duel=True)
     assert v.duels == ((9, 16, (2,)),) and not v.urgent
     assert not decide(sure, MeasuredGoodput(), {}, old, can_duel=True).urgent  # nothing served

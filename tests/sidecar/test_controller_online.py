@@ -129,19 +129,20 @@ async def test_a_push_that_drops_live_goodput_is_rolled_back_and_held_out(tmp_pa
         assert again.outcome == "unchanged" and "held out" in again.reason and fake.table == STARTUP
 
 
-async def test_a_rollback_plans_the_duels_again_for_the_table_put_back(
+async def test_a_rollback_ends_the_duels_where_it_changed_the_k(
         tmp_path: Path, monkeypatch: Any) -> None:
-    """The duels planned against the pushed table are stale once it is rolled back: the
-    rollback sends the plan made for the table put back (here a duel of k=3 at B 5-8, where
-    the rollback put k=1 back), and the next rebuild's arbiter gets that plan."""
+    """A duel at a bucket the rollback changed duels the old incumbent (here k=1 at B 5-8,
+    planned against the pushed table's k=3, is the k the rollback puts back): it ends at once,
+    and the duels elsewhere run on (the next rebuild plans from what is served again)."""
     import dataclasses
 
     import sidecar.controller as controller_module
     real_choose = controller_module.choose
+    plan = ((5, 8, (1,)), (9, 16, (2,)))
 
-    def choose(*args: Any) -> Any:  # a challenger at B 5-8 only where the table runs k=1 there
+    def choose(*args: Any) -> Any:  # after the push: a duel at B 5-8 and one at B 9-16
         old = args[3]
-        duels = ((5, 8, (3,)),) if old is not None and old.k_at(6, 3) == 1 else ()
+        duels = plan if old is not None and old.k_at(6, 3) == 3 else ()
         return dataclasses.replace(real_choose(*args), duels=duels, planned=duels)
 
     monkeypatch.setattr(controller_module, "choose", choose)
@@ -155,8 +156,8 @@ async def test_a_rollback_plans_the_duels_again_for_the_table_put_back(
             clock.now += 1
             await c.tick()
         assert (await c.rebuild()).outcome == "pushed" and fake.table == TUNED
-        assert c.engine_table.planned == ()  # the push changed B 5-8: its duel has no verdict
-        puts = len(fake.policy_puts)
+        assert (await c.rebuild()).outcome == "unchanged"  # plans both duels on TUNED
+        assert fake.policy["duels"] == [[5, 8, [1]], [9, 16, [2]]]
         decision = None
         for steps in (60, 50, 51, 49, 50):
             fake.run(steps)
@@ -164,8 +165,8 @@ async def test_a_rollback_plans_the_duels_again_for_the_table_put_back(
             decision = decision or await c.tick()
         assert decision is not None and decision.outcome == "rolled_back", decision
         assert fake.table == STARTUP
-        assert c.engine_table.planned == ((5, 8, (3,)),)
-        assert len(fake.policy_puts) > puts and fake.policy["duels"] == [[5, 8, [3]]]
+        assert fake.policy["duels"] == [[9, 16, [2]]]
+        assert c.engine_table.planned == ((9, 16, (2,)),)
 
 
 async def test_acceptance_that_drops_after_k0_stretches_is_a_condition(tmp_path: Path) -> None:
