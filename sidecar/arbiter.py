@@ -46,8 +46,8 @@ delivers (sidecar/measured.py), so at a bucket with live steps:
   ``explore_horizon`` (docs/sidecar.md); the measurement still decides. From its
   URGENT_PAIRS-th pair on it stays urgent only while the pairs' mean favours the challenger (a
   model wrong in direction, e.g. a stale profile, buys a few pairs at the larger share; one
-  right in direction whose gain sits near the tie keeps it up to ``max_pairs``, at little
-  cost). While any duel is urgent only the urgent ones run (the share is the plugin's for
+  right in direction whose gain sits near the tie keeps it up to ``max_pairs``: a cost not
+  yet measured). While any duel is urgent only the urgent ones run (the share is the plugin's for
   every duel it runs, and the others are near-ties that can wait), so a duel the pairs bear
   out stays urgent until it settles: dropped to the usual share at 24 pairs, a CPU run's
   B 9-16 duel waited behind urgent ones for the rest of the run.
