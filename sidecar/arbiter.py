@@ -47,10 +47,10 @@ delivers (sidecar/measured.py), so at a bucket with live steps:
   URGENT_PAIRS-th pair on it stays urgent only while the pairs' mean favours the challenger (a
   model wrong in direction, e.g. a stale profile, buys a few pairs at the larger share; one
   right in direction whose gain sits near the tie keeps it up to ``max_pairs``: a cost not
-  yet measured). While any duel is urgent only the urgent ones run (the share is the plugin's for
-  every duel it runs, and the others are near-ties that can wait), so a duel the pairs bear
-  out stays urgent until it settles: dropped to the usual share at 24 pairs, a CPU run's
-  B 9-16 duel waited behind urgent ones for the rest of the run.
+  yet measured). While any duel is urgent every planned duel runs at that share (the share is
+  the plugin's for every duel it runs): a duel's cost is its pairs, at most ``max_pairs`` at
+  any share, and a duel held back waits for as long as an urgent one at a bucket the traffic
+  only passes through stays urgent (docs/sidecar.md: the H200's B 249-256).
 
 Buckets the engine did not serve since the last push that changed them are not decided here:
 their k stays (an edge is never moved on evidence from elsewhere).
@@ -93,7 +93,6 @@ class Verdicts:
     urgent: bool = False    # a dueled challenger the model is sure wins, the pairs not against
     ratio_error: float | None = None  # the model's error on ratios, where pairs checked it
     rotation: tuple[int, ...] = ()    # the k's the plugin's rotation visits (rotation_ks)
-    planned: tuple[Duel, ...] = ()    # every duel worth running: ``duels`` while none is urgent
 
     def switches(self) -> list[Call]:
         return [c for c in self.calls if c.status == "switch"]
@@ -110,8 +109,7 @@ class Arbiter:
     min_served: int
     max_pairs: int
     duel_width: int
-    # the duels the last rebuild planned: those the plugin runs, and those waiting behind an
-    # urgent one (they keep DROP_MARGIN and their turn, or they would reshuffle meanwhile)
+    # the duels the plugin runs now: they keep DROP_MARGIN and their turn
     duels: tuple[Duel, ...] = ()
     # the model's error measured live per bucket (None: model_error everywhere)
     live_error: Mapping[int, float] | None = None
@@ -194,8 +192,8 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
     the model may switch any served bucket). ``can_duel``: duels can settle what the model
     favours, so the model switches nothing (it orders the duels). ``pairable``: the buckets
     where a duel can pair (None: all); elsewhere no duel is asked for and the model decides
-    as where none can run. ``previous``: the duels the last rebuild planned (its
-    ``planned``), which end only beyond DROP_MARGIN. ``rotating``: the k's the plugin's
+    as where none can run. ``previous``: the duels running now, which end only beyond
+    DROP_MARGIN. ``rotating``: the k's the plugin's
     rotation visits now (() every k): one of them leaves it, as a running duel's challenger
     ends, only beyond DROP_MARGIN."""
     max_b, num_k = G_reps.shape[1], G_reps.shape[2]
@@ -286,8 +284,7 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
         calls += here
     served_ks = {int(k) for b, n in served.items() if n >= min_served
                  for k in ks[np.asarray(band_rows(b, max_b), dtype=np.int64) - 1]}
-    # the larger share is the plugin's for every duel it runs: only the urgent ones run then
     staying = marginal & set(rotating or ks_allowed)
-    return Verdicts(ks, calls, tuple(urgent or duels), bool(urgent), checked,
+    return Verdicts(ks, calls, tuple(duels), bool(urgent), checked,
                     rotation_ks(calls, ks_allowed, served_ks, restricted=allowed is not None,
-                                staying=staying), tuple(duels))
+                                staying=staying))

@@ -245,7 +245,7 @@ class Controller:
             # may still hold the change's own transient (one window of new counts first)
             live = {} if belief.settling() else {b: e.error for b, e in self.live_error.items()}
             arbiter = Arbiter(belief.goodput, dict(belief.goodput.served), s.model_error,
-                              s.min_served, s.max_pairs, s.duel_width, duels=self.engine_table.planned,
+                              s.min_served, s.max_pairs, s.duel_width, duels=self.engine_table.duels,
                               live_error=live, can_duel=s.explore_share > 0,
                               pairable=frozenset(belief.goodput.pairable()),
                               rotation=self.engine_table.rotation)
@@ -276,10 +276,9 @@ class Controller:
         if outcome == "pushed":
             # served since: what a next push may change; duels where it did not change the k go on
             changed = self.belief.pushed(old, choice.table)
-            choice = dataclasses.replace(choice, duels=surviving(choice.duels, changed),
-                                         planned=surviving(choice.planned, changed))
+            choice = dataclasses.replace(choice, duels=surviving(choice.duels, changed))
         await self.engine_table.set_exploration(
-            choice.duels, choice.urgent and not self.belief.settling(), choice.rotation, choice.planned)
+            choice.duels, choice.urgent and not self.belief.settling(), choice.rotation)
         return self._decide(choice, old, outcome, reason, trigger)
 
     async def rollback(self, verdict: Verdict) -> Decision:
@@ -295,8 +294,7 @@ class Controller:
             # a duel where the rollback changed the k duels the old incumbent: it ends; the
             # others run on until the next rebuild plans from what is served again
             t = self.engine_table
-            await t.set_exploration(surviving(t.duels, changed), t.urgent, t.rotation,
-                                    surviving(t.planned, changed))
+            await t.set_exploration(surviving(t.duels, changed), t.urgent, t.rotation)
         choice = self.proposal(back)
         chosen = Choice(back, choice.proposed, choice.G, choice.a_used, choice.a_raw, [])
         return self._decide(chosen, old, "rolled_back" if outcome == "pushed" else outcome,

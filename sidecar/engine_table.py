@@ -60,7 +60,6 @@ class EngineTable:
         self.hold_until: float | None = None
         self.hold_version: int | None = None
         self.duels: tuple[Duel, ...] = ()  # asked of the plugin
-        self.planned: tuple[Duel, ...] = ()  # the last rebuild's plan: duels, and those waiting
         self.urgent = False  # at urgent_share (sidecar/arbiter.py)
         self.duels_sent = False  # ever: then an empty list must be sent to end them
         self.rotation: tuple[int, ...] = ()  # the k's the rotation visits (): every runnable k
@@ -157,12 +156,9 @@ class EngineTable:
         return fields
 
     async def set_exploration(self, duels: tuple[Duel, ...], urgent: bool = False,
-                              rotation: tuple[int, ...] = (),
-                              planned: tuple[Duel, ...] | None = None) -> None:
-        """Ask the plugin for these duels, ``urgent`` ones at urgent_share, and a rotation over
-        ``rotation``'s k's (() every runnable k); nothing in dry-run, or when already set.
-        ``planned``: every duel the rebuild found worth running (``duels`` if None)."""
-        self.planned = duels if planned is None else planned
+                              rotation: tuple[int, ...] = ()) -> None:
+        """Ask the plugin for these duels, at urgent_share if ``urgent``, and a rotation over
+        ``rotation``'s k's (() every runnable k); nothing in dry-run, or when already set."""
         if ((duels, urgent, rotation) == (self.duels, self.urgent, self.rotation)
                 or self.settings.dry_run or not self.has_admin):
             return
@@ -178,10 +174,7 @@ class EngineTable:
         else:
             log.info("duels", extra={"duels": [[lo, hi, list(ks)] for lo, hi, ks in duels],
                                      "share": self.policy_fields()["duel_share"],
-                                     "rotation": list(rotation),
-                                     # planned, not sent: waiting behind an urgent duel
-                                     "waiting": [[lo, hi, list(ks)] for lo, hi, ks in self.planned
-                                                 if (lo, hi, ks) not in duels]})
+                                     "rotation": list(rotation)})
 
     async def put_policy(self) -> bool:
         try:

@@ -77,7 +77,6 @@ class Choice:
     urgent: bool = False    # a duel the model is sure of (sidecar/arbiter.py): a larger share
     ratio_error: float | None = None  # the model's, where pairs checked it (sidecar/model_error.py)
     rotation: tuple[int, ...] = ()    # the k's the rotation visits (sidecar/arbiter.py); (): all
-    planned: tuple[Duel, ...] = ()    # every duel worth running (``duels``: those sent)
 
     def described(self, old: Table | None, K: int) -> dict[str, Any]:
         """The decision line's fields that come from this choice (sidecar/decision.py)."""
@@ -114,8 +113,7 @@ def choose(blend: Blend, T_prof: FloatArray, state: EstimatorState, old: Table |
         v = _verdicts(arb, confident.ks, confident.G_reps, inputs) if arb else None
         return Choice(confident.table, confident.table, confident.G, a_used, a_raw, [], (),
                       v.duels if v else (), v.urgent if v else False,
-                      v.ratio_error if v else None, v.rotation if v else (),
-                      v.planned if v else ())
+                      v.ratio_error if v else None, v.rotation if v else ())
     max_b = blend.T.shape[0]
     old_ks = old.dense(max_b, num_speculative_tokens)[1:]
     if arb is not None:
@@ -156,7 +154,7 @@ def choose(blend: Blend, T_prof: FloatArray, state: EstimatorState, old: Table |
     v = _verdicts(arb, ks, confident.G_reps, inputs) if arb else None
     return Choice(table, confident.table, confident.G, a_used, a_raw, changes, (),
                   v.duels if v else (), v.urgent if v else False, v.ratio_error if v else None,
-                  v.rotation if v else (), v.planned if v else ())
+                  v.rotation if v else ())
 
 
 def _verdicts(arb: Arbiter, ks: npt.NDArray[np.int64], G_reps: FloatArray,
@@ -199,5 +197,4 @@ def _by_measure(blend: Blend, T_prof: FloatArray, old: Table, old_ks: list[int],
     if table == Table.from_dense(old_ks):
         table = old
     return Choice(table, proposed, G, a_used, a_raw, changes, tuple(verdicts.calls),
-                  verdicts.duels, verdicts.urgent, verdicts.ratio_error, verdicts.rotation,
-                  verdicts.planned)
+                  verdicts.duels, verdicts.urgent, verdicts.ratio_error, verdicts.rotation)

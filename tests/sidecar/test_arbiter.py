@@ -248,16 +248,17 @@ def test_an_urgent_duel_whose_first_pairs_disagree_with_the_model_drops_to_the_u
     assert not decide(flattered, m, {16: 100}, old, live_error={16: 0.02}, can_duel=True).urgent
 
 
-def test_while_a_duel_is_urgent_only_the_urgent_ones_run() -> None:
-    """The plugin's share holds for every duel it runs: at the urgent share only the duels the
-    model is sure of run; a near-tie elsewhere waits for them."""
+def test_while_a_duel_is_urgent_every_planned_duel_runs() -> None:
+    """The plugin's share holds for every duel it runs: beside a duel the model is sure of, a
+    near-tie elsewhere runs too (held back, it would wait as long as the urgent bucket stays
+    urgent, for ever where traffic only passes through it); without one, the usual share."""
     old = [3] * 16
     G = draws({0: 0.5, 1: 0.6, 2: 1.2, 3: 1.0}, max_b=16)
     near = draws({0: 0.5, 1: 0.6, 2: 1.01, 3: 1.0}, max_b=16)
     both = np.concatenate([near[:, :8], G[:, 8:]], axis=1)  # B 1..8 a near-tie, 9..16 sure
     v = decide(both, MeasuredGoodput(), {8: 100, 16: 100}, old, live_error={8: 0.02, 16: 0.02},
                can_duel=True)
-    assert v.urgent and v.duels == ((9, 16, (2,)),)
+    assert v.urgent and v.duels == ((5, 8, (2,)), (9, 16, (2,)))
     calm = decide(near, MeasuredGoodput(), {8: 100, 16: 100}, old, can_duel=True)
     assert not calm.urgent and calm.duels == ((5, 8, (2,)), (9, 16, (2,)))
 
@@ -409,25 +410,22 @@ def test_a_rotating_k_leaves_the_rotation_only_beyond_the_margin() -> None:
     assert rotation(far_below, ()) == (2, 3)                # beyond the margin it goes
 
 
-def test_a_duel_waiting_behind_an_urgent_one_keeps_its_margin() -> None:
-    """While a duel is urgent only it is sent, but the plan keeps the others: a near-tie that
-    was planned before stays planned within DROP_MARGIN, as a running duel does, so it does not
-    end and restart while it waits."""
+def test_a_running_duel_beside_an_urgent_one_keeps_its_margin() -> None:
+    """A near-tie running beside an urgent duel stays within DROP_MARGIN, as any running duel
+    does, so it does not end and restart rebuild by rebuild; one not running ends at the dip."""
     old = [3] * 16
     high = math.exp(NormalDist().inv_cdf(1 - 0.1 / 3 / 2) * math.hypot(0.01, 0.05))
     sure = draws({0: 0.5, 1: 0.6, 2: 1.2, 3: 1.0})
     dipped = draws({0: 0.5, 1: 0.6, 2: 0.995 / high, 3: 1.0})   # best case ~0.995
     G = np.concatenate([dipped[:, :8], sure[:, 8:]], axis=1)     # B 5-8 dipped, 9-16 sure
 
-    def plan(previous: tuple[Duel, ...]) -> tuple[tuple[Duel, ...], tuple[Duel, ...]]:
+    def plan(previous: tuple[Duel, ...]) -> tuple[Duel, ...]:
         v = arbitrate(np.array(old), G, MeasuredGoodput(), {8: 100, 16: 100}, None, tie=0.005,
                       confidence=0.9, model_error=0.05, min_served=32, max_pairs=40,
                       duel_width=1, previous=previous, can_duel=True)
         assert v.urgent
-        return v.duels, v.planned
+        return v.duels
 
     urgent = (9, 16, (2,))
-    # the last rebuild planned both and sent the urgent one: the waiting duel stays planned
-    assert plan(((5, 8, (2,)), urgent)) == ((urgent,), ((5, 8, (2,)), urgent))
-    # had the plan been only what was sent, the dip would end it
-    assert plan((urgent,)) == ((urgent,), (urgent,))
+    assert plan(((5, 8, (2,)), urgent)) == ((5, 8, (2,)), urgent)  # running: it stays
+    assert plan((urgent,)) == (urgent,)                            # not running: the dip ends it

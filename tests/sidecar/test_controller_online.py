@@ -143,7 +143,7 @@ async def test_a_rollback_ends_the_duels_where_it_changed_the_k(
     def choose(*args: Any) -> Any:  # after the push: a duel at B 5-8 and one at B 9-16
         old = args[3]
         duels = plan if old is not None and old.k_at(6, 3) == 3 else ()
-        return dataclasses.replace(real_choose(*args), duels=duels, planned=duels)
+        return dataclasses.replace(real_choose(*args), duels=duels)
 
     monkeypatch.setattr(controller_module, "choose", choose)
     clock = Clock()
@@ -166,7 +166,7 @@ async def test_a_rollback_ends_the_duels_where_it_changed_the_k(
         assert decision is not None and decision.outcome == "rolled_back", decision
         assert fake.table == STARTUP
         assert fake.policy["duels"] == [[9, 16, [2]]]
-        assert c.engine_table.planned == ((9, 16, (2,)),)
+        assert c.engine_table.duels == ((9, 16, (2,)),)
 
 
 async def test_acceptance_that_drops_after_k0_stretches_is_a_condition(tmp_path: Path) -> None:

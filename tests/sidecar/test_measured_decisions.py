@@ -143,35 +143,36 @@ async def test_a_table_the_model_is_sure_is_wrong_is_measured_at_the_urgent_shar
         assert fake.policy.get("duel_share") == 0.05  # once measured: the usual share again
 
 
-async def test_the_plan_behind_an_urgent_duel_reaches_the_next_rebuild(
+async def test_beside_an_urgent_duel_the_whole_plan_runs_and_reaches_the_next_rebuild(
         tmp_path: Path, monkeypatch: Any) -> None:
-    """While an urgent duel runs only it is sent, but the whole plan comes back to the next
-    rebuild as the duels running (their DROP_MARGIN and turn); the push at B 9-16 (k=2
-    measured better there) drops the planned duel at that bucket and keeps the other."""
+    """Beside an urgent duel every planned duel is sent, at the urgent share, and comes back
+    to the next rebuild as the duels running (their DROP_MARGIN and turn); the push at B 9-16
+    (k=2 measured better there) drops the duel at that bucket and keeps the other."""
     import dataclasses
 
     import sidecar.controller as controller_module
     urgent, waiting = (9, 16, (2,)), (5, 8, (2,))
-    handed: list[Any] = []   # (the duels a rebuild's arbiter got, the plan kept before it)
+    handed: list[Any] = []   # (the duels a rebuild's arbiter got, those running before it)
     held: dict[str, Any] = {}
     real_choose = controller_module.choose
 
     def choose(*args: Any) -> Any:
         inputs = args[-1]
         if inputs.arbiter is not None:
-            handed.append((inputs.arbiter.duels, held["c"].engine_table.planned))
-        return dataclasses.replace(real_choose(*args), duels=(urgent,), planned=(waiting, urgent),
-                                   urgent=True)
+            handed.append((inputs.arbiter.duels, held["c"].engine_table.duels))
+        return dataclasses.replace(real_choose(*args), duels=(waiting, urgent), urgent=True)
 
     monkeypatch.setattr(controller_module, "choose", choose)
     clock = Clock()
     fake = FakeEngine(table=[list(r) for r in START])
-    async with controller_for(fake, tmp_path, clock=clock, **options()) as (c, fake):
+    opts = options(urgent_share=0.4) | {"explore_share": 0.05, "explore_every": 0}
+    async with controller_for(fake, tmp_path, clock=clock, **opts) as (c, fake):
         held["c"] = c
         assert await c.tick() is None
         await serve(c, fake, clock, 60)
-        assert all(got == kept for got, kept in handed) and len(handed) >= 2
+        assert len(handed) >= 2
         assert (waiting, urgent) in [got for got, _ in handed]     # the whole plan came back
         assert ((waiting,)) in [got for got, _ in handed]          # after the push at B 9-16
-        assert ["duels" in p and [d[:2] for d in p["duels"]] for p in fake.policy_puts
-                if "duels" in p][0] == [[9, 16]]                      # only the urgent was sent
+        first = next(p for p in fake.policy_puts if p.get("duels"))
+        assert [d[:2] for d in first["duels"]] == [[5, 8], [9, 16]]  # both were sent
+        assert first["duel_share"] == 0.4                           # at the urgent share
