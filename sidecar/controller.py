@@ -1,14 +1,11 @@
 """One step of the sidecar: observe -> believe -> decide -> publish.
 
-:meth:`Controller.tick` is the paper's control law: read the engine (sidecar/observer.py),
-feed what it believes (sidecar/belief.py: â, T̂, realized goodput from the ring, the change
-tests), and rebuild every ``rebuild_every_steps`` engine steps, at once on a change of traffic,
-on new paired runs, or when at the current load another k beats the table's beyond confidence.
-A rebuild chooses (sidecar/rebuild.py; the arbiter decides by pairs where the plugin duels),
-pushes if that differs from the engine's table (not in dry-run, a foreign hold, or a table the
-guardrail holds out), logs one decision line and checkpoints; a push the guardrail judges lost
-is rolled back. Expected faults are logged once per state change; sidecar/app.py only loops.
-What it publishes is built by sidecar/publish.py. The clock is injected for tests.
+:meth:`Controller.tick` reads the engine (observer.py), updates what the sidecar believes
+(belief.py), and rebuilds every ``rebuild_every_steps`` engine steps, or at once on a change of
+traffic, new pairs, or another k beating the table at the current load. A rebuild chooses
+(rebuild.py, arbiter.py), pushes a table that differs (not in dry-run, under a foreign hold or
+where the guardrail holds it out), logs one decision line and checkpoints; a push the guardrail
+judges lost is rolled back. publish.py builds what it publishes; app.py only loops.
 """
 
 from __future__ import annotations
@@ -92,7 +89,7 @@ class Controller:
         """The loop sleeps ``delay_s`` before the next tick: its period, for /healthz."""
         self.beat.loop_delay_s = delay_s
 
-    # -- start ---------------------------------------------------------------------------
+    # -- one tick: connect first ----------------------------------------------------------
     async def _connect(self) -> bool:
         """Connect to the engine's admin endpoint; then the k the table may use."""
         if not await self.engine_table.connect():
@@ -109,7 +106,6 @@ class Controller:
                                      "dry_run": self.settings.dry_run})
         return True
 
-    # -- one tick ------------------------------------------------------------------------
     async def tick(self) -> Decision | None:
         """Scrape, estimate, maybe rebuild and push; the Decision if a rebuild happened."""
         self.beat.tick_started = self.clock()
@@ -270,9 +266,7 @@ class Controller:
             outcome, reason = await self.engine_table.push(choice.table, fresh)
         if outcome == "pushed" and old is not None and self.settings.guard_window:
             # the changes the pairs decided are judged by the pairs (sidecar/guardrail.py)
-            measured = tuple((c.bucket, c.k_old, c.k) for c in choice.calls
-                             if c.status == "switch" and c.decided_by == "measured")
-            self.watch.guard.start(old, choice.table, measured)
+            self.watch.guard.start(old, choice.table, choice.measured_switches())
         if outcome == "pushed":
             # served since: what a next push may change; duels where it did not change the k go on
             changed = self.belief.pushed(old, choice.table)
@@ -289,7 +283,6 @@ class Controller:
         changed = self.belief.pushed(old, back) if outcome == "pushed" else set()
         # the pairs that said "switch" lost to the engine's goodput: measure again from here
         self.belief.goodput.forget()
-        self.belief.goodput.mark()
         if outcome == "pushed":
             # a duel where the rollback changed the k duels the old incumbent: it ends; the
             # others run on until the next rebuild plans from what is served again

@@ -78,6 +78,11 @@ class Choice:
     ratio_error: float | None = None  # the model's, where pairs checked it (sidecar/model_error.py)
     rotation: tuple[int, ...] = ()    # the k's the rotation visits (sidecar/arbiter.py); (): all
 
+    def measured_switches(self) -> tuple[tuple[int, int, int], ...]:
+        """(bucket, k_old, k) of every switch the pairs decided."""
+        return tuple((c.bucket, c.k_old, c.k) for c in self.calls
+                     if c.status == "switch" and c.decided_by == "measured")
+
     def described(self, old: Table | None, K: int) -> dict[str, Any]:
         """The decision line's fields that come from this choice (sidecar/decision.py)."""
         return {"a_hat": [round(float(a), 6) for a in self.a_used],

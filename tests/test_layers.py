@@ -91,3 +91,14 @@ SIDECAR_ORDER = {"sidecar.observer": {"sidecar.belief", "sidecar.controller", "s
 def test_the_sidecar_reads_before_it_believes_before_it_decides(name: str) -> None:
     above = loaded_by(name) & SIDECAR_ORDER[name]
     assert not above, f"importing {name} loaded {sorted(above)}"
+
+
+def test_the_controller_only_decides_and_publishes() -> None:
+    """docs/sidecar.md promises a controller of at most 350 lines: reading, believing and
+    choosing live in their own modules, and a new rule that lands here instead shows."""
+    from pathlib import Path
+
+    import sidecar.controller
+
+    lines = Path(sidecar.controller.__file__).read_text().splitlines()
+    assert len(lines) <= 350, f"sidecar/controller.py has {len(lines)} lines"
