@@ -8,6 +8,10 @@
   every other one frozen; started with the user's defaults (`tabletune sidecar --profile P`;
   the engine's URLs and its own port are wiring, not tuning).
 
+- the bandit arm (the field bench's `nightjar-style`): every sidecar frozen, the plugin's
+  Nightjar-style baseline switched on, which starts a fresh bandit (vllm_patch/admin.py); it
+  is switched off before any other arm.
+
 Each arm waits `idle_s` (a quiet spell, the sidecar awake in its arm), then runs the shape's
 client runs back to back, each starting fresh. Around every run the engine's own counters are
 read (generated tokens, the plugin's steps, acceptance and table version) as a cross-check of
@@ -131,13 +135,15 @@ class Arms:
     def __init__(self, server_url: str, engine: EngineClient, admin: EngineClient,
                  sidecars: Mapping[str, PausedSidecar], tables: Mapping[str, Table], model: Path,
                  served_name: str, out: Path, idle_s: float,
-                 client_flags: tuple[str, ...] = ()) -> None:
+                 client_flags: tuple[str, ...] = (), bandit: str | None = None) -> None:
         self.host, port = server_url.removeprefix("http://").rsplit(":", 1)
         self.port = int(port)
         self.engine, self.admin, self.tables = engine, admin, tables
         self.sidecars = {arm: Awake(s) for arm, s in sidecars.items()}  # arm -> its sidecar
         self.client_flags = client_flags  # e.g. the client's --goodput SLOs
         self.model, self.served_name, self.out, self.idle_s = model, served_name, out, idle_s
+        self.bandit = bandit           # the arm whose k the plugin's bandit picks
+        self.bandit_on = False
 
     async def run(self, shape: Shape, arm: str, seed: int, tag: str) -> ArmRun:
         """One arm of one shape: its runs' client results and engine counts, and (a sidecar
@@ -151,11 +157,19 @@ class Arms:
                       wall_s=round(time.monotonic() - t0, 2), phases=phases, sidecar=seen)
 
     async def enter(self, arm: str) -> Awake | None:
-        """The engine in `arm`: every other sidecar frozen, then the arm's own thawed (its table
-        and policy restored) or the arm's table pushed unless the engine runs it."""
+        """The engine in `arm`: every other sidecar frozen, the bandit off unless it is the arm,
+        then the arm's own sidecar thawed (its table and policy restored), a fresh bandit, or
+        the arm's table pushed unless the engine runs it."""
         for other, s in self.sidecars.items():  # at most one sidecar awake: the arm's own
             if other != arm:
                 await s.freeze()
+        if self.bandit_on:  # off first: a sidecar's restored policy keeps the baseline it finds
+            await self.admin.put_policy(baseline="none")
+            self.bandit_on = False
+        if arm == self.bandit:
+            await self.admin.put_policy(baseline="nightjar")
+            self.bandit_on = True
+            return None
         awake = self.sidecars.get(arm)
         if awake is not None:
             await awake.thaw()
@@ -182,11 +196,15 @@ class Arms:
                      engine=EngineCounts(
                          generated_tokens=g1 - g0, steps=s1.engine_steps - s0.engine_steps,
                          step_ms=load.step_ms if load else None,
+                         steps_per_k={k: n - s0.engine_steps_per_k.get(k, 0)
+                                      for k, n in sorted(s1.engine_steps_per_k.items())},
                          table_version=[s0.table_version, s1.table_version],
                          accepted_per_pos=_delta(s0.accepted_per_pos, s1.accepted_per_pos),
                          drafted_per_pos=_delta(s0.drafted_per_pos, s1.drafted_per_pos)))
 
     async def close(self) -> None:
+        if self.bandit_on:
+            await self.admin.put_policy(baseline="none")
         for s in self.sidecars.values():
             await s.sidecar.close()
 

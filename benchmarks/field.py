@@ -7,11 +7,12 @@ table, the quarter-shrunk and TurboSpec-style tables, and at most one sidecar
 (`sidecar-from-quarter`, `-from-documented`, `-from-tuned`, `-from-fixed-kN`: the real sidecar with
 the user's defaults, started from that table, awake only in its own runs) and one observing
 sidecar (`watch-from-...`: the same with `--dry-run`, its own process, so a run can pair
-observing against observing and exploring). No speculation needs
-a second engine and is not an arm here. Block after block, every traffic shape
-(benchmarks/traffic.py: closed loops at each concurrency, bursty Poisson arrivals, a ramp up
-and down, mixed lengths) runs once under every policy, in an order shuffled each block, all on
-the same requests (the client's seed; a new seed each block).
+observing against observing and exploring), and the plugin's Nightjar-style bandit
+(`nightjar-style`: switched on fresh for each of its arms, so it learns within the arm, as the
+windowed bench runs it). No speculation needs a second engine and is not an arm here. Block
+after block, every traffic shape (benchmarks/traffic.py: closed loops at each concurrency,
+bursty Poisson arrivals, a ramp up and down, mixed lengths) runs once under every policy, in an
+order shuffled each block, all on the same requests (the client's seed; a new seed each block).
 
 summary.json (benchmarks/field_summary.py) holds per shape and policy the client's output
 throughput, TTFT/TPOT/ITL p50 and p99, acceptance length and request goodput under
@@ -44,8 +45,8 @@ from benchmarks.client_bench import (Blocks, add_traffic_flags, bench_parser, bl
 from benchmarks.design import rotated
 from benchmarks.field_summary import summarize, summary
 from benchmarks.noharm_summary import arm_throughput
-from benchmarks.policies import (NOSPEC, SIDECAR_KINDS, SIDECAR_POLICIES, expand, policy_tables,
-                                 sidecar_flags)
+from benchmarks.policies import (NIGHTJAR, NOSPEC, SIDECAR_KINDS, SIDECAR_POLICIES, expand,
+                                 policy_tables, sidecar_flags)
 from benchmarks.policies import engine_args as bench_engine_args
 from benchmarks.scenario import Scenario, scenario_of, serving
 from benchmarks.stateful import USER_DEFAULTS, PausedSidecar
@@ -100,11 +101,14 @@ def config(args: argparse.Namespace, argv: list[str]) -> Config:
         if SIDECAR_POLICIES[p] not in tables:
             raise InvalidInput(f"--policies: {p} starts from the profile's "
                                f"{SIDECAR_POLICIES[p]} table, which it does not have")
-    unknown = [p for p in policies if p not in tables and p not in sidecars]
+    unknown = [p for p in policies if p not in tables and p not in sidecars and p != NIGHTJAR]
     if unknown:
-        known = [*sorted(tables), *SIDECAR_POLICIES]
+        known = [*sorted(tables), *SIDECAR_POLICIES, NIGHTJAR]
         raise InvalidInput(f"--policies: {','.join(unknown)} not known for this profile; use "
                            f"some of {','.join(known)}")
+    if not any(p in tables for p in policies):
+        raise InvalidInput(f"--policies={args.policies!r}: no table to compare against; add "
+                           "some, e.g. fixed-k*,tuned")
     sidecar_args = tuple(args.sidecar_arg or ())
     if sidecar_args and not sidecars:
         raise InvalidInput(f"--sidecar-arg={sidecar_args[0]}: no sidecar policy runs; add one, "
@@ -219,7 +223,8 @@ async def run(cfg: Config) -> dict[str, Any]:
             info[f"{key}_log"] = f"{key}-part{info['part']}.log.gz"
         client_flags = ("--goodput", *cfg.goodput) if cfg.goodput else ()
         arms = Arms(up.server.url, up.engine, admin, sidecars, cfg.tables, s.model, SERVED_NAME,
-                    s.out, cfg.idle_s, client_flags)
+                    s.out, cfg.idle_s, client_flags,
+                    bandit=NIGHTJAR if NIGHTJAR in cfg.policies else None)
 
         async def round_(block: int, seed: int) -> list[tuple[int, ArmRun]]:
             return await one_round(arms, cfg, block, seed, info["part"])
@@ -241,7 +246,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--policies", default="fixed-k*,documented,tuned",
                     help="tables (fixed-k*, documented, tuned, quarter, turbospec-style, "
                          "tuned@tie=X, tuned-of:PATH), at most one sidecar-from-TABLE and at "
-                         "most one watch-from-TABLE (a --dry-run sidecar)")
+                         "most one watch-from-TABLE (a --dry-run sidecar), nightjar-style "
+                         "(the plugin's bandit)")
     ap.add_argument("--sidecar-arg", action="append",
                     help="a flag after the sidecar's defaults, repeatable (default: none)")
     ap.add_argument("--goodput", help="the client's SLOs for request goodput, e.g. 'tpot:50'")

@@ -173,6 +173,14 @@ def test_the_policies_expand_and_carry_their_tables(profile: Path, tmp_path: Pat
     assert config(parser().parse_args(with_drafter), with_drafter).scenario.drafter == tmp_path / "eagle3"
 
 
+def test_the_bandit_is_a_policy_without_a_table(profile: Path, tmp_path: Path) -> None:
+    argv = ["--profile", str(profile), "--model", str(tmp_path), "--policies",
+            "fixed-k*,nightjar-style"]
+    cfg = config(parser().parse_args(argv), argv)
+    assert cfg.policies == (*(f"fixed-k{k}" for k in range(4)), "nightjar-style")
+    assert "nightjar-style" not in cfg.tables and cfg.sidecars == ()
+
+
 def test_a_run_may_pair_an_observing_sidecar_with_one_that_explores(profile: Path,
                                                                    tmp_path: Path) -> None:
     """Two processes from the same table: the watch one adds --dry-run after the user's flags,
@@ -198,6 +206,7 @@ def test_a_run_may_pair_an_observing_sidecar_with_one_that_explores(profile: Pat
     (["--policies", "fixed-k1,watch-from-quarter,watch-from-tuned,sidecar-from-tuned"],
      "watch-from-quarter,watch-from-tuned: one watch-from-TABLE a run"),
     (["--policies", "fixed-k1,best"], "--policies: best not known for this profile"),
+    (["--policies", "nightjar-style,sidecar-from-quarter"], "no table to compare against"),
     (["--sidecar-arg=--explore-every=0"], "--sidecar-arg=--explore-every=0: no sidecar policy runs"),
     (["--goodput", "tpot=50"], "--goodput='tpot=50': 'tpot=50' is not METRIC:MS"),
     (["--goodput", "speed:5"], "'speed:5' is not METRIC:MS"),

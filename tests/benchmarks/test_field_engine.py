@@ -1,7 +1,7 @@
-"""The field bench end to end on the real CPU engine, reduced (issue #35 item 6): two tables
-and two sidecars (one exploring, one observing) under a closed loop and Poisson arrivals, on a
-prompts file of the client's `custom` dataset, one block; the client's saved result of every
-run is read back."""
+"""The field bench end to end on the real CPU engine, reduced (issue #35 item 6): two tables,
+two sidecars (one exploring, one observing) and the plugin's bandit under a closed loop and
+Poisson arrivals, on a prompts file of the client's `custom` dataset, one block; the client's
+saved result of every run is read back."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def test_a_scenario_runs_on_your_prompts_and_keeps_the_clients_results(tmp_path:
     profile.save(tmp_path / "profile.json")
     out = tmp_path / "out"
     rc = main(["--profile", str(tmp_path / "profile.json"), "--model", str(default_model().target),
-               "--out", str(out), "--policies", "fixed-k0,fixed-k3,sidecar-from-tuned,watch-from-tuned",
+               "--out", str(out), "--policies",
+               "fixed-k0,fixed-k3,sidecar-from-tuned,watch-from-tuned,nightjar-style",
                "--shapes", "burst,poisson",
                "--concurrency", "2", "--rates", "4", "--run-s", "2", "--waves", "2",
                "--blocks", "1", "--warmup-rounds", "0", "--idle-s", "0",
@@ -35,7 +36,7 @@ def test_a_scenario_runs_on_your_prompts_and_keeps_the_clients_results(tmp_path:
                "--sidecar-arg=--rebuild-every-steps=10"])  # rebuilds inside the short arms
     assert rc == 0
     record = json.loads((out / "field.json").read_text())
-    policies = ("fixed-k0", "fixed-k3", "sidecar-from-tuned", "watch-from-tuned")
+    policies = ("fixed-k0", "fixed-k3", "sidecar-from-tuned", "watch-from-tuned", "nightjar-style")
     assert {(r["shape"], r["arm"]) for r in record["runs"]} == {
         (s, p) for s in ("burst-c2", "poisson-r4") for p in policies}
     # each sidecar arm reports its own process's doings; the watch one only recommends
@@ -52,13 +53,22 @@ def test_a_scenario_runs_on_your_prompts_and_keeps_the_clients_results(tmp_path:
     assert outcomes["watch"] == {"dry_run"}
     assert outcomes["sidecar"] and "dry_run" not in outcomes["sidecar"]
     saved = sorted((out / "runs").glob("*.json"))
-    assert len(saved) == 8
+    assert len(saved) == 10
     for path in saved:  # the client's own result, as --save-result writes it
         result = ClientResult.model_validate(json.loads(path.read_text()))
         assert result.completed >= 4 and result.total_output_tokens > 0
         assert result.request_goodput == pytest.approx(result.request_throughput)  # a loose SLO
         # the file's output lengths (16..64 tokens), not --output-len's 200 ± 50%
         assert result.total_output_tokens <= 64 * result.completed
+    # the bandit picks k itself (untried k's first) on the table it finds, and is off in the
+    # other arms: fixed k=0 verifies nothing else, whichever arm ran before it
+    ks = {(r["arm"], r["shape"]): {int(k) for p in r["phases"]
+                                   for k, n in p["engine"]["steps_per_k"].items() if n > 0}
+          for r in record["runs"]}
+    assert all(len(ks[("nightjar-style", s)]) >= 2 for s in ("burst-c2", "poisson-r4")), ks
+    assert all(ks[("fixed-k0", s)] == {0} for s in ("burst-c2", "poisson-r4")), ks
+    assert all(p["engine"]["table_version"][0] == p["engine"]["table_version"][1]
+               for r in record["runs"] if r["arm"] == "nightjar-style" for p in r["phases"])
     summary = json.loads((out / "summary.json").read_text())
     k3 = summary["shapes"][0]["policies"]["fixed-k3"]["figures"]
     assert k3["output_throughput"]["median"] > 0 and k3["tpot_p50_ms"]["median"] > 0
