@@ -203,10 +203,12 @@ class Arms:
                          drafted_per_pos=_delta(s0.drafted_per_pos, s1.drafted_per_pos)))
 
     async def close(self) -> None:
-        if self.bandit_on:
-            await self.admin.put_policy(baseline="none")
-        for s in self.sidecars.values():
-            await s.sidecar.close()
+        try:
+            if self.bandit_on:  # the engine may be gone: the sidecars still close
+                await self.admin.put_policy(baseline="none")
+        finally:
+            for s in self.sidecars.values():
+                await s.sidecar.close()
 
 
 @dataclass(frozen=True, slots=True)

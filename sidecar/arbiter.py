@@ -49,8 +49,9 @@ delivers (sidecar/measured.py), so at a bucket with live steps:
   right in direction whose gain sits near the tie keeps it up to ``max_pairs``: a cost not
   yet measured). While any duel is urgent every planned duel runs at that share (the share is
   the plugin's for every duel it runs): a duel's cost is its pairs, at most ``max_pairs`` at
-  any share, and a duel held back waits for as long as an urgent one at a bucket the traffic
-  only passes through stays urgent (docs/sidecar.md: the H200's B 249-256).
+  any share (an argument: the cost of near-ties run at the urgent share is not measured), and
+  a duel held back waits for as long as an urgent one at a bucket the traffic only passes
+  through stays urgent (docs/sidecar.md: the H200's B 249-256).
 
 Buckets the engine did not serve since the last push that changed them are not decided here:
 their k stays (an edge is never moved on evidence from elsewhere).
@@ -193,14 +194,13 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
     favours, so the model switches nothing (it orders the duels). ``pairable``: the buckets
     where a duel can pair (None: all); elsewhere no duel is asked for and the model decides
     as where none can run. ``previous``: the duels running now, which end only beyond
-    DROP_MARGIN. ``rotating``: the k's the plugin's
-    rotation visits now (() every k): one of them leaves it, as a running duel's challenger
-    ends, only beyond DROP_MARGIN."""
+    DROP_MARGIN. ``rotating``: the k's the plugin's rotation visits now (() every k): one of
+    them leaves it, as a running duel's challenger ends, only beyond DROP_MARGIN."""
     max_b, num_k = G_reps.shape[1], G_reps.shape[2]
     ks = np.asarray(old_ks, dtype=np.int64).copy()
     calls: list[Call] = []
     duels = []
-    urgent: list[Duel] = []
+    urgent = False
     marginal: set[int] = set()  # kept by the model's best case, but within DROP_MARGIN of 1
     ks_allowed = sorted(allowed) if allowed is not None else list(range(num_k))
     checked = ratio_error(G_reps, measured) if live_error is not None else None
@@ -279,12 +279,12 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
             if open_ and (pairable is None or bucket in pairable):
                 duel = (int(rows[0]), int(rows[-1]), tuple(c.k for c in open_))
                 duels.append(duel)
-                if _urgent(assumed[open_[0].k], measured.so_far(bucket, open_[0].k, k), tie):
-                    urgent.append(duel)
+                urgent = urgent or _urgent(assumed[open_[0].k],
+                                           measured.so_far(bucket, open_[0].k, k), tie)
         calls += here
     served_ks = {int(k) for b, n in served.items() if n >= min_served
                  for k in ks[np.asarray(band_rows(b, max_b), dtype=np.int64) - 1]}
     staying = marginal & set(rotating or ks_allowed)
-    return Verdicts(ks, calls, tuple(duels), bool(urgent), checked,
+    return Verdicts(ks, calls, tuple(duels), urgent, checked,
                     rotation_ks(calls, ks_allowed, served_ks, restricted=allowed is not None,
                                 staying=staying))
