@@ -4,7 +4,8 @@
 # `.gpu/bin/device_run.sh recv unpack` there).
 # Run from the repo root on the GPU machine:  SETTING=... bash benchmarks/gpu/h200.sh STAGE [STAGE...]
 #   install      the project (no deps, no network) into /tmp/tt, missing wheels from .whl/ into /tmp/whl
-#   moe-kernels  put vLLM's MoE kernels (carried as .gpu/moe_kernels.xz) into /tmp/site/vllm
+#   moe-kernels  put vLLM's MoE kernels into /tmp/site/vllm: carried as .gpu/moe_kernels.xz, or in
+#                two calls as its halves .gpu/m1 and .gpu/m2 (kept in /tmp/parts until both came)
 #   tune         tabletune tune for the setting, K=3, emulated a=0.75/0.55/0.40 (resumable: a stage
 #                killed by its time budget continues on the next call)
 #   bench        the paired, interval-based bench (python -m benchmarks) against the setting's
@@ -48,6 +49,9 @@
 #                    per K of the startup table; 0.26's V2 refuses ngram and draft_model)
 #   32b-eagle3-v2    32B-shaped dense Llama, a one-layer dummy EAGLE-3 head at its width
 #                    (.gpu/model32/eagle3 from prepare_settings.sh), V2 runner, synthetic acceptance
+#   moe30b-eagle3-v2 Qwen3-30B-A3B-shaped MoE, a one-layer dummy EAGLE-3 head at its width
+#                    (.gpu/moe30b/eagle3), V2 runner (0.26's V2 lists no MoE limit), synthetic
+#                    acceptance; needs the moe-kernels stage first
 # env: OUT (results), TUNE_S / BENCH_S (time budgets), LOADS, POLICIES, GRID, REPEATS, MAX_REPEATS, EMULATE,
 #      MAX_SEQS (tune: max_num_seqs, 256; the field bench takes the profile's),
 #      WINDOW_S, PRIME_S, BLOCKS, NOISE_CV, MIX (steady|chat: the bench's --workload-mix), SEED,
@@ -72,6 +76,9 @@ case $SETTING in
                 export VLLM_USE_V2_MODEL_RUNNER=1 ;;
   32b-eagle3-v2) MODEL_DIR=model32; SPEC=(--method eagle3 --drafter /tmp/model32/eagle3);  ONE=${ONE_SERVER:-1}; BY=vllm
                 DRAFTER=/tmp/model32/eagle3; DONE=h200-vllm0.26-32b-eagle3-v2
+                export VLLM_USE_V2_MODEL_RUNNER=1 ;;
+  moe30b-eagle3-v2) MODEL_DIR=moe30b; SPEC=(--method eagle3 --drafter /tmp/moe30b/eagle3); ONE=${ONE_SERVER:-1}; BY=vllm
+                DRAFTER=/tmp/moe30b/eagle3; DONE=h200-vllm0.26-moe30b-eagle3-v2
                 export VLLM_USE_V2_MODEL_RUNNER=1 ;;
   *) echo "unknown SETTING $SETTING"; exit 2 ;;
 esac
@@ -99,7 +106,7 @@ free_gpu() { nvidia-smi -i "${GPU:-0}" --query-compute-apps=pid --format=csv,noh
 STATUS=0; need() { [ -s "$1" ] || { echo "stage $stage left no $1"; STATUS=1; }; }
 # prepare_settings.sh leaves the drafter heads' tokenizer.json behind (carry size), and each
 # `device_run.sh recv` copies the model folders again: the target's, before any stage
-for m in model model32; do for d in eagle3 drafter; do
+for m in model model32 moe30b; do for d in eagle3 drafter; do
   if [ -d /tmp/$m/$d ] && [ ! -f /tmp/$m/$d/tokenizer.json ]; then cp /tmp/$m/tokenizer.json /tmp/$m/$d/; fi
 done; done
 for stage in "$@"; do
@@ -110,9 +117,15 @@ case $stage in
   [ -d .whl ] && python3 -m pip install -q --no-deps --no-index --target /tmp/whl .whl/*.whl 2>&1 | tail -3
   python3 -c "import tabletune.cli, sidecar.settings, vllm_patch.plugin; print('tabletune importable')" ;;
  moe-kernels)
-  [ -f /tmp/site/vllm/_moe_C_stable_libtorch.abi3.so ] || xz -dc .gpu/moe_kernels.xz > /tmp/site/vllm/_moe_C_stable_libtorch.abi3.so
-  ls -la /tmp/site/vllm/_moe_C_stable_libtorch.abi3.so
-  for m in moe30b; do [ -d .gpu/$m ] && { rm -rf /tmp/$m; cp -r .gpu/$m /tmp/$m; }; done; true ;;
+  SO=/tmp/site/vllm/_moe_C_stable_libtorch.abi3.so; mkdir -p /tmp/parts
+  for h in m1 m2; do [ -f .gpu/$h ] && cp .gpu/$h /tmp/parts/$h; done
+  if [ ! -d /tmp/site/vllm ]; then echo "MoE kernels: unpack vLLM first"
+  elif [ ! -f $SO ] && [ -f .gpu/moe_kernels.xz ]; then xz -dc .gpu/moe_kernels.xz > $SO
+  elif [ ! -f $SO ] && [ -f /tmp/parts/m1 ] && [ -f /tmp/parts/m2 ]; then cat /tmp/parts/m1 /tmp/parts/m2 | xz -dc > $SO
+  fi
+  ls -la $SO 2>/dev/null || echo "MoE kernels: $(ls /tmp/parts | tr '\n' ' ')so far; carry the other half next call"
+  for m in moe30b; do [ -d .gpu/$m ] && { rm -rf /tmp/$m; cp -r .gpu/$m /tmp/$m; }; done
+  [ -d /tmp/moe30b/eagle3 ] && cp /tmp/moe30b/tokenizer.json /tmp/moe30b/eagle3/; true ;;
  tune)
   /usr/bin/time -f "tune wall %e s" timeout "${TUNE_S:-520}" python3 -m tabletune.cli tune --model "$MODEL" \
      "${SPEC[@]}" -K 3 --max-num-seqs "${MAX_SEQS:-256}" "${ONE_FLAG[@]}" \

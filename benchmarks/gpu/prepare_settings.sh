@@ -7,8 +7,10 @@
 #                          V2 refuses draft_model and ngram, it runs eagle/eagle3/mtp only)
 #   .gpu/model32/eagle3/   the same head at the 32B target's width (hidden 5120, 40 heads, 8 KV
 #                          heads, head_dim 128, intermediate 27648: read from model32's config)
-#   .gpu/moe_kernels.xz    vLLM's MoE kernels (_moe_C_stable_libtorch.abi3.so, 47 MB -> ~12 MB),
-#                          which prepare.sh leaves out of the tarball; carried beside c2
+#   .gpu/moe30b/eagle3/    the same head at the MoE target's width (hidden 2048, 32 heads)
+#   .gpu/moe_kernels.xz    vLLM's MoE kernels (_moe_C_stable_libtorch.abi3.so, 47 MB -> 40 MB),
+#                          which prepare.sh leaves out of the tarball; too large beside the tree,
+#   .gpu/m1, .gpu/m2       so carried in two halves (h200.sh's moe-kernels stage joins them)
 #   .gpu/c1, .gpu/c2, ...  re-split so that each chunk plus the working tree (12.9 MB on
 #                          2026-12-03) fits the 64 MiB a call carries: prepare.sh's 62 MB chunk
 #                          plus the tree passed the limit; three chunks since the tree grew
@@ -16,11 +18,11 @@ set -euo pipefail
 S=$(git rev-parse --show-toplevel); G=$S/.gpu
 [ -f "$G/model/config.json" ] || { echo "run bash ../shared/gpu/prepare.sh first (no $G/model)"; exit 1; }
 [ -f "$G/model32/config.json" ] || { echo "run bash ../shared/gpu/prepare.sh first (no $G/model32)"; exit 1; }
-mkdir -p "$G/moe30b" "$G/model/eagle3" "$G/model32/eagle3"
+mkdir -p "$G/moe30b" "$G/model/eagle3" "$G/model32/eagle3" "$G/moe30b/eagle3"
 # drafter heads carry no tokenizer.json of their own (2.3 MB each against a 64-MiB carry):
 # h200.sh's install stage copies the target's beside them on the device
 cp "$G"/model/tokenizer*.json "$G/model/generation_config.json" "$G/moe30b/"
-for d in model/eagle3 model32/eagle3 model/drafter; do
+for d in model/eagle3 model32/eagle3 moe30b/eagle3 model/drafter; do
   cp "$G/model/tokenizer_config.json" "$G/model/generation_config.json" "$G/$d/"
   rm -f "$G/$d/tokenizer.json"
 done
@@ -40,7 +42,7 @@ moe = dict(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", hidden
            output_router_logits=False, router_aux_loss_coef=0.001, initializer_range=0.02,
            bos_token_id=base["bos_token_id"], eos_token_id=base["eos_token_id"], vocab_size=vocab)
 json.dump(moe, open(f"{G}/moe30b/config.json", "w"), indent=1)
-# EAGLE-3 heads for the 3B and the 32B target: one decoder layer at the target's width, full
+# EAGLE-3 heads for the 3B, the 32B and the MoE target: one decoder layer at the target's width, full
 # draft vocab (draft_vocab_size == vocab_size keeps d2t at zeros = identity under dummy weights)
 def eagle3(target):
     t = json.load(open(f"{G}/{target}/config.json"))
@@ -54,13 +56,14 @@ def eagle3(target):
                 initializer_range=0.02)
     json.dump(head, open(f"{G}/{target}/eagle3/config.json", "w"), indent=1)
     return f"{target}/eagle3 (hidden {head['hidden_size']}, {head['num_attention_heads']} heads)"
-print("configs: moe30b,", eagle3("model") + ",", eagle3("model32"))
+print("configs: moe30b,", eagle3("model") + ",", eagle3("model32") + ",", eagle3("moe30b"))
 EOF
 if [ ! -f "$G/moe_kernels.xz" ]; then
   W=$(ls "$G"/dl/vllm-0.26.0-*.whl)
   unzip -p "$W" vllm/_moe_C_stable_libtorch.abi3.so | xz -6 -T0 > "$G/moe_kernels.xz"
 fi
-ls -la "$G/moe_kernels.xz"; du -sh "$G/moe30b" "$G/model" "$G/model32"
+(cd "$G" && rm -f m? && split -n 2 -a 1 moe_kernels.xz mpart_ && mv mpart_a m1 && mv mpart_b m2)
+ls -la "$G/moe_kernels.xz" "$G/m1" "$G/m2"; du -sh "$G/moe30b" "$G/model" "$G/model32"
 # each chunk + the working tree (+ 5 MB for bin/, both targets' configs and tokenizers, .whl)
 # must stay under the 64 MiB a call carries: as many equal chunks c1, c2, c3... as that takes
 TREE=$(cd "$S" && git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
