@@ -84,8 +84,9 @@ TAIL_STEPS = 1024     # ring steps kept to pair a run whose reference is still c
 CYCLE_IDLE = 3.0      # a cycle this many times its neighbours' median had the engine idle
 PAIRABLE_SHARE = 1 / 3  # a pair needs a third of a run's window in its bucket (pairs_in: the
                         # run's MIN_RUN_STEPS and half a run of reference steps)
-UNPAIRED_WINDOWS = 2    # a bucket that explored this many run windows of steps and paired none
-                        # is one the load passes through (a drain holds it, runs never line up)
+UNPAIRED_RUNS = 3       # a bucket where this many runs began and none paired is one the load
+                        # passes through (a drain holds it, runs never line up); at a plateau a
+                        # run's pair forms before the next run may start (duel.py's min_gap)
 
 
 FloatArray = npt.NDArray[np.float64]
@@ -356,10 +357,11 @@ class MeasuredGoodput:
     recent: deque[int] = field(default_factory=deque)   # the last ``window`` steps' buckets
     in_recent: Counter[int] = field(default_factory=Counter)
     held: set[int] = field(default_factory=set)
-    # per bucket since the last ``mark``: steps at another k than the table's there, and whether
-    # any of them paired (an explored bucket that never pairs is one the load passes through)
-    explored: Counter[int] = field(default_factory=Counter)
+    # per bucket since the last ``mark``: the runs (MIN_RUN_STEPS steps at another k than the
+    # table's, a rotation's shorter runs never pair) that began there, and whether any paired
+    runs: Counter[int] = field(default_factory=Counter)
     paired: set[int] = field(default_factory=set)
+    run_start: tuple[int, int] | None = None  # the run under way: (its first bucket, its steps)
 
     def ingest(self, steps: Sequence[Step], table_k: Sequence[int] | None = None) -> list[Pair]:
         """Add the ring's steps newer than the last seen (a six-field step, from a plugin that
@@ -381,9 +383,8 @@ class MeasuredGoodput:
                 self.in_recent[self.recent.popleft()] -= 1
             if self.in_recent[bucket] >= PAIRABLE_SHARE * self.window:
                 self.held.add(bucket)
-            if (table_k is not None and 0 < s.batch_size < len(table_k)
-                    and s.k_drafted != table_k[s.batch_size]):
-                self.explored[bucket] += 1
+            self._count_run(bucket, table_k is not None and 0 < s.batch_size < len(table_k)
+                            and s.k_drafted != table_k[s.batch_size])
             # the cells speak for decode steps, what the model describes: a step that also
             # prefilled (a burst's ramp-up, through the same buckets) costs every k alike
             decode = s.tokens <= s.batch_size * (1 + s.k_verified)
@@ -412,6 +413,7 @@ class MeasuredGoodput:
         """A new engine run (its seq starts again from 1), or reading from step ``since`` on;
         what was measured stays."""
         self.last_seq, self.tail, self.done = since, [], set()
+        self.run_start = None
         self.recent.clear()
         self.in_recent.clear()
 
@@ -425,7 +427,7 @@ class MeasuredGoodput:
         self.pairs.clear()
         self.served.clear()
         self.held.clear()
-        self.explored.clear()
+        self.runs.clear()
         self.paired.clear()
 
     def mark(self, changed: Iterable[int] | None = None) -> None:
@@ -435,23 +437,33 @@ class MeasuredGoodput:
         if changed is None:
             self.served.clear()
             self.held.clear()
-            self.explored.clear()
+            self.runs.clear()
             self.paired.clear()
             return
         for bucket in changed:
             self.served.pop(bucket, None)
             self.held.discard(bucket)
-            self.explored.pop(bucket, None)
+            self.runs.pop(bucket, None)
             self.paired.discard(bucket)
 
     def pairable(self) -> set[int]:
         """The buckets where a duel can pair at all since the last push that changed them: some
         step of theirs had PAIRABLE_SHARE of the last ``window`` steps in them (a burst holds
         its plateau's bucket and drains through the others in a few steps each: those never
-        pair), and they paired, or explored fewer than UNPAIRED_WINDOWS windows of steps (a
-        slow drain holds a bucket, yet a run and its references never line up in it)."""
-        limit = UNPAIRED_WINDOWS * self.window
-        return {b for b in self.held if b in self.paired or self.explored[b] < limit}
+        pair), and they paired, or began fewer than UNPAIRED_RUNS runs (a slow drain holds a
+        bucket, yet a run and its references never line up in it)."""
+        return {b for b in self.held if b in self.paired or self.runs[b] < UNPAIRED_RUNS}
+
+    def _count_run(self, bucket: int, off_table: bool) -> None:
+        """One step: at another k than the table's (``off_table``) it extends the run under way,
+        or begins one in ``bucket``; a run counts where it began once MIN_RUN_STEPS long."""
+        if not off_table:
+            self.run_start = None
+            return
+        first, steps = self.run_start or (bucket, 0)
+        self.run_start = (first, steps + 1)
+        if steps + 1 == MIN_RUN_STEPS:
+            self.runs[first] += 1
 
     def rate(self, bucket: int, k: int) -> tuple[float, float, float] | None:
         """(tokens per engine-second, steady steps, their mean B) of one cell, or None."""

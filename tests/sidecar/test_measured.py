@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from sidecar.measured import (EARLY_PAIRS, MIN_PAIRS, MeasuredGoodput, changed_buckets,
+from sidecar.measured import (EARLY_PAIRS, MIN_PAIRS, UNPAIRED_RUNS, MeasuredGoodput, changed_buckets,
                               confidence_sequence, paired_interval, pairs_in, smallest_gain)
 from tuner.core.admin_api import Step
 from tuner.core.buckets import band
@@ -322,23 +322,38 @@ def drains(n: int, per_b: int, top: int = 64, run: int = 16, every: int = 48) ->
 
 def test_a_held_bucket_whose_runs_never_pair_is_not_pairable() -> None:
     """A drain of 2 steps a B holds each 8-wide bucket for 16 steps, a third of a run's window,
-    yet a run of 16 and its references never line up in one: once a bucket explored two
-    windows of steps (96) and paired none, no duel is asked there (the model decides, beyond
-    its error); a drain slow enough to pair keeps its buckets, and a push starts the count
-    again where it changed the table."""
+    yet a run of 16 and its references never line up in one: once UNPAIRED_RUNS runs began in a
+    bucket and none paired, no duel is asked there (the model decides, beyond its error); a
+    plateau pairs its first run before the next begins, and a push starts the count again where
+    it changed the table."""
     table = [0] * 65
     m = MeasuredGoodput()
-    assert m.ingest(drains(3, per_b=2), table) == []
-    assert {16, 40, 64} <= m.pairable()              # 48 explored steps each: not yet
+    assert m.ingest(drains(UNPAIRED_RUNS - 1, per_b=2), table) == []
+    assert {16, 40, 64} <= m.pairable()              # two runs began in each: not yet
     m2 = MeasuredGoodput()
-    assert m2.ingest(drains(6, per_b=2), table) == []
-    assert m2.explored[64] == 96 and 64 in m2.held
+    assert m2.ingest(drains(UNPAIRED_RUNS, per_b=2), table) == []
+    assert m2.runs[64] == UNPAIRED_RUNS and 64 in m2.held
     assert not {16, 40, 64} & m2.pairable() and {24, 48} <= m2.pairable()
     m2.mark({64})
-    assert 64 not in m2.explored and not {16, 40} & m2.pairable()
+    assert 64 not in m2.runs and not {16, 40} & m2.pairable()
     plateau = MeasuredGoodput()
     found = plateau.ingest(ring({3: 2000, 0: 1000}, duels([3], 0, runs=8), B=64), table)
-    assert found and plateau.explored[64] == 8 * 16 and plateau.pairable() == {64}
+    assert found and plateau.runs[64] == 8 and plateau.pairable() == {64}
+
+
+def test_runs_too_short_to_pair_and_runs_read_in_pieces_count_once() -> None:
+    """The rotation's 3-step runs never pair, so they never make a bucket unpairable; a run
+    whose steps arrive over two reads of the ring counts once, where it began."""
+    table = [0] * 65
+    rotation = MeasuredGoodput()
+    steps = [Step(i + 1, 64, 0, 3 if i % 20 < 3 else 0, 0.01, 256, 256) for i in range(400)]
+    rotation.ingest(steps, table)
+    assert rotation.runs[64] == 0 and rotation.pairable() == {64}
+    split = MeasuredGoodput()
+    run = [Step(i + 1, 64 - i, 0, 3 if 10 <= i < 26 else 0, 0.01, 256, 256) for i in range(40)]
+    split.ingest(run[:12], table)
+    split.ingest(run[12:], table)
+    assert split.runs == {band(54): 1}
 
 
 def test_a_run_is_compared_with_its_references_at_the_batch_sizes_both_ran() -> None:
