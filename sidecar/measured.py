@@ -67,7 +67,7 @@ from tuner.core.buckets import band
 
 __all__ = ["EARLY_PAIRS", "MeasuredGoodput", "changed_buckets", "Pair", "PairPower",
            "PairedComparison", "confidence_sequence", "long_run_variance", "paired_interval",
-           "pairs_in", "smallest_gain"]
+           "pairs_in", "settled_runs", "smallest_gain"]
 
 
 MIN_RUN_STEPS = 4     # a run with fewer steady steps is too short to pair (a 3-step rotation run)
@@ -84,9 +84,8 @@ TAIL_STEPS = 1024     # ring steps kept to pair a run whose reference is still c
 CYCLE_IDLE = 3.0      # a cycle this many times its neighbours' median had the engine idle
 PAIRABLE_SHARE = 1 / 3  # a pair needs a third of a run's window in its bucket (pairs_in: the
                         # run's MIN_RUN_STEPS and half a run of reference steps)
-UNPAIRED_RUNS = 3       # a bucket where this many runs began and none paired is one the load
-                        # passes through (a drain holds it, runs never line up); at a plateau a
-                        # run's pair forms before the next run may start (duel.py's min_gap)
+UNPAIRED_RUNS = 3       # a bucket where this many runs had their chance to pair and none did is
+                        # one the load passes through (a drain holds it, runs never line up)
 
 
 FloatArray = npt.NDArray[np.float64]
@@ -334,6 +333,24 @@ def pairs_in(steps: Sequence[Step], done: set[int],
     return out
 
 
+def settled_runs(steps: Sequence[Step], table_k: Sequence[int]) -> list[tuple[int, set[int]]]:
+    """(first seq, buckets) of every exploration run in ``steps`` whose pair has had its chance:
+    a stretch of MIN_RUN_STEPS..MAX_RUN_STEPS steady steps at another k than the table's where
+    it began, with at least as many steady steps after it (what pairs_in waits for); the
+    buckets it ran MIN_RUN_STEPS steps in (where a pair could have formed: a drain's run passes
+    through several). The first stretch may be cut by the window: skipped."""
+    segs = _segments(steps)
+    out = []
+    for i, run in enumerate(segs[1:], start=1):
+        m, B = len(run.steps), run.steps[0].batch_size
+        if not MIN_RUN_STEPS <= m <= MAX_RUN_STEPS or not 0 < B < len(table_k) or table_k[B] == run.k:
+            continue
+        if sum(len(later.steps) for later in segs[i + 1:]) >= m:
+            held = Counter(band(s.batch_size) for s in run.steps)
+            out.append((run.first, {b for b, n in held.items() if n >= MIN_RUN_STEPS}))
+    return out
+
+
 @dataclass(slots=True)
 class MeasuredGoodput:
     """Per (bucket, k): steady decode steps, seconds, emitted tokens, Σ B; per (bucket, k, k'):
@@ -357,11 +374,14 @@ class MeasuredGoodput:
     recent: deque[int] = field(default_factory=deque)   # the last ``window`` steps' buckets
     in_recent: Counter[int] = field(default_factory=Counter)
     held: set[int] = field(default_factory=set)
-    # per bucket since the last ``mark``: the runs (MIN_RUN_STEPS steps at another k than the
-    # table's, a rotation's shorter runs never pair) that began there, and whether any paired
-    runs: Counter[int] = field(default_factory=Counter)
+    # per bucket since the last ``mark``: the runs that ran there and whose pair had its chance
+    # and did not form (settled_runs), and whether any run paired there
+    unpaired: Counter[int] = field(default_factory=Counter)
     paired: set[int] = field(default_factory=set)
-    run_start: tuple[int, int] | None = None  # the run under way: (its first bucket, its steps)
+    settled: set[int] = field(default_factory=set)  # first seqs of runs already judged
+    # per bucket, the seq of the last push that changed it (0: all of them): a run that began
+    # before it ran under another table, which the ring's steps are no longer judged by
+    counted_from: dict[int, int] = field(default_factory=dict)
 
     def ingest(self, steps: Sequence[Step], table_k: Sequence[int] | None = None) -> list[Pair]:
         """Add the ring's steps newer than the last seen (a six-field step, from a plugin that
@@ -383,8 +403,6 @@ class MeasuredGoodput:
                 self.in_recent[self.recent.popleft()] -= 1
             if self.in_recent[bucket] >= PAIRABLE_SHARE * self.window:
                 self.held.add(bucket)
-            self._count_run(bucket, table_k is not None and 0 < s.batch_size < len(table_k)
-                            and s.k_drafted != table_k[s.batch_size])
             # the cells speak for decode steps, what the model describes: a step that also
             # prefilled (a burst's ramp-up, through the same buckets) costs every k alike
             decode = s.tokens <= s.batch_size * (1 + s.k_verified)
@@ -405,15 +423,23 @@ class MeasuredGoodput:
             self.num_pairs += 1
             self.done.add(p.first)
             self.paired.add(p.bucket)
+        for first, buckets in settled_runs(window, table_k) if table_k is not None else ():
+            if first in self.settled:
+                continue
+            self.settled.add(first)
+            for bucket in buckets if first not in self.done else ():
+                if first > max(self.counted_from.get(0, 0), self.counted_from.get(bucket, 0)):
+                    self.unpaired[bucket] += 1
         oldest = self.tail[0].seq
         self.done = {seq for seq in self.done if seq >= oldest}
+        self.settled = {seq for seq in self.settled if seq >= oldest}
         return found
 
     def restart(self, since: int = 0) -> None:
         """A new engine run (its seq starts again from 1), or reading from step ``since`` on;
         what was measured stays."""
-        self.last_seq, self.tail, self.done = since, [], set()
-        self.run_start = None
+        self.last_seq, self.tail, self.done, self.settled = since, [], set(), set()
+        self.counted_from = {0: since}
         self.recent.clear()
         self.in_recent.clear()
 
@@ -427,7 +453,7 @@ class MeasuredGoodput:
         self.pairs.clear()
         self.served.clear()
         self.held.clear()
-        self.runs.clear()
+        self.unpaired.clear()
         self.paired.clear()
 
     def mark(self, changed: Iterable[int] | None = None) -> None:
@@ -435,35 +461,26 @@ class MeasuredGoodput:
         all); elsewhere the table did not change, and resetting them would keep a bucket a burst
         passes through from ever gathering min_served steps between two pushes."""
         if changed is None:
+            self.counted_from = {0: self.last_seq}
             self.served.clear()
             self.held.clear()
-            self.runs.clear()
+            self.unpaired.clear()
             self.paired.clear()
             return
         for bucket in changed:
+            self.counted_from[bucket] = self.last_seq
             self.served.pop(bucket, None)
             self.held.discard(bucket)
-            self.runs.pop(bucket, None)
+            self.unpaired.pop(bucket, None)
             self.paired.discard(bucket)
 
     def pairable(self) -> set[int]:
         """The buckets where a duel can pair at all since the last push that changed them: some
         step of theirs had PAIRABLE_SHARE of the last ``window`` steps in them (a burst holds
         its plateau's bucket and drains through the others in a few steps each: those never
-        pair), and they paired, or began fewer than UNPAIRED_RUNS runs (a slow drain holds a
-        bucket, yet a run and its references never line up in it)."""
-        return {b for b in self.held if b in self.paired or self.runs[b] < UNPAIRED_RUNS}
-
-    def _count_run(self, bucket: int, off_table: bool) -> None:
-        """One step: at another k than the table's (``off_table``) it extends the run under way,
-        or begins one in ``bucket``; a run counts where it began once MIN_RUN_STEPS long."""
-        if not off_table:
-            self.run_start = None
-            return
-        first, steps = self.run_start or (bucket, 0)
-        self.run_start = (first, steps + 1)
-        if steps + 1 == MIN_RUN_STEPS:
-            self.runs[first] += 1
+        pair), and they paired, or fewer than UNPAIRED_RUNS runs there had their chance to pair
+        and did not (a slow drain holds a bucket, yet a run and its references never line up)."""
+        return {b for b in self.held if b in self.paired or self.unpaired[b] < UNPAIRED_RUNS}
 
     def rate(self, bucket: int, k: int) -> tuple[float, float, float] | None:
         """(tokens per engine-second, steady steps, their mean B) of one cell, or None."""

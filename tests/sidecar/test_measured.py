@@ -305,10 +305,12 @@ def test_a_burst_holds_its_plateau_and_drains_through_the_rest_where_no_duel_can
     assert steady.pairable() == {120, 128}
 
 
-def drains(n: int, per_b: int, top: int = 64, run: int = 16, every: int = 48) -> list[Step]:
+def drains(n: int, per_b: int, top: int = 64, run: int = 16, every: int = 48,
+           lead: int = 0) -> list[Step]:
     """``n`` drains from B=top to 1, ``per_b`` steps at each B, under a table of k=0; a duel
-    run of ``run`` steps at k=3 every ``every`` steps, whatever B does."""
-    out: list[Step] = []
+    run of ``run`` steps at k=3 every ``every`` steps, whatever B does; ``lead`` steps of the
+    table at B=1 first."""
+    out: list[Step] = [Step(i + 1, 1, 0, 0, 0.01, 1, 1) for i in range(lead)]
     prev = 0
     for _ in range(n):
         i = 0
@@ -322,38 +324,58 @@ def drains(n: int, per_b: int, top: int = 64, run: int = 16, every: int = 48) ->
 
 def test_a_held_bucket_whose_runs_never_pair_is_not_pairable() -> None:
     """A drain of 2 steps a B holds each 8-wide bucket for 16 steps, a third of a run's window,
-    yet a run of 16 and its references never line up in one: once UNPAIRED_RUNS runs began in a
-    bucket and none paired, no duel is asked there (the model decides, beyond its error); a
-    plateau pairs its first run before the next begins, and a push starts the count again where
-    it changed the table."""
+    yet a run of 16 and its references never line up in one: once UNPAIRED_RUNS runs there had
+    their chance to pair (as many steady steps after them as they ran) and none did, no duel is
+    asked there (the model decides, beyond its error); a plateau's runs pair, and a push starts
+    the count again where it changed the table."""
     table = [0] * 65
     m = MeasuredGoodput()
-    assert m.ingest(drains(UNPAIRED_RUNS - 1, per_b=2), table) == []
-    assert {16, 40, 64} <= m.pairable()              # two runs began in each: not yet
+    assert m.ingest(drains(UNPAIRED_RUNS - 1, per_b=2, lead=20), table) == []
+    assert m.unpaired[64] == UNPAIRED_RUNS - 1 and {16, 40, 64} <= m.pairable()   # not yet
     m2 = MeasuredGoodput()
-    assert m2.ingest(drains(UNPAIRED_RUNS, per_b=2), table) == []
-    assert m2.runs[64] == UNPAIRED_RUNS and 64 in m2.held
+    assert m2.ingest(drains(UNPAIRED_RUNS, per_b=2, lead=20), table) == []
+    assert m2.unpaired[64] == UNPAIRED_RUNS and 64 in m2.held
     assert not {16, 40, 64} & m2.pairable() and {24, 48} <= m2.pairable()
     m2.mark({64})
-    assert 64 not in m2.runs and not {16, 40} & m2.pairable()
+    assert 64 not in m2.unpaired and not {16, 40} & m2.pairable()
     plateau = MeasuredGoodput()
-    found = plateau.ingest(ring({3: 2000, 0: 1000}, duels([3], 0, runs=8), B=64), table)
-    assert found and plateau.runs[64] == 8 and plateau.pairable() == {64}
+    steps = ring({3: 2000, 0: 1000}, duels([3], 0, runs=8), B=64)
+    for i in range(0, len(steps), 7):   # read in pieces: each run judged once, and it paired
+        assert plateau.ingest(steps[i:i + 7], table) is not None
+        assert plateau.pairable() in (set(), {64})
+    assert plateau.unpaired[64] == 0 and plateau.pairable() == {64} and 64 in plateau.paired
 
 
-def test_runs_too_short_to_pair_and_runs_read_in_pieces_count_once() -> None:
-    """The rotation's 3-step runs never pair, so they never make a bucket unpairable; a run
-    whose steps arrive over two reads of the ring counts once, where it began."""
+def test_only_runs_that_could_pair_count_once_in_each_bucket_they_ran_in() -> None:
+    """A rotation's runs of 3 or 4 steps (one a transition) are too short to pair: never
+    counted. A run waits until as many steady steps followed it; one read in pieces counts
+    once in each bucket it ran MIN_RUN_STEPS steps in (a drain's run passes through several,
+    and could have paired in any); not where a push changed the table after it began (it ran
+    under another table than the one its steps are judged by)."""
     table = [0] * 65
-    rotation = MeasuredGoodput()
-    steps = [Step(i + 1, 64, 0, 3 if i % 20 < 3 else 0, 0.01, 256, 256) for i in range(400)]
-    rotation.ingest(steps, table)
-    assert rotation.runs[64] == 0 and rotation.pairable() == {64}
+    for length in (3, 4):
+        rotation = MeasuredGoodput()
+        steps = [Step(i + 1, 64, 0, 3 if i % 20 < length else 0, 0.01, 256, 256) for i in range(400)]
+        steps = [s if i == 0 else s._replace(k_verified=steps[i - 1].k_drafted)
+                 for i, s in enumerate(steps)]
+        rotation.ingest(steps, table)
+        assert rotation.unpaired[64] == 0 and rotation.pairable() == {64}
+    # a run from B=57 down to 43: 1 step in band 64, 8 in band 56, 6 in band 48; three pieces
+    run = [Step(i + 1, 68 - i, 3 if 10 < i <= 26 else 0, 3 if 10 <= i < 26 else 0, 0.01, 256, 256)
+           for i in range(60)]
     split = MeasuredGoodput()
-    run = [Step(i + 1, 64 - i, 0, 3 if 10 <= i < 26 else 0, 0.01, 256, 256) for i in range(40)]
-    split.ingest(run[:12], table)
-    split.ingest(run[12:], table)
-    assert split.runs == {band(54): 1}
+    split.ingest(run[:13], table)
+    split.ingest(run[13:30], table)
+    assert split.unpaired == {}                        # fewer steady steps after it than it ran
+    split.ingest(run[30:], table)
+    split.ingest(run[30:], table)                      # a re-read adds nothing
+    assert split.unpaired == {56: 1, 48: 1}
+    for changed, counted in (({8}, {56: 1, 48: 1}), ({56}, {48: 1}), (None, {})):
+        pushed = MeasuredGoodput()
+        pushed.ingest(run[:30], table)
+        pushed.mark(changed)                            # a push elsewhere, or where it pairs
+        pushed.ingest(run[30:], table)
+        assert pushed.unpaired == counted, changed
 
 
 def test_a_run_is_compared_with_its_references_at_the_batch_sizes_both_ran() -> None:
