@@ -14,7 +14,7 @@ delivers (sidecar/measured.py), so at a bucket with live steps:
   model never switches a bucket on its own: a challenger it favours is dueled until the
   measurement settles it (pushes by the model alone were what cost under bursts; docs/sidecar.md);
 - a bucket the load only passes through (not ``pairable``: a burst drains through it in a few
-  steps, or its runs explored it and never paired; sidecar/measured.py) gives a duel no pairs,
+  steps, or three runs there had their chance and never paired; sidecar/measured.py) gives a duel no pairs,
   so none is asked for there, and it counts as one where no duel can run;
 - only where no duel can run does the model decide, with its interval widened by the larger
   of ``model_error`` and its own error measured live: on ratios, where pairs checked them

@@ -117,13 +117,14 @@ case $stage in
   [ -d .whl ] && python3 -m pip install -q --no-deps --no-index --target /tmp/whl .whl/*.whl 2>&1 | tail -3
   python3 -c "import tabletune.cli, sidecar.settings, vllm_patch.plugin; print('tabletune importable')" ;;
  moe-kernels)
-  SO=/tmp/site/vllm/_moe_C_stable_libtorch.abi3.so; mkdir -p /tmp/parts
-  for h in m1 m2; do [ -f .gpu/$h ] && cp .gpu/$h /tmp/parts/$h; done
+  SO=/tmp/site/vllm/_moe_C_stable_libtorch.abi3.so; H=/tmp/moe_halves; mkdir -p $H
+  for h in m1 m2; do [ -f .gpu/$h ] && cp .gpu/$h $H/$h; done
+  # written aside and moved: a broken stream leaves no partial file for a later call to trust
   if [ ! -d /tmp/site/vllm ]; then echo "MoE kernels: unpack vLLM first"
-  elif [ ! -f $SO ] && [ -f .gpu/moe_kernels.xz ]; then xz -dc .gpu/moe_kernels.xz > $SO
-  elif [ ! -f $SO ] && [ -f /tmp/parts/m1 ] && [ -f /tmp/parts/m2 ]; then cat /tmp/parts/m1 /tmp/parts/m2 | xz -dc > $SO
+  elif [ ! -f $SO ] && [ -f .gpu/moe_kernels.xz ]; then xz -dc .gpu/moe_kernels.xz > $SO.part && mv $SO.part $SO
+  elif [ ! -f $SO ] && [ -f $H/m1 ] && [ -f $H/m2 ]; then cat $H/m1 $H/m2 | xz -dc > $SO.part && mv $SO.part $SO
   fi
-  ls -la $SO 2>/dev/null || echo "MoE kernels: $(ls /tmp/parts | tr '\n' ' ')so far; carry the other half next call"
+  ls -la $SO 2>/dev/null || { echo "MoE kernels: halves here: $(ls $H | tr '\n' ' ')(carry the other next call)"; STATUS=1; }
   for m in moe30b; do [ -d .gpu/$m ] && { rm -rf /tmp/$m; cp -r .gpu/$m /tmp/$m; }; done
   [ -d /tmp/moe30b/eagle3 ] && cp /tmp/moe30b/tokenizer.json /tmp/moe30b/eagle3/; true ;;
  tune)

@@ -11,9 +11,8 @@
 #   .gpu/moe_kernels.xz    vLLM's MoE kernels (_moe_C_stable_libtorch.abi3.so, 47 MB -> 40 MB),
 #                          which prepare.sh leaves out of the tarball; too large beside the tree,
 #   .gpu/m1, .gpu/m2       so carried in two halves (h200.sh's moe-kernels stage joins them)
-#   .gpu/c1, .gpu/c2, ...  re-split so that each chunk plus the working tree (12.9 MB on
-#                          2026-12-03) fits the 64 MiB a call carries: prepare.sh's 62 MB chunk
-#                          plus the tree passed the limit; three chunks since the tree grew
+#   .gpu/c1, .gpu/c2, ...  re-split so that each chunk plus the working tree fits the 64 MiB a
+#                          call carries (as many chunks as that takes: four at a 30-MB tree)
 set -euo pipefail
 S=$(git rev-parse --show-toplevel); G=$S/.gpu
 [ -f "$G/model/config.json" ] || { echo "run bash ../shared/gpu/prepare.sh first (no $G/model)"; exit 1; }
@@ -64,7 +63,7 @@ if [ ! -f "$G/moe_kernels.xz" ]; then
 fi
 (cd "$G" && rm -f m? && split -n 2 -a 1 moe_kernels.xz mpart_ && mv mpart_a m1 && mv mpart_b m2)
 ls -la "$G/moe_kernels.xz" "$G/m1" "$G/m2"; du -sh "$G/moe30b" "$G/model" "$G/model32"
-# each chunk + the working tree (+ 5 MB for bin/, both targets' configs and tokenizers, .whl)
+# each chunk + the working tree (+ 5 MB for bin/, a target's config and tokenizer, .whl)
 # must stay under the 64 MiB a call carries: as many equal chunks c1, c2, c3... as that takes
 TREE=$(cd "$S" && git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
 ROOM=$(( 67108864 - TREE - 5000000 )); SIZE=$(stat -c %s "$G/site.tar.xz")
