@@ -110,6 +110,9 @@ NOHARMS = {  # folder -> setting: the table alone against the table with the sid
     "cpu-tiny-noharm/bursts-unpaired-runs":
         "CPU (2 cores), tiny model, ngram, do no harm at bursts of 4 and 16, a bucket where three "
         "runs began without a pair left to the model",
+    "cpu-tiny-noharm/bursts-unpaired-settled":
+        "CPU (2 cores), tiny model, ngram, do no harm at bursts of 4 and 16, a bucket where three "
+        "runs had their chance to pair and none did left to the model",
     "cpu-tiny-noharm/bursts-checked":
         "CPU (2 cores), tiny model, ngram, do no harm at bursts of 4 and 16, pairs at the batch "
         "sizes both ran, the model waiting for pairs to check its ratios",
