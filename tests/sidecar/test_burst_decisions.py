@@ -123,8 +123,8 @@ async def test_a_slow_drain_s_buckets_whose_runs_never_pair_switch_by_the_checke
     bucket), which holds each bucket a third of a run's window, so duels are asked there, yet a run of 16
     and its references never line up in one bucket. On the H100 such buckets waited for pairs that never
     came, on k=0 where k=3 doubles goodput (`h100-vllm0.26-3b-eagle3-v2-field-ratio`). Once three runs
-    there had their chance to pair and none did it is one the load passes through, and the model, checked by the
-    plateau's pairs, switches it."""
+    there had their chance to pair and none did it is one the load passes through, and the model,
+    checked by the plateau's pairs, switches it."""
     drain = {B: 2 for B in range(PLATEAU - 1, 0, -1)}
     fake, decisions = await bursts(tmp_path, 30, 0.9, drain, plateau=96, duel_run=16)
     table = Table.from_list(fake.table)
