@@ -183,7 +183,10 @@ async def test_nightjar_baseline_learns_per_batch_size(engine: Engine) -> None:
     after = await engine.stats()
     steps = delta(after, before, "engine_steps_per_k")
     assert sum(1 for n in steps.values() if n > 0) >= 2  # it tried more than the table's k=3
-    assert after["bandit"] and all(mean > 0 for _, _, mean, _ in after["bandit"])
+    bandit = after["bandit"]
+    # a step that only prefilled delivers no token: its arm's reward is 0, not an error
+    assert bandit and all(mean >= 0 for _, _, mean, _ in bandit)
+    assert len({k for _, k, mean, _ in bandit if mean > 0}) >= 2  # learned from tokens delivered
     assert (await engine.admin("PUT", "/v1/policy", {"baseline": "none"}))[1]["baseline"] is None
 
 
