@@ -340,12 +340,14 @@ def settled_runs(steps: Sequence[Step], table_k: Sequence[int]) -> list[tuple[in
     buckets it ran MIN_RUN_STEPS steps in (where a pair could have formed: a drain's run passes
     through several). The first stretch may be cut by the window: skipped."""
     segs = _segments(steps)
+    after = sum(len(s.steps) for s in segs[1:])  # steps after the current run (once it is taken off)
     out = []
-    for i, run in enumerate(segs[1:], start=1):
+    for run in segs[1:]:
         m, B = len(run.steps), run.steps[0].batch_size
+        after -= m
         if not MIN_RUN_STEPS <= m <= MAX_RUN_STEPS or not 0 < B < len(table_k) or table_k[B] == run.k:
             continue
-        if sum(len(later.steps) for later in segs[i + 1:]) >= m:
+        if after >= m:
             held = Counter(band(s.batch_size) for s in run.steps)
             out.append((run.first, {b for b, n in held.items() if n >= MIN_RUN_STEPS}))
     return out

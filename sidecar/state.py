@@ -108,6 +108,8 @@ class ModelError(_Part):
     steps: float
     pairable: bool = True    # a duel can pair here; False: the load only passes through, so
                              # the model decides the bucket (beyond ``error``)
+    unpaired_runs: int = 0   # duel runs here that had their chance to pair and did not
+                             # (UNPAIRED_RUNS of them, none paired: not pairable)
 
 
 class DuelPower(_Part):

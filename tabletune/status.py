@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sidecar.state import SidecarState
+from sidecar.state import ModelError, SidecarState
 
 __all__ = ["RANGES_SHOWN", "render"]
 
@@ -62,6 +62,11 @@ def _ranges(table: list[list[int]] | None) -> str:
     shown = "  ".join(f"B {s}-{e}: k={k}" for s, e, k in table[:RANGES_SHOWN])
     more = len(table) - RANGES_SHOWN
     return shown + (f"  … {more} more" if more > 0 else "")
+
+
+def _pairs(e: ModelError) -> str:
+    runs = f" ({e.unpaired_runs} runs unpaired)" if e.unpaired_runs else ""
+    return ("yes" if e.pairable else "no: the load passes through") + runs
 
 
 def _section(title: str, tty: bool) -> str:
@@ -117,7 +122,7 @@ def render(state: SidecarState, url: str, tty: bool, now: float | None = None) -
     rows = [["B up to", "k", "model tok/s", "measured tok/s", "error", "steps", "duels pair"]]
     rows += [[e.batch_size, e.k, f"{e.predicted_tokens_per_s:.0f}",
               f"{e.realized_tokens_per_s:.0f}", f"{e.error:.1%}", f"{e.steps:.0f}",
-              "yes" if e.pairable else "no: the load passes through"]
+              _pairs(e)]
              for e in state.model_error]
     lines += _table(rows, tty) if state.model_error else [
         "not measured yet (the plugin's step ring, 32 steady steps of the table's k a bucket)"]

@@ -9,6 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sidecar.measured import UNPAIRED_RUNS
+from sidecar.publish import sidecar_state
+from sidecar.state import SidecarState
 from tests.sidecar.fake_engine import FakeEngine
 from tests.sidecar.test_controller import controller_for
 from tests.sidecar.test_controller_online import Clock
@@ -37,13 +40,13 @@ def options(**extra: Any) -> dict[str, Any]:
 
 
 async def bursts(tmp_path: Path, n: int, level: float, drain: dict[int, int],
-                 flat: bool = False, plateau: int = 48,
+                 flat: bool = False, plateau: int = 48, states: list[SidecarState] | None = None,
                  **extra: Any) -> tuple[FakeEngine, list[Any]]:
     """``n`` bursts of 64 from the quarter table, each its plateau (``plateau`` steps at B=64), its drain (B
     -> steps there) and an idle second; the fake engine after them and the sidecar's decisions. Each k
     emits B·τ(k) tokens a step times ``level``: the engine below the model by a level the ratio of two k's
     does not see (the sidecar's live error there). ``flat``: every k delivers k=0's goodput, whatever the
-    model says (a profile that flatters speculation)."""
+    model says (a profile that flatters speculation). ``states``: gets the published state at the end."""
     clock = Clock()
     fake = FakeEngine(table=[list(r) for r in QUARTER], max_num_seqs=64)
     decisions = []
@@ -60,6 +63,8 @@ async def bursts(tmp_path: Path, n: int, level: float, drain: dict[int, int],
                     clock.now += 1
                     if (d := await c.tick()) is not None:
                         decisions.append(d)
+        if states is not None:
+            states.append(sidecar_state(c, clock.now))
     return fake, decisions
 
 
@@ -139,5 +144,10 @@ async def test_a_slow_drain_s_unpaired_buckets_stay_where_the_pairs_contradict_t
     """Do no harm on the same slow drain: the engine delivers k=0's goodput at every k, the
     plateau's pairs measure a large ratio error, and no bucket moves."""
     drain = {B: 2 for B in range(PLATEAU - 1, 0, -1)}
-    fake, decisions = await bursts(tmp_path, 30, 0.6, drain, flat=True, plateau=96, duel_run=16)
+    states: list[SidecarState] = []
+    fake, decisions = await bursts(tmp_path, 30, 0.6, drain, flat=True, plateau=96, duel_run=16,
+                                   states=states)
     assert fake.table == QUARTER, [(d.outcome, d.new_table) for d in decisions]
+    passed = [e for e in states[0].model_error if not e.pairable and e.batch_size < PLATEAU]
+    # status says why: held buckets where three runs found no pair (the others never held)
+    assert any(e.unpaired_runs >= UNPAIRED_RUNS for e in passed), passed
