@@ -119,11 +119,60 @@ class GoodputRun(Followed):
         return GoodputRun.of(self, verdicts, self.load, self.run, self.decided_by)
 
 
-def rates(runs: list[GoodputRun]) -> dict[str, Any]:
+class Discarded(BaseModel):
+    """A fixed k's window measured again, and why."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    block: int
+    k: int
+    reason: str
+
+
+class FixedLoad(FixedVerdicts):
+    """A load's entry of goodput.json: its verdicts, each window's engine steps (None: not
+    read; absent in files from before they were kept) and the windows measured again."""
+
+    steps: dict[int, list[int | None]] = {}
+    discarded: list[Discarded] = []
+
+    def blocks(self) -> int:
+        return min(len(v) for v in self.tokens_per_s.values())
+
+
+class Rates(BaseModel):
     """The runs' share that matched, whether all settled within 180 s, the most pushes."""
-    return {"match_rate": round(sum(r.match for r in runs) / len(runs), 3) if runs else None,
-            "within_180s": all(r.seconds_to_final <= 180 for r in runs),
-            "max_pushes_per_run": max((r.pushes for r in runs), default=0)}
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    match_rate: float | None
+    within_180s: bool
+    max_pushes_per_run: int
+
+    @classmethod
+    def of(cls, runs: list[GoodputRun]) -> Rates:
+        return cls(match_rate=round(sum(r.match for r in runs) / len(runs), 3) if runs else None,
+                   within_180s=all(r.seconds_to_final <= 180 for r in runs),
+                   max_pushes_per_run=max((r.pushes for r in runs), default=0))
+
+
+class GoodputFile(Rates):
+    """goodput.json: the sidecar's runs, each load's fixed k's, and how they were run (a merged
+    file: per load ``blocks`` and ``follow_s``, a command per call, the parts' names)."""
+
+    runs: list[GoodputRun]
+    loads: dict[int, FixedLoad]
+    blocks: int | dict[int, int]
+    window_s: float = 7.0
+    follow_s: float | dict[int, float] | None = None
+    ks: list[int] | None = None         # None: a file from before they were recorded
+    scale: str | None = None
+    start_table: list[list[int]] | None = None
+    profile_table: list[list[int]] | None = None
+    command: str | list[str] = ""
+    merged_from: list[str] | None = None
+
+    def fixed_ks(self) -> list[int]:
+        """The fixed k's measured, in order."""
+        return self.ks or sorted({k for fk in self.loads.values() for k in fk.tokens_per_s})
 
 
 def scale_of(text: str) -> tuple[int, float] | None:
@@ -139,15 +188,15 @@ def scale_of(text: str) -> tuple[int, float] | None:
 
 async def fixed(url: str, engine: EngineClient, admin: EngineClient, requests: list[Request],
                 n: int, ks: list[int], blocks: int, window_s: float,
-                seed: int) -> tuple[FixedVerdicts, dict[str, Any]]:
-    """Every fixed k of ``ks`` in shuffled blocks: their verdicts, and the load's entry of
-    goodput.json (the verdicts, engine steps and windows measured again)."""
+                seed: int) -> FixedLoad:
+    """Every fixed k of ``ks`` in shuffled blocks: the load's entry of goodput.json (the
+    verdicts, engine steps and windows measured again)."""
     n_max = (await admin.get_table()).max_num_seqs
     await admin.put_policy(explore_every=0, duels=[])  # no sidecar's exploration left behind
     rng = random.Random(seed)
     tps: dict[int, list[float]] = {k: [] for k in ks}
     steps: dict[int, list[int | None]] = {k: [] for k in ks}
-    discarded: list[dict[str, Any]] = []
+    discarded: list[Discarded] = []
     async with StationaryLoad(url, requests, n, 0.0, seed=seed) as traffic:
         await asyncio.sleep(2.0)
         for b in range(blocks):
@@ -159,10 +208,9 @@ async def fixed(url: str, engine: EngineClient, admin: EngineClient, requests: l
                 m = await measure(engine, admin, traffic, window_s, min_steps=MIN_STEPS)
                 tps[k].append(m.tokens_per_s)
                 steps[k].append(m.steps.steps if m.steps is not None else None)
-                discarded += [{"block": b, "k": k, "reason": why} for _, why in m.discarded]
+                discarded += [Discarded(block=b, k=k, reason=why) for _, why in m.discarded]
         traffic.check()
-    verdicts = fixed_verdicts(tps)
-    return verdicts, {**verdicts.model_dump(mode="json"), "steps": steps, "discarded": discarded}
+    return FixedLoad(**dict(fixed_verdicts(tps)), steps=steps, discarded=discarded)
 
 
 def fixed_verdicts(tps: dict[int, list[float]], alpha: float = 0.05) -> FixedVerdicts:
@@ -247,15 +295,14 @@ def decisions(log: Path) -> dict[str, int]:
     return dict(count)
 
 
-def fixed_windows(loads: dict[Any, dict[str, Any]], ks: list[int],
-                  window_s: float) -> list[Window]:
+def fixed_windows(loads: dict[int, FixedLoad], ks: list[int], window_s: float) -> list[Window]:
     """The fixed k's blocks as the bench's windows: block b at load n holds each k's b-th
     window, in the order ``fixed`` ran them (its shuffle, seeded by n, replayed)."""
     out: list[Window] = []
-    for r, n in enumerate(sorted(loads, key=int)):
-        tps = {int(k): v for k, v in loads[n]["tokens_per_s"].items()}
-        rng = random.Random(int(n))
-        for b in range(min(len(v) for v in tps.values())):
+    for r, n in enumerate(sorted(loads)):
+        tps = loads[n].tokens_per_s
+        rng = random.Random(n)
+        for b in range(loads[n].blocks()):
             order = list(ks)
             rng.shuffle(order)
             block = len({w.block for w in out})
@@ -266,20 +313,20 @@ def fixed_windows(loads: dict[Any, dict[str, Any]], ks: list[int],
     return out
 
 
-def _steps(load: dict[str, Any], k: int, b: int) -> int | None:
+def _steps(load: FixedLoad, k: int, b: int) -> int | None:
     """The engine steps of k's b-th window (None: a file from before they were kept)."""
-    got = {int(x): v for x, v in (load.get("steps") or {}).items()}.get(k)
+    got = load.steps.get(k)
     return got[b] if got is not None and b < len(got) else None
 
 
-def analysed(out: Path, loads: dict[Any, dict[str, Any]], ks: list[int], window_s: float,
+def analysed(out: Path, loads: dict[int, FixedLoad], ks: list[int], window_s: float,
              command: str) -> None:
     """cells.csv, summary.json, summary.md (and intervals.png) of the fixed k's blocks."""
     windows = fixed_windows(loads, ks, window_s)
     if not windows:
         return
     write_windows(windows, out / "cells.csv")
-    planned = {str(n): min(len(v) for v in fk["tokens_per_s"].values()) for n, fk in loads.items()}
+    planned = {str(n): fk.blocks() for n, fk in loads.items()}
     meta = {"title": "The fixed k's of the goodput bench", "window_s": window_s,
             "command": command, "stop_reason": "the planned blocks", "rounds": len(loads),
             "design": {"kind": "fixed", "planned_blocks": planned,
@@ -288,20 +335,20 @@ def analysed(out: Path, loads: dict[Any, dict[str, Any]], ks: list[int], window_
     write_report(windows, analyze(windows, Settings()), out, str(meta["title"]), meta)
 
 
-def summary(runs: list[GoodputRun], loads: dict[int, dict[str, Any]], start: Table,
-            base: Profile, args: argparse.Namespace) -> dict[str, Any]:
-    return {"runs": [r.model_dump(mode="json") for r in runs], **rates(runs),
-            "loads": loads, "scale": args.scale, "start_table": start.to_list(),
-            "profile_table": base.table, "window_s": args.window_s, "blocks": args.blocks,
-            "follow_s": args.follow_s, "ks": fixed_ks(args, base.K),
-            "command": "python -m benchmarks.goodput " + " ".join(sys.argv[1:])}
+def summary(runs: list[GoodputRun], loads: dict[int, FixedLoad], start: Table,
+            base: Profile, args: argparse.Namespace) -> GoodputFile:
+    return GoodputFile(runs=runs, **dict(Rates.of(runs)), loads=loads, scale=args.scale,
+                       start_table=start.to_list(), profile_table=base.table,
+                       window_s=args.window_s, blocks=args.blocks, follow_s=args.follow_s,
+                       ks=fixed_ks(args, base.K),
+                       command="python -m benchmarks.goodput " + " ".join(sys.argv[1:]))
 
 
 def fixed_ks(args: argparse.Namespace, K: int) -> list[int]:
     return [int(x) for x in args.ks.split(",")] if args.ks else list(range(K + 1))
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+async def run(args: argparse.Namespace) -> GoodputFile:
     scenario = scenario_of(args, tuple(args.engine_arg or ()))
     out, base = scenario.out, scenario.profile
     scale = scale_of(args.scale)  # None: the profile as measured, its model's own error the test
@@ -315,13 +362,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     requests = scenario.requests(args.prompt_tokens, args.max_tokens)
     K = base.K
     runs: list[GoodputRun] = []
-    loads: dict[int, dict[str, Any]] = {}
+    loads: dict[int, FixedLoad] = {}
     async with serving(scenario) as up:
         server, admin, engine = up.server, up.admin, up.engine
         for n in (int(x) for x in args.loads.split(",")):
             ks = fixed_ks(args, K)
-            best, loads[n] = await fixed(server.url, engine, admin, requests, n, ks,
-                                         args.blocks, args.window_s, seed=n)
+            best = loads[n] = await fixed(server.url, engine, admin, requests, n, ks,
+                                          args.blocks, args.window_s, seed=n)
             analysed(out, loads, ks, args.window_s, "python -m benchmarks.goodput "
                      + " ".join(sys.argv[1:]))
             print(f"N={n}: best fixed k={best.best_fixed_k} {best.best_fixed_ci}, "
@@ -338,12 +385,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                       f"{got.seconds_to_final} s, {got.pushes} pushes "
                       f"({'match' if runs[-1].match else 'MISS'})", file=sys.stderr)
                 # after every run: a run cut short by a time limit keeps what it has
-                (out / "goodput.json").write_text(json.dumps(summary(runs, loads, start, base,
-                                                                     args), indent=1))
+                (out / "goodput.json").write_text(
+                    summary(runs, loads, start, base, args).model_dump_json(indent=1))
     return summary(runs, loads, start, base, args)
 
 
-def merge(paths: list[Path]) -> dict[str, Any]:
+def merge(paths: list[Path]) -> GoodputFile:
     """Several goodput.json (one call each on a GPU) as one: runs concatenated, loads joined
     (each load's blocks ran on one engine, so its pairs stay valid), the rates recomputed."""
     parts = [json.loads(p.read_text()) for p in paths]
@@ -354,30 +401,27 @@ def merge(paths: list[Path]) -> dict[str, Any]:
                     "merged_from": [p.name for p in paths]})
 
 
-def revised(g: dict[str, Any]) -> dict[str, Any]:
-    """A goodput.json with each load's verdicts recomputed from its blocks by today's
+def revised(g: dict[str, Any]) -> GoodputFile:
+    """A goodput.json, as read, with each load's verdicts recomputed from its blocks by today's
     fixed_verdicts (an older file's intervals were not corrected for the load's pairs), each
     run's best set and match with them, and the rates."""
-    verdicts = {str(n): fixed_verdicts({int(k): v for k, v in fk["tokens_per_s"].items()})
+    verdicts = {int(n): fixed_verdicts({int(k): v for k, v in fk["tokens_per_s"].items()})
                 for n, fk in g["loads"].items()}
-    loads = {str(n): {**fk, **verdicts[str(n)].model_dump(mode="json")}
-             for n, fk in g["loads"].items()}
-    runs = [GoodputRun.model_validate(r).judged(verdicts[str(r["load"])]) for r in g["runs"]]
-    return {**g, "runs": [r.model_dump(mode="json") for r in runs], "loads": loads, **rates(runs),
-            "blocks": {n: min(len(v) for v in fk["tokens_per_s"].values()) for n, fk in loads.items()}}
+    loads = {int(n): FixedLoad(**{**fk, **dict(verdicts[int(n)])}) for n, fk in g["loads"].items()}
+    runs = [GoodputRun.model_validate(r).judged(verdicts[int(r["load"])]) for r in g["runs"]]
+    return GoodputFile.model_validate({**g, "runs": runs, "loads": loads, **dict(Rates.of(runs)),
+                                       "blocks": {n: fk.blocks() for n, fk in loads.items()}})
 
 
-def render(path: Path) -> None:
+def render(path: Path) -> GoodputFile:
     """The goodput.json's verdicts recomputed (revised, written back), and cells.csv and the
-    summary beside it from its fixed k's blocks (a goodput.json before "ks" was recorded: the
-    k's its loads hold, in order)."""
+    summary beside it from its fixed k's blocks."""
     got = revised(json.loads(path.read_text()))
-    path.write_text(json.dumps(got, indent=1) + "\n")
-    loads = got.get("loads", {})
-    ks = got.get("ks") or sorted({int(k) for fk in loads.values() for k in fk["tokens_per_s"]})
-    command = got.get("command", "")
-    analysed(path.parent, loads, ks, float(got.get("window_s", 7.0)),
+    path.write_text(got.model_dump_json(indent=1, exclude_unset=True) + "\n")
+    command = got.command
+    analysed(path.parent, got.loads, got.fixed_ks(), got.window_s,
              " && ".join(command) if isinstance(command, list) else command)
+    return got
 
 
 def main() -> int:
@@ -407,7 +451,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.render:
         if args.merge:
-            args.render.write_text(json.dumps(merge(args.merge), indent=1) + "\n")
+            args.render.write_text(merge(args.merge).model_dump_json(indent=1, exclude_unset=True) + "\n")
         render(args.render)
         print((args.render.parent / "summary.md").read_text())
         return 0
@@ -430,8 +474,8 @@ def main() -> int:
     except InvalidInput as exc:  # a --scale K the profile lacks, a --model not here
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    (Path(args.out) / "goodput.json").write_text(json.dumps(result, indent=1))
-    print(json.dumps({k: result[k] for k in ("match_rate", "within_180s", "max_pushes_per_run")}))
+    (Path(args.out) / "goodput.json").write_text(result.model_dump_json(indent=1))
+    print(Rates(**{f: getattr(result, f) for f in Rates.model_fields}).model_dump_json())
     return 0
 
 

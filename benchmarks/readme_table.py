@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.field_summary_model import FieldClaim, FieldSummary
+from benchmarks.goodput import GoodputFile, revised
 from benchmarks.inference import MeanInterval
 from benchmarks.noharm_summary import NoharmSummary, Ratio, ShapeSummary
 from benchmarks.summary import word
@@ -305,12 +306,12 @@ def noharm_row(folder: str, s: NoharmSummary) -> str:
     return f"| {NOHARMS[folder]} | {'; '.join(parts)} | [{folder}]({folder}/README.md) |"
 
 
-def goodput_row(folder: str, g: dict[str, Any], summary: dict[str, Any] | None = None) -> str:
+def goodput_row(folder: str, g: GoodputFile, summary: dict[str, Any] | None = None) -> str:
     """One goodput.json's row; with the fixed k's analysed (summary.json beside it), each run's
     final k against the load's reference with its Holm-level interval and verdict."""
     parts = []
-    for n, load in sorted(g["loads"].items(), key=lambda x: int(x[0])):
-        runs = [r for r in g["runs"] if int(r["load"]) == int(n)]
+    for n, load in sorted(g.loads.items()):
+        runs = [r for r in g.runs if r.load == n]
 
         def versus(k: int) -> str:
             c = ((summary or {}).get("loads", {}).get(str(n)) or {}).get(f"fixed-k{k}")
@@ -320,13 +321,12 @@ def goodput_row(folder: str, g: dict[str, Any], summary: dict[str, Any] | None =
                 return " (the reference)"
             return (f" ({c['ratio']:.3f} [{c['ratio_ci_low']:.3f}, {c['ratio_ci_high']:.3f}] of "
                     f"{c['versus'].replace(' | ', ' or ')}, {word(c['verdict'], summary['threshold'])})")  # type: ignore[index]
-        ends = ", ".join(f"k={r['start_k']}→{r['sidecar_k']}{versus(r['sidecar_k'])} in "
-                         f"{r['seconds_to_final']:g} s, "
-                         f"{r['pushes']} push{'es' if r['pushes'] != 1 else ''}" for r in runs)
-        blocks = min(len(v) for v in load["tokens_per_s"].values())
-        parts.append(f"N={n}: fixed k's not beaten beyond their intervals {load['best_set']} "
-                     f"({blocks} blocks); the sidecar {ends}")
-    parts.append(f"sidecar's k among them in {sum(r['match'] for r in g['runs'])} of {len(g['runs'])} runs")
+        ends = ", ".join(f"k={r.start_k}→{r.sidecar_k}{versus(r.sidecar_k)} in "
+                         f"{r.seconds_to_final:g} s, "
+                         f"{r.pushes} push{'es' if r.pushes != 1 else ''}" for r in runs)
+        parts.append(f"N={n}: fixed k's not beaten beyond their intervals {load.best_set} "
+                     f"({load.blocks()} blocks); the sidecar {ends}")
+    parts.append(f"sidecar's k among them in {sum(r.match for r in g.runs)} of {len(g.runs)} runs")
     return (f"| {GOODPUTS[folder]} | {'; '.join(parts)} | "
             f"[{folder}]({folder}/README.md) |")
 
@@ -390,7 +390,7 @@ def table() -> str:
         path = RESULTS / folder / "goodput.json"
         if path.exists():
             summary = RESULTS / folder / "summary.json"
-            rows.append(goodput_row(folder, json.loads(path.read_text()),
+            rows.append(goodput_row(folder, revised(json.loads(path.read_text())),
                                     json.loads(summary.read_text()) if summary.exists() else None))
     for folder in GPU_SWITCHES:
         rows.append(gpu_switch_row(folder, json.loads((RESULTS / folder / "switch.json").read_text())))

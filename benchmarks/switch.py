@@ -102,7 +102,7 @@ async def acceptance(url: str, engine: EngineClient, admin: EngineClient, reques
 
 async def gap(url: str, engine: EngineClient, admin: EngineClient, requests: list[Request],
               n: int, work_b: Workload, stale: Table, candidates: dict[str, Table], blocks: int,
-              window_s: float) -> dict[str, Any]:
+              window_s: float) -> Gap:
     """Under B traffic, in paired blocks (rotating order): A's table (stale) and every candidate
     for "best" (B's table by the profile, and each fixed k: the best fixed k, not only the best
     allowed one). The best is the candidate with the highest median here; the cycles measure it
@@ -112,7 +112,7 @@ async def gap(url: str, engine: EngineClient, admin: EngineClient, requests: lis
     tables = {"stale": stale, **candidates}
     tps: dict[str, list[float]] = {name: [] for name in names}
     steps: dict[str, list[int | None]] = {name: [] for name in names}
-    discarded: list[dict[str, Any]] = []
+    discarded: list[GapDiscarded] = []
     await enter(admin, work_b)
     async with StationaryLoad(url, requests, n, work_b.temperature, seed=5) as traffic:
         await asyncio.sleep(1.0)
@@ -122,11 +122,11 @@ async def gap(url: str, engine: EngineClient, admin: EngineClient, requests: lis
                 m = await measure(engine, admin, traffic, window_s, min_steps=MIN_STEPS)
                 tps[name].append(m.tokens_per_s)
                 steps[name].append(m.steps.steps if m.steps is not None else None)
-                discarded += [{"block": b, "name": name, "reason": why} for _, why in m.discarded]
+                discarded += [GapDiscarded(block=b, name=name, reason=why) for _, why in m.discarded]
     best = max(candidates, key=lambda c: statistics.median(tps[c]))
-    return {"stale_tps": tps["stale"], "best_tps": tps[best], "best_name": best,
-            "best_table": tables[best].to_list(), "candidates_tps": tps,
-            "gap_steps": steps, "gap_discarded": discarded}
+    return Gap(stale_tps=tps["stale"], best_tps=tps[best], best_name=best,
+               best_table=tables[best].to_list(), candidates_tps=tps, gap_steps=steps,
+               gap_discarded=discarded)
 
 
 async def right_table_after(admin: EngineClient, table_b: Table, n: int, t0: float,
@@ -182,6 +182,27 @@ ARMS = ("stale", "best", "sidecar")
 
 class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class GapDiscarded(_Record):
+    """A gap block's window measured again, and why."""
+
+    block: int
+    name: str
+    reason: str
+
+
+class Gap(_Record):
+    """Step 2: under B's traffic, each table's throughput per paired block, and the best one
+    (the highest median); older files lack the steps and the windows measured again (None)."""
+
+    stale_tps: list[float]
+    best_tps: list[float]
+    best_name: str | None = None     # None: a file from before the best was chosen per call
+    best_table: list[list[int]] | None = None
+    candidates_tps: dict[str, list[float]] | None = None
+    gap_steps: dict[str, list[int | None]] | None = None
+    gap_discarded: list[GapDiscarded] | None = None
 
 
 class SwitchWindow(_Record):
@@ -295,11 +316,57 @@ def arm_steps(cycles: list[SwitchCycle]) -> ArmSteps:
     return ArmSteps(**step_counts(steps), windows_measured_again=discarded)
 
 
-def summarize(stale_tps: list[float], best_tps: list[float],
-              cycles: list[SwitchCycle]) -> dict[str, Any]:
-    """switch.json's figures in JSON form: ``figures`` (pure), so a committed switch.json can
-    be re-analysed: ``python -m benchmarks.switch --rerender FILE``."""
-    return figures(stale_tps, best_tps, cycles).model_dump(mode="json")
+class SwitchSetup(_Record):
+    """How a switch run was set up (the fields every call of it shares)."""
+
+    load: int
+    workload_a: str
+    workload_b: str
+    window_s: float
+    adapt_s: float
+    follow_s: float
+    sidecar_args: list[str]
+
+
+class SwitchRun(SwitchFigures, SwitchSetup, Gap):
+    """One call's switch.json: the set-up, the acceptance and tables of A and B, the gap blocks,
+    the cycles and every figure (``figures``, recomputed by ``--rerender``)."""
+
+    a_a: list[float]
+    a_b: list[float]
+    table_a: list[list[int]]
+    table_b: list[list[int]]
+    cycles: list[SwitchCycle]
+    command: str
+    analysis: str | None = None          # how a re-analysed file's figures were made
+    arm_steps: ArmSteps | None = None    # type: ignore[assignment]  # None: before it was kept
+
+
+class SwitchPart(_Record):
+    """One call of a merged switch.json: the best it chose and its tables."""
+
+    file: str
+    best_name: str
+    best_table: list[list[int]]
+    table_a: list[list[int]]
+    table_b: list[list[int]]
+    a_a: list[float]
+    a_b: list[float]
+    cycles: int
+    command: str | None
+
+
+class SwitchMerged(SwitchFigures, SwitchSetup):
+    """Several calls' switch.json as one (``merge``): every cycle and gap block, the figures of
+    them all, and per call what it chose."""
+
+    merged_from: list[str]
+    parts: list[SwitchPart]
+    best_candidates_over_table_b: dict[str, MeanInterval | None]
+    stale_tps: list[float]
+    best_tps: list[float]
+    cycles: list[SwitchCycle]
+    analysis: str | None = None
 
 
 def figures(stale_tps: list[float], best_tps: list[float],
@@ -322,56 +389,61 @@ def figures(stale_tps: list[float], best_tps: list[float],
                                       and (best_30 := c.arms["best"].mean_30s) is not None]))
 
 
-def cycles_of(rows: list[dict[str, Any]]) -> list[SwitchCycle]:
-    """A switch.json's cycles, parsed (a field renamed on one side fails here)."""
-    return [SwitchCycle.model_validate(c) for c in rows]
+def dumped(record: SwitchRun | SwitchMerged) -> str:
+    """A switch.json's text: the fields it was given (an older file keeps its shape), a
+    cycle's `part` only in a merged file."""
+    return record.model_dump_json(indent=1, exclude_unset=True,
+                                  exclude={"cycles": {"__all__": {"part"}}}
+                                  if isinstance(record, SwitchRun) else None)
 
 
-def dumped(cycles: list[SwitchCycle]) -> list[dict[str, Any]]:
-    """Cycles as switch.json keeps them (a merged file's `part`, else none)."""
-    return [c.model_dump(mode="json", exclude={"part"} if c.part is None else None)
-            for c in cycles]
-
-
-def rerender(path: Path) -> dict[str, Any]:
-    """A committed switch.json with its figures recomputed by today's `summarize`."""
-    old = json.loads(path.read_text())
-    if "arms" not in (old.get("cycles") or [{}])[0]:
-        raise ValueError(f"{path}: cycles without paired arms (the design before switch-paired) "
+def parsed(body: dict[str, Any], where: Path) -> SwitchRun | SwitchMerged:
+    """A committed switch.json, one call's or merged (ValueError: cycles without paired arms,
+    the design before switch-paired, which cannot be re-analysed)."""
+    if "arms" not in (body.get("cycles") or [{}])[0]:
+        raise ValueError(f"{where}: cycles without paired arms (the design before switch-paired) "
                          "cannot be re-analysed")
-    return {**old, **summarize(old["stale_tps"], old["best_tps"], cycles_of(old["cycles"])),
-            "analysis": "re-analysed: geometric means / means with t-intervals (issue #26)"}
+    return (SwitchMerged if "merged_from" in body else SwitchRun).model_validate(body)
 
 
-def merge(paths: list[Path]) -> dict[str, Any]:
+def rerender(path: Path) -> SwitchRun | SwitchMerged:
+    """A committed switch.json with its figures recomputed by today's `figures`."""
+    old = parsed(json.loads(path.read_text()), path)
+    new = figures(old.stale_tps, old.best_tps, old.cycles)
+    return type(old).model_validate(
+        {**old.model_dump(exclude_unset=True), **dict(new),
+         "analysis": "re-analysed: geometric means / means with t-intervals (issue #26)"})
+
+
+def merge(paths: list[Path]) -> SwitchMerged:
     """Several switch.json (one GPU call each) as one: cycles and gap blocks concatenated (a
     cycle's arms, and a gap block's tables, ran on one engine, so each stays a valid pair), the
     figures recomputed by `summarize`. Each call chose its own best (the highest median of its
     own gap blocks): ``parts`` keeps it per call, and ``best_candidates_over_table_b`` pools every call's
     gap blocks per candidate, paired against B's table, to say whether those bests differ."""
-    parts = [json.loads(p.read_text()) for p in paths]
-    for p, g in zip(paths, parts, strict=True):
-        if "arms" not in (g.get("cycles") or [{}])[0]:
-            raise ValueError(f"{p}: cycles without paired arms cannot be merged")
-    cycles = [c.model_copy(update={"part": i}) for i, g in enumerate(parts)
-              for c in cycles_of(g["cycles"])]
-    stale = [x for g in parts for x in g["stale_tps"]]
-    best = [x for g in parts for x in g["best_tps"]]
-    names = sorted(set.intersection(*(set(g["candidates_tps"]) for g in parts)))
-    versus_b = {name: mean_interval([x / b for g in parts
-                                for x, b in zip(g["candidates_tps"][name], g["candidates_tps"]["table_b"],
-                                                strict=True)])
+    parts = []
+    for p in paths:
+        got = parsed(json.loads(p.read_text()), p)
+        if not isinstance(got, SwitchRun) or got.best_name is None or got.candidates_tps is None:
+            raise ValueError(f"{p}: not one call's switch.json with its gap's candidates")
+        parts.append(got)
+    cycles = [c.model_copy(update={"part": i}) for i, g in enumerate(parts) for c in g.cycles]
+    stale = [x for g in parts for x in g.stale_tps]
+    best = [x for g in parts for x in g.best_tps]
+    tps = [g.candidates_tps or {} for g in parts]
+    names = sorted(set.intersection(*(set(t) for t in tps)))
+    versus_b = {name: mean_interval([x / b for t in tps
+                                     for x, b in zip(t[name], t["table_b"], strict=True)])
                 for name in names if name != "table_b" and "table_b" in names}
-    keep = ("load", "workload_a", "workload_b", "window_s", "adapt_s", "follow_s", "sidecar_args")
-    return {**{k: parts[0].get(k) for k in keep}, "merged_from": [p.name for p in paths],
-            "parts": [{"file": p.name, "best_name": g["best_name"], "best_table": g["best_table"],
-                       "table_a": g["table_a"], "table_b": g["table_b"], "a_a": g["a_a"],
-                       "a_b": g["a_b"], "cycles": len(g["cycles"]), "command": g.get("command")}
-                      for p, g in zip(paths, parts, strict=True)],
-            "best_candidates_over_table_b": {name: None if v is None else v.model_dump(mode="json")
-                                             for name, v in versus_b.items()},
-            "stale_tps": stale, "best_tps": best, "cycles": dumped(cycles),
-            **summarize(stale, best, cycles)}
+    return SwitchMerged(
+        **dict(SwitchSetup.model_validate(parts[0].model_dump(include=set(SwitchSetup.model_fields)))),
+        merged_from=[p.name for p in paths],
+        parts=[SwitchPart(file=p.name, best_name=g.best_name or "", best_table=g.best_table or [],
+                          table_a=g.table_a, table_b=g.table_b, a_a=g.a_a, a_b=g.a_b,
+                          cycles=len(g.cycles), command=g.command)
+               for p, g in zip(paths, parts, strict=True)],
+        best_candidates_over_table_b=versus_b, stale_tps=stale, best_tps=best, cycles=cycles,
+        **dict(figures(stale, best, cycles)))
 
 
 def workloads(args: argparse.Namespace, K: int) -> tuple[Workload, Workload]:
@@ -392,7 +464,7 @@ def workloads(args: argparse.Namespace, K: int) -> tuple[Workload, Workload]:
     return Workload(args.temp_a, replay.rates), Workload(args.temp_a, b.rates)
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+async def run(args: argparse.Namespace) -> SwitchRun:
     scenario = scenario_of(args, tuple(args.engine_arg or ()))
     profile = scenario.profile
     requests = scenario.requests(args.prompt_tokens, args.max_tokens)
@@ -413,7 +485,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                            args.blocks, args.window_s)
         # the best arm runs the best fixed k when one beat B's own table: recovery_30s is then
         # against the best fixed k (all k allowed), not only the profile's choice
-        table_b = Table.from_list(paired["best_table"])
+        table_b = Table.from_list(paired.best_table or [])
         cycles = []
         side = functools.partial(sidecar, Path(args.profile), out / "logs", server.url,
                                  admin.admin_url, tuple(args.sidecar_arg or ()))
@@ -430,20 +502,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                   f"{cycles[-1].recovery_30s}", file=sys.stderr)
             # after every cycle: a run cut short by a time limit keeps its cycles
             result = report(args, works, a_a, a_b, table_a, table_b, paired, cycles)
-            (out / "switch.json").write_text(json.dumps(result, indent=1))
+            (out / "switch.json").write_text(dumped(result))
     return report(args, works, a_a, a_b, table_a, table_b, paired, cycles)
 
 
 def report(args: argparse.Namespace, works: tuple[Workload, Workload], a_a: list[float],
-           a_b: list[float], table_a: Table, table_b: Table, paired: dict[str, Any],
-           cycles: list[SwitchCycle]) -> dict[str, Any]:
-    return {"load": args.load, "workload_a": works[0].describe(),
-            "workload_b": works[1].describe(), "a_a": a_a, "a_b": a_b,
-            "table_a": table_a.to_list(), "table_b": table_b.to_list(), **paired,
-            "cycles": dumped(cycles), **summarize(paired["stale_tps"], paired["best_tps"], cycles),
-            "window_s": args.window_s, "adapt_s": args.adapt_s, "follow_s": args.follow_s,
-            "sidecar_args": args.sidecar_arg or [],
-            "command": "python -m benchmarks.switch " + " ".join(sys.argv[1:])}
+           a_b: list[float], table_a: Table, table_b: Table, paired: Gap,
+           cycles: list[SwitchCycle]) -> SwitchRun:
+    return SwitchRun(load=args.load, workload_a=works[0].describe(),
+                     workload_b=works[1].describe(), a_a=a_a, a_b=a_b,
+                     table_a=table_a.to_list(), table_b=table_b.to_list(), **dict(paired),
+                     cycles=cycles, **dict(figures(paired.stale_tps, paired.best_tps, cycles)),
+                     window_s=args.window_s, adapt_s=args.adapt_s, follow_s=args.follow_s,
+                     sidecar_args=args.sidecar_arg or [],
+                     command="python -m benchmarks.switch " + " ".join(sys.argv[1:]))
 
 
 def main() -> int:
@@ -471,16 +543,16 @@ def main() -> int:
     flags.add_engine_flags(ap)
     args = ap.parse_args()
     if args.rerender:
-        args.rerender.write_text(json.dumps(rerender(args.rerender), indent=1))
+        args.rerender.write_text(dumped(rerender(args.rerender)))
         return 0
     if args.merge:
         try:
             merged = merge(args.merge)
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError) as exc:   # a pydantic ValidationError is a ValueError
             print(f"error: --merge: {exc}", file=sys.stderr)
             return 2
         Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "switch.json").write_text(json.dumps(merged, indent=1))
+        (Path(args.out) / "switch.json").write_text(dumped(merged))
         return 0
     if not args.profile:
         ap.error("--profile is required (or --rerender FILE, or --merge PART ...)")
@@ -494,9 +566,9 @@ def main() -> int:
     except RuntimeError as exc:  # the run cannot answer its question (said why)
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    (out / "switch.json").write_text(json.dumps(result, indent=1))
-    print(json.dumps({k: result[k] for k in ("stale_loss", "best_over_stale",
-                                              "seconds_to_right_table", "recovery_30s")}, indent=1))
+    (out / "switch.json").write_text(dumped(result))
+    print(result.model_dump_json(indent=1, include={"stale_loss", "best_over_stale",
+                                                    "seconds_to_right_table", "recovery_30s"}))
     return 0
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from benchmarks.cells import read_windows
 import pytest
 
-from benchmarks.goodput import fixed_windows, merge, render
+from benchmarks.goodput import FixedLoad, GoodputFile, fixed_verdicts, fixed_windows, merge, render
 from benchmarks.readme_table import goodput_row
 
 
@@ -27,7 +27,8 @@ def part(n: int, tps: dict[int, list[float]], k_end: int) -> dict[str, object]:
 def test_blocks_replay_the_order_they_ran_in() -> None:
     tps = {1: [100.0, 101.0], 2: [110.0, 111.0], 3: [90.0, 91.0]}
     steps = {"1": [90, 91], "2": [80, 81], "3": [70, 71]}      # as goodput.json keeps them
-    got = fixed_windows({"64": {"tokens_per_s": tps, "steps": steps}}, [1, 2, 3], 7.0)
+    load = FixedLoad(**dict(fixed_verdicts(tps)), steps=steps)
+    got = fixed_windows({64: load}, [1, 2, 3], 7.0)
     rng = random.Random(64)                   # benchmarks.goodput.fixed's shuffle, seed = load
     for b in range(2):
         order = [1, 2, 3]
@@ -36,7 +37,8 @@ def test_blocks_replay_the_order_they_ran_in() -> None:
         assert [w.policy for w in block] == [f"fixed-k{k}" for k in order]
         assert all(w.tokens_per_s == tps[int(w.policy[-1])][b] for w in block)
         assert all(w.steps == steps[w.policy[-1]][b] for w in block)   # the 50-step rule's input
-    assert fixed_windows({"64": {"tokens_per_s": tps}}, [1, 2, 3], 7.0)[0].steps is None
+    old = FixedLoad(**dict(fixed_verdicts(tps)))      # a file from before steps were kept
+    assert fixed_windows({64: old}, [1, 2, 3], 7.0)[0].steps is None
 
 
 def test_calls_merge_and_the_fixed_ks_get_the_benchs_verdicts(tmp_path: Path) -> None:
@@ -49,7 +51,7 @@ def test_calls_merge_and_the_fixed_ks_get_the_benchs_verdicts(tmp_path: Path) ->
     a.write_text(json.dumps(part(64, k2_best, 2)))
     b.write_text(json.dumps(part(256, flat, 1)))
     out = tmp_path / "goodput.json"
-    out.write_text(json.dumps(merge([a, b])))
+    out.write_text(merge([a, b]).model_dump_json())
     render(out)
     g = json.loads(out.read_text())
     assert g["blocks"] == {"64": 6, "256": 3} and g["match_rate"] == 1.0 and len(g["runs"]) == 2
@@ -59,7 +61,7 @@ def test_calls_merge_and_the_fixed_ks_get_the_benchs_verdicts(tmp_path: Path) ->
     assert s["loads"]["64"]["fixed-k2"]["verdict"] == "reference"
     assert s["loads"]["64"]["fixed-k1"]["verdict"] == "worse"       # 10% down, 0.3% noise
     assert s["loads"]["256"]["fixed-k1"]["verdict"] in ("reference", "too_few_blocks")
-    row = goodput_row("h200-vllm0.26-32b-ngram-goodput-3loads", g, s)
+    row = goodput_row("h200-vllm0.26-32b-ngram-goodput-3loads", GoodputFile.model_validate(g), s)
     assert "k=2→2 (the reference)" in row and " | fixed" not in row
 
 
@@ -69,7 +71,7 @@ def test_the_best_set_is_a_family_corrected_for_the_loads_pairs(tmp_path: Path) 
     are recomputed that way (a run on k=1 matches)."""
     import math
 
-    from benchmarks.goodput import fixed_verdicts, revised
+    from benchmarks.goodput import revised
     from benchmarks.inference import mean_interval
 
     c = 0.01 / math.sqrt(6 / 5)                    # sd of the log ratios: 0.01
@@ -86,7 +88,7 @@ def test_the_best_set_is_a_family_corrected_for_the_loads_pairs(tmp_path: Path) 
                      "match": False, "best_set": [2], "best_fixed_k": 2}],
            "loads": {"8": {"tokens_per_s": {"1": k1, "2": k2, "3": k3}, "best_set": [2]}}}
     g = revised(old)
-    assert g["runs"][0]["match"] and g["runs"][0]["best_set"] == [1, 2] and g["match_rate"] == 1.0
+    assert g.runs[0].match and g.runs[0].best_set == [1, 2] and g.match_rate == 1.0
 
 
 def test_the_scale_flag_is_read_or_named() -> None:
@@ -113,10 +115,10 @@ def test_every_committed_run_parses_and_is_judged_again_by_todays_verdicts(path:
     g = json.loads(path.read_text())
     runs = [GoodputRun.model_validate(r) for r in g["runs"]]
     assert runs and all(r.match == (r.sidecar_k in r.best_set) for r in runs)
-    again = [GoodputRun.model_validate(r) for r in json.loads(json.dumps(revised(g)))["runs"]]
-    assert [(r.load, r.run, r.sidecar_k, r.timeline) for r in again] == \
+    again = GoodputFile.model_validate_json(revised(g).model_dump_json())   # both sides of the file
+    assert [(r.load, r.run, r.sidecar_k, r.timeline) for r in again.runs] == \
         [(r.load, r.run, r.sidecar_k, r.timeline) for r in runs]
-    assert all(r.best_set == revised(g)["loads"][str(r.load)]["best_set"] for r in again)
+    assert all(r.best_set == again.loads[r.load].best_set for r in again.runs)
 
 
 def test_a_run_with_a_renamed_field_fails_the_parse() -> None:

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from typing import Any
 
+import pytest
+
 from benchmarks.design import rotated
 from benchmarks.switch import ARMS, SwitchArm, SwitchCycle, SwitchWindow, recovery
 
@@ -80,7 +82,6 @@ def test_five_cycles_give_a_t_interval_not_min_and_max() -> None:
 def test_dummy_weights_switch_by_the_emulators_rates_and_bad_rates_name_the_flag() -> None:
     import argparse
 
-    import pytest
 
     from benchmarks.switch import Workload, workloads
     from tuner.core.errors import InvalidInput
@@ -118,7 +119,7 @@ def test_acceptance_is_measured_where_every_position_is_drafted() -> None:
 def test_calls_merge_into_one_switch_file_that_keeps_each_calls_best(tmp_path: Path) -> None:
     import json
 
-    from benchmarks.switch import merge
+    from benchmarks.switch import dumped, figures, merge, parsed
 
     def part(best: str, cand: dict[str, list[float]], recovery: float) -> dict[str, object]:
         arm = arm_of([{"end_s": 20.0, "tps": 100.0, "steps": 90}], 100.0).model_dump()
@@ -126,25 +127,33 @@ def test_calls_merge_into_one_switch_file_that_keeps_each_calls_best(tmp_path: P
                  "arms": {"stale": arm, "best": arm, "sidecar": arm}}
         return {"load": 64, "best_name": best, "best_table": [[1, 256, 0]], "table_a": [[1, 256, 3]],
                 "table_b": [[1, 256, 1]], "a_a": [0.7], "a_b": [0.1], "cycles": [cycle],
-                "stale_tps": cand["stale"], "best_tps": cand[best], "candidates_tps": cand}
+                "stale_tps": cand["stale"], "best_tps": cand[best], "candidates_tps": cand,
+                "workload_a": "A", "workload_b": "B", "window_s": 2.5, "adapt_s": 15.0,
+                "follow_s": 30.0, "sidecar_args": [], "command": "python -m benchmarks.switch",
+                **figures(cand["stale"], cand[best], []).model_dump(mode="json")}
     one = part("table_b", {"stale": [75.0, 75.0], "table_b": [100.0, 100.0], "fixed-k0": [99.0, 101.0]}, 0.9)
     two = part("fixed-k0", {"stale": [80.0], "table_b": [100.0], "fixed-k0": [102.0]}, 0.7)
     paths = [tmp_path / "a.json", tmp_path / "b.json"]
     for p, g in zip(paths, (one, two), strict=True):
         p.write_text(json.dumps(g))
-    got = merge(paths)
+    got = json.loads(dumped(merge(paths)))          # as the file reads
     assert [p["best_name"] for p in got["parts"]] == ["table_b", "fixed-k0"]
     assert got["best_tps"] == [100.0, 100.0, 102.0] and got["stale_tps"] == [75.0, 75.0, 80.0]
     assert [c["part"] for c in got["cycles"]] == [0, 1]
     assert got["recovery_30s"]["n"] == 2 and got["recovery_30s"]["estimate"] == 0.8
     assert got["best_candidates_over_table_b"]["fixed-k0"]["n"] == 3
     assert got["arm_steps"]["windows_with_steps"] == 6
+    assert "part" not in json.loads(dumped(parsed(one, paths[0])))["cycles"][0]   # one call's file
+    del one["workload_b"]
+    paths[0].write_text(json.dumps(one))
+    with pytest.raises(ValueError, match="workload_b"):      # a field renamed on one side fails
+        merge(paths)
 
 
 def test_every_committed_paired_switch_file_parses_and_reanalyses_to_its_figures() -> None:
     import json
 
-    from benchmarks.switch import cycles_of, rerender
+    from benchmarks.switch import SwitchMerged, SwitchRun, dumped, parsed, rerender
 
     results = Path(__file__).parents[2] / "benchmarks/results"
     files = sorted(p for p in results.rglob("switch.json")
@@ -152,8 +161,10 @@ def test_every_committed_paired_switch_file_parses_and_reanalyses_to_its_figures
     assert len(files) >= 5  # the paired design's runs (CPU and the H200's)
     for path in files:
         old = json.loads(path.read_text())
-        cycles = cycles_of(old["cycles"])
+        got = parsed(old, path)
+        assert isinstance(got, SwitchMerged if "merged_from" in old else SwitchRun)
+        cycles = got.cycles
         assert [c.recovery_30s for c in cycles] == [c["recovery_30s"] for c in old["cycles"]]
-        if "stale_tps" in old:
-            assert rerender(path)["recovery_30s"] is not None or not any(
-                c.recovery_30s is not None for c in cycles)
+        again = rerender(path)
+        assert set(json.loads(dumped(again))) >= set(old) - {"analysis"}     # nothing dropped
+        assert again.recovery_30s is not None or not any(c.recovery_30s is not None for c in cycles)
