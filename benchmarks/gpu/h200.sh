@@ -78,7 +78,7 @@ case $SETTING in
                 DRAFTER=/tmp/model32/eagle3; DONE=h200-vllm0.26-32b-eagle3-v2
                 export VLLM_USE_V2_MODEL_RUNNER=1 ;;
   moe30b-eagle3-v2) MODEL_DIR=moe30b; SPEC=(--method eagle3 --drafter /tmp/moe30b/eagle3); ONE=${ONE_SERVER:-1}; BY=vllm
-                DRAFTER=/tmp/moe30b/eagle3; DONE=h200-vllm0.26-moe30b-eagle3-v2
+                DRAFTER=/tmp/moe30b/eagle3; DONE=h100-vllm0.26-moe30b-eagle3-v2  # tuned on an H100
                 export VLLM_USE_V2_MODEL_RUNNER=1 ;;
   *) echo "unknown SETTING $SETTING"; exit 2 ;;
 esac
