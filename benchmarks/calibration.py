@@ -34,9 +34,11 @@ at every load) that were made, at the blocks benchmarks/design.py plans.
 `null_threshold_0`: mid and edge again with no band (`--threshold 0`), which the default 1%
 band otherwise hides.
 
-`sidecar` and `guardrail`: the null runs of the duels' interval (benchmarks/pair_dependence.py)
-and of the guardrail (benchmarks/guardrail_calibration.py), read from their committed JSON in
-benchmarks/results/calibration, not recomputed.
+`sidecar` and `guardrail`: the null runs of the duels' interval (benchmarks/pair_dependence.py,
+and on rings whose load moves B inside a band, benchmarks/shared_batch.py) and of the guardrail
+(benchmarks/guardrail_calibration.py), read from their committed JSON in
+benchmarks/results/calibration, not recomputed (``--imports-only``: only those lists are
+written again, into the committed calibration.json).
 """
 
 from __future__ import annotations
@@ -289,13 +291,20 @@ def calibrate(trials: int, seed: int = 0) -> dict[str, Any]:
     return out
 
 
-def imported(pair_dependence: dict[str, Any], guardrail: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """The sidecar's duel pairs and its guardrail under dependence, from their own committed
-    calibrations (benchmarks/pair_dependence.py, benchmarks/guardrail_calibration.py)."""
+def imported(pair_dependence: dict[str, Any], guardrail: dict[str, Any],
+             shared_batch: dict[str, Any] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """The sidecar's duel pairs and its guardrail under dependence, and its pairs on simulated
+    rings whose load moves B inside a band, from their own committed calibrations
+    (benchmarks/pair_dependence.py, benchmarks/guardrail_calibration.py,
+    benchmarks/shared_batch.py)."""
     sidecar = [{"case": r["case"].split("_")[0], "pair_sd": r["pair_sd"], "lag1": r["lag1"],
                 "false_rate": r["after"]["false_by_500"], "bound": r["after"]["bound_500"],
                 "trials": pair_dependence["trials"], "required": r["required"]}
                for r in pair_dependence["null"]]
+    sidecar += [{"case": r["case"], "false_rate": r["matched"]["false_rate"],
+                 "bound": r["matched"]["bound"], "trials": r["trials"],
+                 "comparisons": r["matched"]["comparisons"]}
+                for r in (shared_batch or {}).get("rows", [])]
     guard = [{"case": r["case"], "rho": r["rho"], "sd": r["sd"], "false_rate": r["false_rollback"],
               "bound": r["false_rollback_bound"], "trials": guardrail["trials"]}
              for r in guardrail["rows"] if r["min_steps"] == MIN_STEPS]
@@ -310,11 +319,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=4000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="benchmarks/results/calibration/calibration.json")
+    ap.add_argument("--imports-only", action="store_true",
+                    help="rewrite only the sidecar and guardrail lists of --out from their sources")
     args = ap.parse_args(argv)
-    result = {**calibrate(args.trials, args.seed),
-              **imported(json.loads((SOURCES / "pair_dependence.json").read_text()),
-                         json.loads((SOURCES / "guardrail.json").read_text())),
-              "command": f"python -m benchmarks.calibration --trials {args.trials} --seed {args.seed}"}
+    sources = imported(*(json.loads((SOURCES / f).read_text())
+                         for f in ("pair_dependence.json", "guardrail.json", "shared_batch.json")))
+    if args.imports_only:
+        result = {**json.loads(Path(args.out).read_text()), **sources}
+    else:
+        result = {**calibrate(args.trials, args.seed), **sources,
+                  "command": f"python -m benchmarks.calibration --trials {args.trials} --seed {args.seed}"}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
