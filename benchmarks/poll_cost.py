@@ -33,6 +33,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from benchmarks.arm_run import ArmRun
 from benchmarks.client_arms import Arms
 from benchmarks.client_bench import bench_parser, printer, run_main
@@ -78,25 +80,57 @@ async def polling(arm: str, engine: EngineClient, admin: EngineClient,
                 await task
 
 
-def summarize(runs: list[ArmRun], blocks: list[int], every_s: float) -> dict[str, Any]:
+class ReaderCost(BaseModel):
+    """One reader against none, paired by block: throughput and engine step time ratios with
+    their 95% intervals ([None, None] below two blocks), blocks paired, mean run seconds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    throughput_ratio: float | None
+    throughput_ci: list[float | None]
+    step_ms_ratio: float | None
+    step_ms_ci: list[float | None]
+    blocks: int
+    run_s: float
+
+
+class ShortRun(BaseModel):
+    """A run with fewer engine steps than the 50-step rule asks."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    block: int
+    arm: str
+    steps: int
+
+
+class PollSummary(BaseModel):
+    """summary.json: each reader against none."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    arms: dict[str, ReaderCost]
+    blocks: int
+    every_s: float
+    ci_level: float = 0.95
+    statistic: str = ("geometric mean of per-block ratios arm / none; 95% Student's t-interval "
+                      "on their logs, per reader")
+    short_runs: list[ShortRun]
+
+
+def summarize(runs: list[ArmRun], blocks: list[int], every_s: float) -> PollSummary:
     """Per arm against `none`, paired by block: throughput and engine step time ratios."""
     by: dict[tuple[int, str], ArmRun] = {(b, r.arm): r for b, r in zip(blocks, runs, strict=True)}
-    out: dict[str, Any] = {"arms": {}, "blocks": len(set(blocks)), "every_s": every_s,
-                           "ci_level": 0.95,
-                           "statistic": "geometric mean of per-block ratios arm / none; 95% "
-                                        "Student's t-interval on their logs, per reader"}
+    arms: dict[str, ReaderCost] = {}
     for arm in ARMS[1:]:
         pairs = [(by[(b, "none")], by[(b, arm)]) for b in sorted(set(blocks))
                  if (b, "none") in by and (b, arm) in by]
         tput = ratio_interval(pairs, arm_throughput)
         step = ratio_interval(pairs, _step_ms)
         run_s = [sum(p.client.duration for p in r.phases) for _, r in pairs]
-        out["arms"][arm] = {"throughput_ratio": tput.ratio, "throughput_ci": tput.ci,
-                            "step_ms_ratio": step.ratio, "step_ms_ci": step.ci,
-                            "blocks": tput.n, "run_s": round(sum(run_s) / max(len(run_s), 1), 2)}
-    out["short_runs"] = [{"block": b, "arm": r.arm, "steps": n} for b, r in zip(blocks, runs, strict=True)
-                         if (n := sum(p.engine.steps or 0 for p in r.phases)) < MIN_STEPS]
-    return out
+        arms[arm] = ReaderCost(throughput_ratio=tput.ratio, throughput_ci=tput.ci,
+                               step_ms_ratio=step.ratio, step_ms_ci=step.ci, blocks=tput.n,
+                               run_s=round(sum(run_s) / max(len(run_s), 1), 2))
+    short = [ShortRun(block=b, arm=r.arm, steps=n) for b, r in zip(blocks, runs, strict=True)
+             if (n := sum(p.engine.steps or 0 for p in r.phases)) < MIN_STEPS]
+    return PollSummary(arms=arms, blocks=len(set(blocks)), every_s=every_s, short_runs=short)
 
 
 def _step_ms(run: ArmRun) -> float:
@@ -136,10 +170,11 @@ async def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
                 runs.append(got)
                 record["blocks"].append(block)
                 record["runs"].append(got.model_dump(mode="json"))
-    record["summary"] = summarize(runs, record["blocks"], args.every_s)
+    summary = summarize(runs, record["blocks"], args.every_s)
+    record["summary"] = summary.model_dump(mode="json")
     s.out.mkdir(parents=True, exist_ok=True)
     (s.out / "runs.json").write_text(json.dumps(record, indent=1))
-    (s.out / "summary.json").write_text(json.dumps(record["summary"], indent=1))
+    (s.out / "summary.json").write_text(summary.model_dump_json(indent=1))
     return record
 
 

@@ -22,6 +22,7 @@ from benchmarks.field_summary_model import FieldClaim, FieldSummary
 from benchmarks.goodput import GoodputFile, revised
 from benchmarks.inference import MeanInterval
 from benchmarks.noharm_summary import NoharmSummary, Ratio, ShapeSummary
+from benchmarks.poll_cost import PollSummary
 from benchmarks.summary import word
 from benchmarks.switch import SwitchFigures
 
@@ -359,15 +360,15 @@ def field_rows(setting: str, folder: str, s: FieldSummary) -> list[str]:
     return rows
 
 
-def poll_cost_row(folder: str, s: dict[str, Any]) -> str:
+def poll_cost_row(folder: str, s: PollSummary) -> str:
     """A poll-cost summary.json's row: each reader against none, throughput and step time."""
+    def ci(lo_hi: list[float | None]) -> str:
+        return "[no interval]" if None in lo_hi else f"[{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]"
     arms = "; ".join(
-        f"{arm} every {s['every_s']:g} s: throughput {a['throughput_ratio']:.3f} "
-        f"[{a['throughput_ci'][0]:.3f}, {a['throughput_ci'][1]:.3f}], "
-        f"engine step time {a['step_ms_ratio']:.3f} "
-        f"[{a['step_ms_ci'][0]:.3f}, {a['step_ms_ci'][1]:.3f}]" for arm, a in s["arms"].items())
-    return (f"| {POLL_COSTS[folder]} | {s['blocks']} blocks, each reader against no reader "
-            f"({s['ci_level'] * 100:g}% t-intervals): {arms} | [{folder}]({folder}/README.md) |")
+        f"{arm} every {s.every_s:g} s: throughput {a.throughput_ratio:.3f} {ci(a.throughput_ci)}, "
+        f"engine step time {a.step_ms_ratio:.3f} {ci(a.step_ms_ci)}" for arm, a in s.arms.items())
+    return (f"| {POLL_COSTS[folder]} | {s.blocks} blocks, each reader against no reader "
+            f"({s.ci_level * 100:g}% t-intervals): {arms} | [{folder}]({folder}/README.md) |")
 
 
 def field_table() -> str:
@@ -397,7 +398,8 @@ def table() -> str:
     for folder in NOHARMS:
         rows.append(noharm_row(folder, NoharmSummary.model_validate_json(noharm_file(folder).read_text())))
     for folder in POLL_COSTS:
-        rows.append(poll_cost_row(folder, json.loads((RESULTS / folder / "summary.json").read_text())))
+        rows.append(poll_cost_row(folder, PollSummary.model_validate_json(
+            (RESULTS / folder / "summary.json").read_text())))
     rows.append(switch_row([(r, SwitchFigures.of_file(json.loads((RESULTS / r / "switch.json").read_text())))
                             for r in SWITCHES]))
     return "\n".join(rows)

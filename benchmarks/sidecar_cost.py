@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import shlex
 import sys
@@ -87,10 +86,33 @@ def order(cycle: int) -> tuple[str, ...]:
     return ARMS[i:] + ARMS[:i]
 
 
-def summarize(windows: Sequence[CostWindow]) -> dict[str, Any]:
+class CostRow(BaseModel):
+    """One load and arm against `off` (summary.json's `loads`): the throughput ratio over the
+    cycles with both, its 95% interval (None: fewer than two cycles), the mean step time
+    ratio, the awake sidecar's share of one core and the table's changes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    load: int
+    arm: str
+    cycles: int
+    ratio: float | None
+    ci: list[float | None]
+    step_ms_ratio: float | None
+    sidecar_cpu_share: float | None
+    table_changes: int
+
+
+class CostSummary(BaseModel):
+    """summary.json: a row per load and arm."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    loads: list[CostRow]
+
+
+def summarize(windows: Sequence[CostWindow]) -> CostSummary:
     """Per load and arm: the ratio to `off` over cycles with both, its 95% interval, mean step
     time ratio and the sidecar's CPU share. Pure."""
-    loads: list[dict[str, Any]] = []
+    loads: list[CostRow] = []
     for n in sorted({w.load for w in windows}):
         by_cycle: dict[int, dict[str, CostWindow]] = {}
         for w in windows:
@@ -98,23 +120,22 @@ def summarize(windows: Sequence[CostWindow]) -> dict[str, Any]:
                 by_cycle.setdefault(w.cycle, {})[w.arm] = w
         for arm in ARMS[1:]:
             both = [c for c in by_cycle.values() if arm in c and "off" in c]
-            loads.append({"load": n, "arm": arm, "cycles": len(both),
-                          **_ratio([math.log(c[arm].tokens_per_s / c["off"].tokens_per_s)
-                                    for c in both]),
-                          "step_ms_ratio": _ratio([
-                              math.log(a / o) for c in both
-                              if (a := c[arm].step_ms) and (o := c["off"].step_ms)])["ratio"],
-                          "sidecar_cpu_share": _mean([c[arm].sidecar_cpu_s / c[arm].window_s
-                                                      for c in both]),
-                          "table_changes": sum(c[arm].table_changes for c in both)})
-    return {"loads": loads}
+            ratio, ci = _ratio([math.log(c[arm].tokens_per_s / c["off"].tokens_per_s) for c in both])
+            loads.append(CostRow(
+                load=n, arm=arm, cycles=len(both), ratio=ratio, ci=ci,
+                step_ms_ratio=_ratio([math.log(a / o) for c in both
+                                      if (a := c[arm].step_ms) and (o := c["off"].step_ms)])[0],
+                sidecar_cpu_share=_mean([c[arm].sidecar_cpu_s / c[arm].window_s for c in both]),
+                table_changes=sum(c[arm].table_changes for c in both)))
+    return CostSummary(loads=loads)
 
 
-def _ratio(logs: Sequence[float]) -> dict[str, Any]:
+def _ratio(logs: Sequence[float]) -> tuple[float | None, list[float | None]]:
+    """The geometric mean of exp(logs) and its 95% t-interval ([None, None] below 2)."""
     if len(logs) < 2:
-        return {"ratio": round(math.exp(logs[0]), 4) if logs else None, "ci": [None, None]}
+        return (round(math.exp(logs[0]), 4) if logs else None), [None, None]
     mid, low, high = (float(np.exp(v)) for v in bounds(estimate(np.asarray(logs)), 0.05))
-    return {"ratio": round(mid, 4), "ci": [round(low, 4), round(high, 4)]}
+    return round(mid, 4), [round(low, 4), round(high, 4)]
 
 
 def _mean(xs: Sequence[float]) -> float | None:
@@ -210,7 +231,7 @@ async def window(arms: Arms, arm: str, engine: EngineClient, admin: EngineClient
 
 def save(out: Path, record: CostRecord) -> None:
     (out / "cost.json").write_text(record.model_dump_json(by_alias=True, indent=1))
-    (out / "summary.json").write_text(json.dumps(summarize(record.windows), indent=1))
+    (out / "summary.json").write_text(summarize(record.windows).model_dump_json(indent=1))
 
 
 def say(text: str) -> None:
@@ -245,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     rc, record = run_main(sys.argv[1:] if argv is None else argv, parser(), start)
     if rc:
         return rc
-    print(json.dumps(summarize(record.windows), indent=1))
+    print(summarize(record.windows).model_dump_json(indent=1))
     return 0
 
 

@@ -3,13 +3,12 @@ ratios to `off`, with intervals, from raw windows."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pytest
 
-from benchmarks.sidecar_cost import ARMS, CostRecord, CostWindow, order, summarize
+from benchmarks.sidecar_cost import ARMS, CostRecord, CostSummary, CostWindow, order, summarize
 
 COMMITTED = Path(__file__).parents[2] / "benchmarks/results/cpu-tiny-sidecar-cost"
 
@@ -34,28 +33,29 @@ def test_ratios_to_off_are_paired_by_cycle_with_an_interval() -> None:
         windows += [_window(c, "off", base), _window(c, "watch", base * 0.99 * noise, cpu=0.5),
                     _window(c, "full", base * 0.95 / noise, cpu=1.0, step=10.5)]
     windows.append(_window(4, "watch", 50.0))  # no off in its cycle: not paired
-    got = {r["arm"]: r for r in summarize(windows)["loads"]}
-    assert got["watch"]["cycles"] == 4 and got["watch"]["ratio"] == pytest.approx(0.99, abs=1e-3)
-    low, high = got["watch"]["ci"]
-    assert low < 0.99 < high and high - low < 0.01
-    assert got["full"]["ratio"] == pytest.approx(0.95, abs=1e-3)
-    assert got["full"]["step_ms_ratio"] == pytest.approx(1.05)
-    assert got["watch"]["sidecar_cpu_share"] == pytest.approx(0.05)
-    assert got["full"]["sidecar_cpu_share"] == pytest.approx(0.1)
+    got = {r.arm: r for r in summarize(windows).loads}
+    assert got["watch"].cycles == 4 and got["watch"].ratio == pytest.approx(0.99, abs=1e-3)
+    low, high = got["watch"].ci
+    assert low is not None and high is not None and low < 0.99 < high and high - low < 0.01
+    assert got["full"].ratio == pytest.approx(0.95, abs=1e-3)
+    assert got["full"].step_ms_ratio == pytest.approx(1.05)
+    assert got["watch"].sidecar_cpu_share == pytest.approx(0.05)
+    assert got["full"].sidecar_cpu_share == pytest.approx(0.1)
 
 
 def test_one_cycle_gives_a_ratio_without_an_interval() -> None:
-    got = summarize([_window(0, "off", 100.0), _window(0, "watch", 98.0)])["loads"]
-    watch = next(r for r in got if r["arm"] == "watch")
-    assert watch["ratio"] == pytest.approx(0.98) and watch["ci"] == [None, None]
-    full = next(r for r in got if r["arm"] == "full")
-    assert full["cycles"] == 0 and full["ratio"] is None and not math.isnan(full["table_changes"])
+    got = summarize([_window(0, "off", 100.0), _window(0, "watch", 98.0)]).loads
+    watch = next(r for r in got if r.arm == "watch")
+    assert watch.ratio == pytest.approx(0.98) and watch.ci == [None, None]
+    full = next(r for r in got if r.arm == "full")
+    assert full.cycles == 0 and full.ratio is None and not math.isnan(full.table_changes)
 
 
 def test_the_committed_record_parses_and_summarizes_to_its_summary() -> None:
     record = CostRecord.model_validate_json((COMMITTED / "cost.json").read_text())
     assert len(record.windows) == 48
-    assert summarize(record.windows) == json.loads((COMMITTED / "summary.json").read_text())
+    assert summarize(record.windows) == CostSummary.model_validate_json(
+        (COMMITTED / "summary.json").read_text())       # the file parses as the model writes it
     again = CostRecord.model_validate_json(record.model_dump_json(by_alias=True))
     assert again == record
 
