@@ -71,10 +71,40 @@ def cost_slope(off_tps: float, arms: Sequence[tuple[float, float]]) -> float | N
     return num / den if den > 0 else None
 
 
-def summarize(rows: Sequence[ExploreBlock], rates: Sequence[int]) -> dict[str, Any]:
+class RateCost(BaseModel):
+    """One exploration rate: its windows over off's, the share of steps it explored, and the
+    loss per unit share from its blocks."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    over_off: MeanInterval | None
+    share: float
+    cost_per_share: MeanInterval | None
+
+
+class ShareCost(BaseModel):
+    """The default rate's cost: the pooled slope's estimate and interval times its share."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    estimate: float
+    ci_low: float
+    ci_high: float
+
+
+class ExploreSummary(BaseModel):
+    """A load's figures: per rate (RateCost), the slope pooled over rates, and the default
+    rate's cost (the pooled slope times its share)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    per_rate: dict[str, RateCost]
+    cost_per_share: MeanInterval | None
+    default_share: float
+    default_cost: ShareCost | None
+
+
+def summarize(rows: Sequence[ExploreBlock], rates: Sequence[int]) -> ExploreSummary:
     """Per rate the direct ratio and slope; pooled the slope and the default's cost (pure)."""
     default = rates[0]
-    per_rate: dict[str, Any] = {}
+    per_rate: dict[str, RateCost] = {}
     for r in rates:
         ratios = [row.arms[str(r)].tps / row.off_tps for row in rows]
         slopes = [s for row in rows
@@ -82,23 +112,19 @@ def summarize(rows: Sequence[ExploreBlock], rates: Sequence[int]) -> dict[str, A
                                                      row.arms[str(r)].share)])) is not None]
         explored = sum(row.arms[str(r)].explore_steps for row in rows)
         steps = sum(row.arms[str(r)].engine_steps for row in rows)
-        per_rate[str(r)] = {"over_off": _dumped(mean_interval(ratios)),
-                            "share": round(explored / max(steps, 1), 4),
-                            "cost_per_share": _dumped(mean_interval(slopes))}
+        per_rate[str(r)] = RateCost(over_off=mean_interval(ratios),
+                                    share=round(explored / max(steps, 1), 4),
+                                    cost_per_share=mean_interval(slopes))
     pooled = [s for row in rows
               if (s := cost_slope(row.off_tps, [(a.tps, a.share)
                                                 for a in row.arms.values()])) is not None]
     slope = mean_interval(pooled)
-    share = per_rate[str(default)]["share"]
-    cost = None if slope is None else {
-        "estimate": round(slope.estimate * share, 5), "ci_low": round(slope.ci_low * share, 5),
-        "ci_high": round(slope.ci_high * share, 5)}
-    return {"per_rate": per_rate, "cost_per_share": _dumped(slope), "default_share": share,
-            "default_cost": cost}
-
-
-def _dumped(got: MeanInterval | None) -> dict[str, Any] | None:
-    return None if got is None else got.model_dump(mode="json")
+    share = per_rate[str(default)].share
+    cost = None if slope is None else ShareCost(
+        estimate=round(slope.estimate * share, 5), ci_low=round(slope.ci_low * share, 5),
+        ci_high=round(slope.ci_high * share, 5))
+    return ExploreSummary(per_rate=per_rate, cost_per_share=slope, default_share=share,
+                          default_cost=cost)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -135,7 +161,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     print(f"explore-cost: N={load_n} block {b + 1}/{args.blocks}", file=sys.stderr,
                           flush=True)
             out["loads"][str(load_n)] = {"blocks": [r.model_dump() for r in rows],
-                                         **summarize(rows, args.rates)}
+                                         **summarize(rows, args.rates).model_dump(mode="json")}
         await admin.put_policy(explore_every=0)
     return out
 

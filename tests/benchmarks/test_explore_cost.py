@@ -30,12 +30,14 @@ def block(off: float, loss_per_share: float, shares: dict[int, float]) -> Explor
 def test_the_default_cost_is_the_pooled_slope_times_the_default_share() -> None:
     rows = [block(100.0 + b, 0.25, {150: 0.02, 20: 0.15, 10: 0.3}) for b in range(8)]
     s = summarize(rows, [150, 20, 10])
-    assert s["default_share"] == pytest.approx(0.02)
-    assert s["cost_per_share"]["estimate"] == pytest.approx(0.25)
-    assert s["default_cost"]["estimate"] == pytest.approx(0.005)
-    assert s["per_rate"]["10"]["over_off"]["estimate"] == pytest.approx(0.925)
+    assert s.default_share == pytest.approx(0.02)
+    assert s.cost_per_share is not None and s.cost_per_share.estimate == pytest.approx(0.25)
+    assert s.default_cost is not None and s.default_cost.estimate == pytest.approx(0.005)
+    over = s.per_rate["10"].over_off
+    assert over is not None and over.estimate == pytest.approx(0.925)
     for r in ("150", "20", "10"):  # linear: every rate alone gives the same slope
-        assert s["per_rate"][r]["cost_per_share"]["estimate"] == pytest.approx(0.25)
+        got = s.per_rate[r].cost_per_share
+        assert got is not None and got.estimate == pytest.approx(0.25)
 
 
 def test_a_bad_rates_argument_names_the_fix() -> None:
