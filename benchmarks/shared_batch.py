@@ -17,17 +17,26 @@ arrived (contexts grow; every ``TURNOVER`` steps, or at a drain's refill, they s
 its emitted tokens B·τ plus binomial-like noise. The load:
 
 - ``wander``: B a reflecting random walk in 33-40 (arrivals and finishes at a steady load);
-- ``drain``: B falls by one every ``DRAIN_EVERY`` steps from 40 to 25, then a burst refills
+- ``drain``: B falls by one every ``DRAIN_EVERY`` ± 1 steps from 40 to 25, then a burst refills
   it to 40 (contexts start short again); pairs form only where a run shares batch sizes with
   its references, at the edges of its stretch, on one side;
-- ``ramp``: the mirror of the drain, B rising by one every ``DRAIN_EVERY`` steps from 25 to 40;
-  the contexts of the requests in flight do not restart at the top (a steady stream).
+- ``ramp``: the mirror of the drain, B rising by one every ``DRAIN_EVERY`` ± 1 steps from 25 to 40;
+  the contexts of the requests in flight do not restart at the top (a steady stream);
+- ``edge``: B a random walk in 37-44, across the edge of the bands 33-40 and 41-48 (a steady
+  load at a band's edge: its runs often straddle two bands).
 
 Pairs come from the sidecar's own ``pairs_in``; each comparison (band) is looked at after
 every pair by the sidecar's own ``paired_interval`` at its level. ``false_rate``: the share of
 comparisons with at least ``EARLY_PAIRS`` pairs whose interval excluded 1 at some look;
 ``bound``: it plus 2 SE. ``band_wide``: the same with each run's log ratio taken over the whole
 band (its goodput per request over its references'), the rule the matching replaced.
+
+The same rings, read as the sidecar reads them (``MeasuredGoodput.ingest`` every ``SCRAPE``
+steps with the table), say how often the unpaired rule (UNPAIRED_RUNS runs that had their
+chance to pair and did not) leaves a bucket the load holds to the model: ``unpairable`` is the
+share of (ring, held band) that was not pairable at some scrape (the first HELD_TRIALS rings
+of a load), and ``paired_after`` the
+share of those that paired later in the same ring (so could have been measured).
 
     python -m benchmarks.shared_batch --trials 2000 \\
         --out benchmarks/results/calibration/shared_batch.json
@@ -46,7 +55,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.pair_dependence import ALPHA
-from sidecar.measured import EARLY_PAIRS, pairs_in, paired_interval
+from sidecar.measured import (EARLY_PAIRS, UNPAIRED_RUNS, MeasuredGoodput, pairs_in,
+                              paired_interval)
 from tuner.core.admin_api import Step
 from tuner.core.buckets import band
 
@@ -61,27 +71,32 @@ NOISE = 0.03          # a step's seconds: lognormal sd
 TAU = 2.2             # tokens a request keeps per step, at every k (the null)
 DRAIN_EVERY = 6       # steps per batch size in a drain or a ramp
 TURNOVER = 500        # steps until the requests in flight are new ones (not a multiple of EVERY)
-LOADS = ("wander", "drain", "ramp")
+LOADS = ("wander", "drain", "ramp", "edge")
+SCRAPE = 64           # steps between two reads of the ring
+HELD_TRIALS = 500     # rings a load read as the sidecar reads them
 
 
 def load_path(load: str, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """(B, context age in steps) per step for a load of the module's list."""
     B = np.empty(n, dtype=np.int64)
     age = np.empty(n)
-    if load == "wander":
-        b = 36
+    if load in ("wander", "edge"):
+        lo, hi = (33, 40) if load == "wander" else (37, 44)
+        b = (lo + hi) // 2
         moves = rng.choice((-1, 0, 1), size=n, p=(0.3, 0.4, 0.3))
         for i in range(n):
-            b = min(40, max(33, b + int(moves[i])))
+            b = min(hi, max(lo, b + int(moves[i])))
             B[i], age[i] = b, i % TURNOVER
         return B, age
     down = load == "drain"
-    levels = range(40, 24, -1) if down else range(25, 41)
-    cycle = np.repeat(np.array(list(levels)), DRAIN_EVERY)
-    reps = -(-n // len(cycle))
-    B[:] = np.tile(cycle, reps)[:n]
-    span = len(cycle)
-    age[:] = (np.arange(n) % span) if down else np.arange(n) % TURNOVER
+    levels = np.array(list(range(40, 24, -1) if down else range(25, 41)))
+    i = 0
+    while i < n:   # one drain (or ramp) after another, each B held DRAIN_EVERY ± 1 steps
+        cycle = np.repeat(levels, rng.integers(DRAIN_EVERY - 1, DRAIN_EVERY + 2, len(levels)))
+        m = min(len(cycle), n - i)
+        B[i:i + m] = cycle[:m]
+        age[i:i + m] = np.arange(m) if down else (np.arange(i, i + m) % TURNOVER)
+        i += m
     return B, age
 
 
@@ -114,6 +129,23 @@ def band_wide(steps: list[Step]) -> Iterator[tuple[int, float]]:
             yield bucket, math.log(rate(mine) / rate(around))
 
 
+def unpairable(steps: list[Step]) -> list[tuple[bool, bool]]:
+    """Per band the load held: (was it not pairable at some read of the ring, did it pair after
+    that), reading ``steps`` as the sidecar does, every SCRAPE steps, under the table's k."""
+    table_k = [TABLE_K] * (max(s.batch_size for s in steps) + 1)
+    m = MeasuredGoodput()
+    left: dict[int, int] = {}     # band -> pairs it had when first found not pairable
+    for i in range(0, len(steps), SCRAPE):
+        m.ingest(steps[i:i + SCRAPE], table_k)
+        for bucket in m.held - m.pairable():
+            left.setdefault(bucket, _pairs_at(m, bucket))
+    return [(b in left, b in left and _pairs_at(m, b) > left[b]) for b in m.held]
+
+
+def _pairs_at(m: MeasuredGoodput, bucket: int) -> int:
+    return sum(len(v) for (b, _, _), v in m.pairs.items() if b == bucket)
+
+
 def first_exclusion(x: np.ndarray, alpha: float) -> int | None:
     """The first look (pair count) at which the interval excludes 0; None if none did."""
     for n in range(EARLY_PAIRS, len(x) + 1):
@@ -142,8 +174,11 @@ def simulate(trials: int, seed: int, alpha: float) -> dict[str, Any]:
     for load in LOADS:
         matched: list[np.ndarray] = []
         wide: list[np.ndarray] = []
-        for _ in range(trials):
+        held: list[tuple[bool, bool]] = []
+        for t in range(trials):
             steps = ring(load, rng)
+            if t < HELD_TRIALS:   # the sidecar's reads re-pair its tail each time: ~17x the cost
+                held += unpairable(steps)
             by: dict[int, list[float]] = {}
             for p in pairs_in(steps, set()):
                 by.setdefault(p.bucket, []).append(p.log_ratio)
@@ -152,10 +187,15 @@ def simulate(trials: int, seed: int, alpha: float) -> dict[str, Any]:
             for bucket, r in band_wide(steps):
                 wide_by.setdefault(bucket, []).append(r)
             wide += [np.array(v) for v in wide_by.values()]
+        left = [after for was, after in held if was]
         rows.append({"case": f"shared-b-{load}", "load": load, "trials": trials,
-                     "matched": _figures(matched, alpha), "band_wide": _figures(wide, alpha)})
+                     "matched": _figures(matched, alpha), "band_wide": _figures(wide, alpha),
+                     "held_bands": len(held),
+                     "unpairable": round(len(left) / len(held), 4) if held else None,
+                     "paired_after": round(sum(left) / len(left), 4) if left else None})
         print(f"{load}: {rows[-1]}", file=sys.stderr)
     return {"trials": trials, "seed": seed, "alpha": round(alpha, 6), "steps": STEPS,
+            "scrape": SCRAPE, "unpaired_runs": UNPAIRED_RUNS, "held_trials": min(trials, HELD_TRIALS),
             "every": EVERY, "run": RUN, "jump": [JUMP_AT, JUMP], "growth": GROWTH, "noise": NOISE,
             "per_request": PER_REQUEST, "drain_every": DRAIN_EVERY, "rows": rows}
 

@@ -155,7 +155,7 @@ def test_the_committed_calibration_has_the_promised_shape() -> None:
     for row in [*c["sidecar"], *c["guardrail"]]:
         assert {"case", "false_rate", "bound", "trials"} <= set(row), row
     assert {r["case"] for r in c["sidecar"]} >= {"iid", "ar0.5", "wander", "shared-b-wander",
-                                                  "shared-b-drain", "shared-b-ramp"}
+                                                  "shared-b-drain", "shared-b-ramp", "shared-b-edge"}
     assert {r["case"] for r in c["guardrail"]} == {"iid", "ar0.5", "ar0.8"}
     sources = imported(json.loads((HERE / "pair_dependence.json").read_text()),
                        json.loads((HERE / "guardrail.json").read_text()),
