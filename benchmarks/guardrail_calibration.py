@@ -19,7 +19,6 @@ pooling buys against correlated scrapes, and what it costs in time).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.json_out import emit
 from sidecar.guardrail import MIN_STEPS, Guardrail, Sample, Verdict
 from tuner.core.table import Table
 
@@ -109,10 +109,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     result = calibrate(args.trials, args.seed)
-    text = json.dumps(result, indent=1) + "\n"
-    if args.out is not None:
-        args.out.write_text(text)
-    print(text, end="")
+    emit(result, args.out)
     return 0
 
 

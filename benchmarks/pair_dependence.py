@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.json_out import emit
 from sidecar.measured import (EARLY_PAIRS, MIN_PAIR_SD, MIN_PAIRS, confidence_sequence,
                               paired_interval)
 
@@ -218,10 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m benchmarks.pair_dependence: {what}", file=sys.stderr)
         return 2
     result = report(args.logs) if args.logs else simulate(args.trials, args.seed)
-    text = json.dumps(result, indent=1)
-    if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
+    emit(result, args.out)
     return 0
 
 

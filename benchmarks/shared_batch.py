@@ -45,7 +45,6 @@ share of those that paired later in the same ring (so could have been measured).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections.abc import Iterator
@@ -54,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.json_out import emit
 from benchmarks.pair_dependence import ALPHA
 from sidecar.measured import (EARLY_PAIRS, UNPAIRED_RUNS, MeasuredGoodput, pairs_in,
                               paired_interval)
@@ -212,10 +212,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     result = simulate(args.trials, args.seed, ALPHA)
-    text = json.dumps(result, indent=1)
-    if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
+    emit(result, args.out)
     return 0
 
 

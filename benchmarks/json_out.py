@@ -1,0 +1,15 @@
+"""A simulation's result as JSON: printed, and written to ``--out`` too when given."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def emit(result: dict[str, Any], out: Path | None) -> None:
+    """Print ``result`` as indented JSON; write the same text (with a final newline) to ``out``."""
+    text = json.dumps(result, indent=1) + "\n"
+    if out is not None:
+        out.write_text(text)
+    print(text, end="")
