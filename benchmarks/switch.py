@@ -264,7 +264,7 @@ class ArmSteps(_Record):
     windows_with_steps: int
     fewest_steps: int | None
     windows_below_min_steps: int
-    windows_measured_again: int | None   # None: a switch.json from before the count was kept
+    windows_measured_again: int | None = None   # None: a switch.json from before the count was kept
 
 
 class SwitchFigures(_Record):

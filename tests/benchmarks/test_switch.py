@@ -156,9 +156,9 @@ def test_every_committed_paired_switch_file_parses_and_reanalyses_to_its_figures
     from benchmarks.switch import SwitchMerged, SwitchRun, dumped, parsed, rerender
 
     results = Path(__file__).parents[2] / "benchmarks/results"
-    files = sorted(p for p in results.rglob("switch.json")
+    files = sorted(p for p in (*results.rglob("switch.json"), *results.rglob("switch-call*.json"))
                    if "arms" in (json.loads(p.read_text()).get("cycles") or [{}])[0])
-    assert len(files) >= 5  # the paired design's runs (CPU and the H200's)
+    assert len(files) >= 8  # the paired design's runs (CPU and the H200's, its three calls too)
     for path in files:
         old = json.loads(path.read_text())
         got = parsed(old, path)
@@ -168,3 +168,14 @@ def test_every_committed_paired_switch_file_parses_and_reanalyses_to_its_figures
         again = rerender(path)
         assert set(json.loads(dumped(again))) >= set(old) - {"analysis"}     # nothing dropped
         assert again.recovery_30s is not None or not any(c.recovery_30s is not None for c in cycles)
+
+
+def test_the_h200_calls_merge_into_the_committed_switch_file() -> None:
+    """The README's --merge on the H200's three call files gives back the committed file."""
+    import json
+
+    from benchmarks.switch import dumped, merge
+
+    folder = Path(__file__).parents[2] / "benchmarks/results/h200-vllm0.26-32b-ngram-switch"
+    got = json.loads(dumped(merge(sorted(folder.glob("switch-call*.json")))))
+    assert got == json.loads((folder / "switch.json").read_text())
