@@ -23,20 +23,24 @@ its emitted tokens B·τ plus binomial-like noise. The load:
 - ``ramp``: the mirror of the drain, B rising by one every ``DRAIN_EVERY`` ± 1 steps from 25 to 40;
   the contexts of the requests in flight do not restart at the top (a steady stream);
 - ``edge``: B a random walk in 37-44, across the edge of the bands 33-40 and 41-48 (a steady
-  load at a band's edge: its runs often straddle two bands).
+  load at a band's edge: its runs often straddle two bands; all of it above the step in T).
 
 Pairs come from the sidecar's own ``pairs_in``; each comparison (band) is looked at after
 every pair by the sidecar's own ``paired_interval`` at its level. ``false_rate``: the share of
 comparisons with at least ``EARLY_PAIRS`` pairs whose interval excluded 1 at some look;
-``bound``: it plus 2 SE. ``band_wide``: the same with each run's log ratio taken over the whole
-band (its goodput per request over its references'), the rule the matching replaced.
+``bound``: it plus 2 SE (3/n, the rule of three, where none did). ``band_wide``: the same with
+each run's log ratio taken over the whole band (its goodput per request over its references'),
+no gate; ``band_wide_gated``: only the runs whose references' mean B is within 1% of the run's,
+the rule the matching replaced (PAIR_LOAD_TOLERANCE, before 5a4f7f8).
 
 The same rings, read as the sidecar reads them (``MeasuredGoodput.ingest`` every ``SCRAPE``
 steps with the table), say how often the unpaired rule (UNPAIRED_RUNS runs that had their
 chance to pair and did not) leaves a bucket the load holds to the model: ``unpairable`` is the
 share of (ring, held band) that was not pairable at some scrape (the first HELD_TRIALS rings
 of a load), and ``paired_after`` the
-share of those that paired later in the same ring (so could have been measured).
+share of those that would have paired later in the same ring had duels gone on there (the
+deployed arbiter asks no duel where a bucket is not pairable, until a push marks it): a
+counterfactual, saying whether the bucket could have been measured.
 
     python -m benchmarks.shared_batch --trials 2000 \\
         --out benchmarks/results/calibration/shared_batch.json
@@ -66,13 +70,14 @@ TABLE_K, DUEL_K = 3, 1
 BASE_S = 0.07         # T(1), seconds
 PER_REQUEST = 0.004   # T's rise per request in the batch
 JUMP_AT, JUMP = 37, 0.12     # a step in T inside the band 33-40 (a prefill chunk, a graph size)
-GROWTH = 0.0002       # T's rise per step of context age (1.3% over a duel's window)
+GROWTH = 0.0002       # T's rise per step of context age (1% over a run and its references)
 NOISE = 0.03          # a step's seconds: lognormal sd
 TAU = 2.2             # tokens a request keeps per step, at every k (the null)
 DRAIN_EVERY = 6       # steps per batch size in a drain or a ramp
 TURNOVER = 500        # steps until the requests in flight are new ones (not a multiple of EVERY)
 LOADS = ("wander", "drain", "ramp", "edge")
 SCRAPE = 64           # steps between two reads of the ring
+GATE = 0.01           # the old rule's tolerance on the references' mean B
 HELD_TRIALS = 500     # rings a load read as the sidecar reads them
 
 
@@ -112,9 +117,10 @@ def ring(load: str, rng: np.random.Generator) -> list[Step]:
             for i, k in enumerate(np.where(duel, DUEL_K, TABLE_K))]
 
 
-def band_wide(steps: list[Step]) -> Iterator[tuple[int, float]]:
-    """(band, log ratio) per duel run taken over the whole band: the run's goodput per request
-    over that of the RUN steps on either side of it in the same band."""
+def band_wide(steps: list[Step]) -> Iterator[tuple[int, float, bool]]:
+    """(band, log ratio, gated) per duel run taken over the whole band: the run's goodput per
+    request over that of the RUN steps on either side of it in the same band; ``gated``: their
+    mean B within GATE of the run's (the rule before the matching)."""
     def rate(xs: list[Step]) -> float:
         return sum(s.emitted or 0 for s in xs) / sum(s.seconds * s.batch_size for s in xs)
     for start in range(EVERY - RUN, len(steps) - RUN - RUN, EVERY):
@@ -126,7 +132,9 @@ def band_wide(steps: list[Step]) -> Iterator[tuple[int, float]]:
         around = [s for s in (*steps[start - RUN:start], *steps[start + RUN:start + 2 * RUN])
                   if band(s.batch_size) == bucket]
         if len(mine) >= 4 and len(around) >= RUN // 2:
-            yield bucket, math.log(rate(mine) / rate(around))
+            mean_b = sum(s.batch_size for s in mine) / len(mine)
+            ref_b = sum(s.batch_size for s in around) / len(around)
+            yield bucket, math.log(rate(mine) / rate(around)), abs(ref_b / mean_b - 1) <= GATE
 
 
 def unpairable(steps: list[Step]) -> list[tuple[bool, bool]]:
@@ -155,16 +163,17 @@ def first_exclusion(x: np.ndarray, alpha: float) -> int | None:
     return None
 
 
-def _figures(series: list[np.ndarray], alpha: float) -> dict[str, Any]:
+def null_figures(series: list[np.ndarray], alpha: float) -> dict[str, Any]:
     looked = [x for x in series if len(x) >= EARLY_PAIRS]
     hits = [first_exclusion(x, alpha) for x in looked]
-    p = sum(h is not None for h in hits) / len(looked) if looked else 0.0
+    n = max(len(looked), 1)
+    p = sum(h is not None for h in hits) / n
     means = [float(np.mean(x)) for x in looked]
+    bound = p + 2 * math.sqrt(p * (1 - p) / n) if p > 0 else 3 / n   # none erred: the rule of three
     return {"comparisons": len(looked),
             "pairs_median": float(np.median([len(x) for x in looked])) if looked else 0.0,
             "mean_log_ratio": round(float(np.mean(means)), 5) if means else None,
-            "false_rate": round(p, 4),
-            "bound": round(p + 2 * math.sqrt(p * (1 - p) / max(len(looked), 1)), 4)}
+            "false_rate": round(p, 4), "bound": round(bound, 4)}
 
 
 def simulate(trials: int, seed: int, alpha: float) -> dict[str, Any]:
@@ -174,6 +183,7 @@ def simulate(trials: int, seed: int, alpha: float) -> dict[str, Any]:
     for load in LOADS:
         matched: list[np.ndarray] = []
         wide: list[np.ndarray] = []
+        gated: list[np.ndarray] = []
         held: list[tuple[bool, bool]] = []
         for t in range(trials):
             steps = ring(load, rng)
@@ -184,12 +194,17 @@ def simulate(trials: int, seed: int, alpha: float) -> dict[str, Any]:
                 by.setdefault(p.bucket, []).append(p.log_ratio)
             matched += [np.array(v) for v in by.values()]
             wide_by: dict[int, list[float]] = {}
-            for bucket, r in band_wide(steps):
+            gated_by: dict[int, list[float]] = {}
+            for bucket, r, ok in band_wide(steps):
                 wide_by.setdefault(bucket, []).append(r)
+                if ok:
+                    gated_by.setdefault(bucket, []).append(r)
             wide += [np.array(v) for v in wide_by.values()]
+            gated += [np.array(v) for v in gated_by.values()]
         left = [after for was, after in held if was]
         rows.append({"case": f"shared-b-{load}", "load": load, "trials": trials,
-                     "matched": _figures(matched, alpha), "band_wide": _figures(wide, alpha),
+                     "matched": null_figures(matched, alpha), "band_wide": null_figures(wide, alpha),
+                     "band_wide_gated": null_figures(gated, alpha),
                      "held_bands": len(held),
                      "unpairable": round(len(left) / len(held), 4) if held else None,
                      "paired_after": round(sum(left) / len(left), 4) if left else None})
