@@ -285,8 +285,12 @@ class SwitchFigures(_Record):
         """The figures of a committed switch.json (its raw runs beside them left out); a file
         from before the step count was kept reads an ArmSteps of no windows counted."""
         got = {k: body[k] for k in cls.model_fields if k in body}
-        got.setdefault("arm_steps", {**step_counts([]), "windows_measured_again": None})
-        return cls.model_validate(got)
+        return cls.model_validate({"arm_steps": no_arm_steps(), **got})
+
+
+def no_arm_steps() -> dict[str, Any]:
+    """The arm_steps of a switch.json from before the step count was kept: no windows counted."""
+    return {**step_counts([]), "windows_measured_again": None}
 
 
 def after(cycles: list[SwitchCycle], from_s: float = 10.0, to_s: float = 30.0) -> AfterRightTable:
@@ -339,7 +343,6 @@ class SwitchRun(SwitchFigures, SwitchSetup, Gap):
     cycles: list[SwitchCycle]
     command: str
     analysis: str | None = None          # how a re-analysed file's figures were made
-    arm_steps: ArmSteps | None = None    # type: ignore[assignment]  # None: before it was kept
 
 
 class SwitchPart(_Record):
@@ -403,7 +406,8 @@ def parsed(body: dict[str, Any], where: Path) -> SwitchRun | SwitchMerged:
     if "arms" not in (body.get("cycles") or [{}])[0]:
         raise ValueError(f"{where}: cycles without paired arms (the design before switch-paired) "
                          "cannot be re-analysed")
-    return (SwitchMerged if "merged_from" in body else SwitchRun).model_validate(body)
+    return (SwitchMerged if "merged_from" in body else SwitchRun).model_validate(
+        {"arm_steps": no_arm_steps(), **body})
 
 
 def rerender(path: Path) -> SwitchRun | SwitchMerged:
