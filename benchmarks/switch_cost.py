@@ -17,7 +17,8 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from tuner.core.engine_client import EngineClient
 from tuner.engine_defaults import default_model, plugin_env, vocab_size
@@ -29,13 +30,33 @@ from tuner.core.table import Table
 ARMS = ("lo", "hi", "alternating")
 
 
+class LoadCost(BaseModel):
+    """One batch size: each arm's step times (ms, one per repeat) and the alternating excess."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    lo: list[float]
+    hi: list[float]
+    alternating: list[float]
+    excess: float
+
+
+class SwitchCost(BaseModel):
+    """switch-cost.json: the two k's, the repeats, and per batch size B its LoadCost."""
+
+    model_config = ConfigDict(extra="forbid")  # not frozen: filled B by B
+    lo: int
+    hi: int
+    repeats: int
+    loads: dict[int, LoadCost]
+
+
 def excess(lo: list[float], hi: list[float], alt: list[float]) -> float:
     """Alternating step time over the mean of the two fixed ones, minus 1 (medians). Pure."""
     mean = (statistics.median(lo) + statistics.median(hi)) / 2
     return statistics.median(alt) / mean - 1
 
 
-async def measure(args: argparse.Namespace) -> dict[str, Any]:
+async def measure(args: argparse.Namespace) -> SwitchCost:
     model = Path(args.model) if args.model else default_model().target
     vocab = vocab_size(model)
     n, K = args.max_num_seqs, args.hi
@@ -48,7 +69,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                        env={**plugin_env(admin_port, reject_all=True), "TABLETUNE_RESTRICT_K": "1"},
                        speculative=SpeculativeSpec(num_speculative_tokens=K, table=startup),
                        extra_args=("--no-enable-prefix-caching", *(args.engine_arg or ())))
-    out: dict[str, Any] = {"lo": args.lo, "hi": K, "repeats": args.repeats, "loads": {}}
+    out = SwitchCost(lo=args.lo, hi=K, repeats=args.repeats, loads={})
     prompts = lambda count, seed: repetitive(count, vocab, length=32, seed=seed)  # noqa: E731
     async with launch(cfg, log_dir=Path(args.out) / "logs") as server, \
             EngineClient(admin_url=admin, timeout_s=30.0) as engine, \
@@ -69,8 +90,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                     sample = await timer.time_cell(B, K if name == "hi" else args.lo, rep,
                                                    args.decode_tokens)
                     ms[name].append(round(sample.step_ms, 3))
-            out["loads"][B] = {**ms, "excess": round(excess(ms["lo"], ms["hi"], ms["alternating"]), 4)}
-            print(json.dumps({"B": B, **out["loads"][B]}), flush=True)
+            out.loads[B] = LoadCost(**ms, excess=round(excess(ms["lo"], ms["hi"], ms["alternating"]), 4))
+            print(json.dumps({"B": B, **out.loads[B].model_dump(mode="json")}), flush=True)
         await arm("lo")
     return out
 
@@ -91,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--lo={args.lo} --hi={args.hi}: need 0 <= lo < hi")
     result = asyncio.run(measure(args))
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "switch-cost.json").write_text(json.dumps(result, indent=1))
+    (Path(args.out) / "switch-cost.json").write_text(json.dumps(result.model_dump(mode="json"),
+                                                                indent=1))
     return 0
 
 
