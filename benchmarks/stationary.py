@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from benchmarks.engines import TOKEN, admin_client
 from benchmarks.stateful import sidecar
@@ -38,20 +39,61 @@ from tuner.core.table import Table
 MAX_TOKENS = 48
 
 
-def changes(log: Path) -> dict[str, Any]:
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class StepNoise(_Record):
+    """The busiest cell's steps between rebuilds (intervals of at least 20 steps) and their
+    spread as ratios to the median (None: no interval)."""
+
+    cell: list[int]                   # (B bucket, k)
+    intervals: int
+    median_ms: float | None
+    log_sd: float | None
+    ratio_range: list[float] | None
+    series: list[list[float]]         # (seconds since the first event, mean step ms, steps)
+
+
+class RunSetup(_Record):
+    """How long the load ran, its clients, the sidecar's interval and its log's name."""
+
+    seconds: float
+    load: int
+    interval_s: float
+    log: str | None = None            # None: a file from before the log was named
+
+
+class StationaryChanges(_Record):
+    """The sidecar log's traffic-change events by kind, its rebuilds, the busiest cell's steps."""
+
+    traffic_changes: int
+    step_time_changes: int
+    acceptance_changes: int
+    step_time_taken_back: int | None = None   # None: a file from before take-backs were logged
+    rebuilds: int
+    steps: StepNoise | None = None
+    events: list[dict[str, Any]]      # the sidecar's log lines as it wrote them (its format)
+
+
+class StationaryRun(StationaryChanges, RunSetup):
+    """stationary.json: the run's set-up, then what the sidecar's log says (older files lack
+    what was added later: written with exclude_unset, they keep their shape)."""
+
+
+def changes(log: Path) -> StationaryChanges:
     """The sidecar log's traffic-change events, by kind, and the busiest cell's steps."""
     events = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
     found = [e for e in events if e.get("event") == "traffic change"]
     back = [e for e in events if e.get("event") == "step-time change taken back"]
     series = step_series(events)
     busiest = max(series, key=lambda c: sum(n for _, _, n in series[c]), default=None)
-    return {"traffic_changes": len(found),
-            "step_time_changes": sum(1 for e in found if e.get("step_times")),
-            "acceptance_changes": sum(1 for e in found if e.get("acceptance")),
-            "step_time_taken_back": len(back),
-            "rebuilds": sum(1 for e in events if e.get("event") == "rebuild"),
-            "steps": None if busiest is None else noise(busiest, series[busiest]),
-            "events": found + back}
+    return StationaryChanges(
+        traffic_changes=len(found), step_time_changes=sum(1 for e in found if e.get("step_times")),
+        acceptance_changes=sum(1 for e in found if e.get("acceptance")),
+        step_time_taken_back=len(back),
+        rebuilds=sum(1 for e in events if e.get("event") == "rebuild"),
+        steps=None if busiest is None else noise(busiest, series[busiest]), events=found + back)
 
 
 def step_series(events: list[dict[str, Any]]) -> dict[tuple[int, int], list[tuple[float, float, float]]]:
@@ -97,21 +139,21 @@ def step_series(events: list[dict[str, Any]]) -> dict[tuple[int, int], list[tupl
     return out
 
 
-def noise(cell: tuple[int, int], series: list[tuple[float, float, float]]) -> dict[str, Any]:
+def noise(cell: tuple[int, int], series: list[tuple[float, float, float]]) -> StepNoise:
     """The cell's step series and its spread: intervals of at least 20 steps, as ratios to
     their median (what the change test's ×1.7 is set against)."""
     kept = [(t, ms, n) for t, ms, n in series if n >= 20]
     ms = np.array([m for _, m, _ in kept])
     ratio = ms / np.median(ms) if ms.size else ms
-    return {"cell": list(cell), "intervals": len(kept),
-            "median_ms": round(float(np.median(ms)), 2) if ms.size else None,
-            "log_sd": round(float(np.std(np.log(ratio))), 3) if ms.size else None,
-            "ratio_range": [round(float(ratio.min()), 2), round(float(ratio.max()), 2)]
-            if ms.size else None,
-            "series": [list(x) for x in kept]}
+    return StepNoise(cell=list(cell), intervals=len(kept),
+                     median_ms=round(float(np.median(ms)), 2) if ms.size else None,
+                     log_sd=round(float(np.std(np.log(ratio))), 3) if ms.size else None,
+                     ratio_range=[round(float(ratio.min()), 2), round(float(ratio.max()), 2)]
+                     if ms.size else None,
+                     series=[list(x) for x in kept])
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+async def run(args: argparse.Namespace) -> StationaryRun:
     profile = load(Path(args.profile))
     model = resolve_model(profile.engine.model, None)
     requests = [Request(p, MAX_TOKENS) for p in repetitive(64, vocab_size(model), seed=11)]
@@ -131,8 +173,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     traffic.check()
                 wall = time.monotonic() - t0
     (log,) = sorted(set((out / "logs").glob("sidecar-*.log")) - earlier)
-    return {"seconds": round(wall, 1), "load": args.load, "interval_s": 0.5, "log": log.name,
-            **changes(log)}
+    return StationaryRun(seconds=round(wall, 1), load=args.load, interval_s=0.5, log=log.name,
+                         **dict(changes(log)))
 
 
 def main() -> None:
@@ -143,9 +185,13 @@ def main() -> None:
     p.add_argument("--load", type=int, default=8)
     args = p.parse_args()
     result = asyncio.run(run(args))
-    Path(args.out, "stationary.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps({k: v for k, v in result.items() if k != "events"}
-                     | {"steps": {k: v for k, v in (result["steps"] or {}).items() if k != "series"}}))
+    Path(args.out, "stationary.json").write_text(json.dumps(dumped(result), indent=1) + "\n")
+    print(result.model_dump_json(exclude={"events": True, "steps": {"series"}}))
+
+
+def dumped(run: StationaryRun) -> dict[str, Any]:
+    """stationary.json's values: the fields the run was given (an older file keeps its shape)."""
+    return run.model_dump(mode="json", exclude_unset=True)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from benchmarks.stationary import StationaryRun
+from benchmarks.stationary import dumped as stationary_dumped
 from benchmarks.switch_cost import SwitchCost
 
 RESULTS = Path(__file__).parents[2] / "benchmarks" / "results"
@@ -23,6 +25,7 @@ def _dump(model: BaseModel) -> Any:
 # a file name's pattern -> its model and how the bench writes it
 KINDS: dict[str, tuple[type[BaseModel], Callable[[Any], Any]]] = {
     "switch-cost.json": (SwitchCost, _dump),
+    "stationary.json": (StationaryRun, stationary_dumped),
 }
 FILES = [(pattern, path) for pattern in KINDS for path in sorted(RESULTS.rglob(pattern))]
 

@@ -38,9 +38,9 @@ def test_the_steps_between_rebuilds_undo_the_cap_and_skip_a_replacement(tmp_path
     log = tmp_path / "sidecar.log"
     log.write_text("".join(json.dumps(e) + "\n" for e in events))
     found = changes(log)
-    assert (found["step_time_changes"], found["step_time_taken_back"]) == (1, 1)
-    assert found["steps"]["cell"] == [8, 3] and found["steps"]["median_ms"] == 30.0
-    assert found["steps"]["ratio_range"] == [0.83, 1.33]
+    assert (found.step_time_changes, found.step_time_taken_back) == (1, 1)
+    assert found.steps is not None and found.steps.cell == [8, 3] and found.steps.median_ms == 30.0
+    assert found.steps.ratio_range == [0.83, 1.33]
 
 
 def test_a_rebuild_that_says_whether_it_cut_is_taken_at_its_word() -> None:
