@@ -28,6 +28,7 @@ from typing import Any
 
 import aiohttp
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from sidecar import server
 from sidecar.app import main as sidecar_main
@@ -35,6 +36,33 @@ from sidecar.controller import Controller
 from sidecar.settings import SidecarSettings
 
 PATHS = ("/metrics", "/v1/state", "/healthz", "/readyz")
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Served(_Record):
+    """The clients polling the sidecar, its body cache, the requests per second it served."""
+
+    connections: int
+    cache_s: float
+    requests_per_s: float
+
+
+class Periods(_Record):
+    """The gaps between successful ticks (seconds; None: fewer than two ticks)."""
+
+    ticks: int
+    p50_s: float | None
+    p99_s: float | None
+    max_s: float | None
+
+
+class LoadRun(Periods, Served):
+    """One line of runs.jsonl: what was served, the control loop's period, the command."""
+
+    command: str
 
 
 async def _client(session: aiohttp.ClientSession, url: str, until: float) -> int:
@@ -58,13 +86,14 @@ async def clients(port: int, connections: int, seconds: float) -> float:
     return sum(done) / seconds
 
 
-def periods(ticks: list[float]) -> dict[str, Any]:
+def periods(ticks: list[float]) -> Periods:
     """p50, p99 and max of the gaps between successful ticks (seconds). Pure."""
     gaps = np.diff(np.asarray(ticks))
     if not gaps.size:
-        return {"ticks": 0, "p50_s": None, "p99_s": None, "max_s": None}
-    return {"ticks": int(gaps.size), "p50_s": round(float(np.median(gaps)), 3),
-            "p99_s": round(float(np.quantile(gaps, 0.99)), 3), "max_s": round(float(gaps.max()), 3)}
+        return Periods(ticks=0, p50_s=None, p99_s=None, max_s=None)
+    return Periods(ticks=int(gaps.size), p50_s=round(float(np.median(gaps)), 3),
+                   p99_s=round(float(np.quantile(gaps, 0.99)), 3),
+                   max_s=round(float(gaps.max()), 3))
 
 
 @asynccontextmanager
@@ -80,7 +109,7 @@ async def engine(args: argparse.Namespace, tmp: Path) -> AsyncIterator[dict[str,
                "admin_url": fake.url, "admin_token": TOKEN, "model_name": "tiny"}
 
 
-async def one(args: argparse.Namespace, connections: int, tmp: Path) -> dict[str, Any]:
+async def one(args: argparse.Namespace, connections: int, tmp: Path, command: str) -> LoadRun:
     ticks: list[float] = []
     original = Controller.tick_succeeded
 
@@ -107,17 +136,17 @@ async def one(args: argparse.Namespace, connections: int, tmp: Path) -> dict[str
             await task
     finally:
         Controller.tick_succeeded = original  # type: ignore[method-assign]
-    return {"connections": connections, "cache_s": args.cache_s,
-            "requests_per_s": round(float(out.decode().strip() or 0), 1),
-            **periods(ticks[first:])}
+    return LoadRun(connections=connections, cache_s=args.cache_s,
+                   requests_per_s=round(float(out.decode().strip() or 0), 1),
+                   **dict(periods(ticks[first:])), command=command)
 
 
-async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+async def run(args: argparse.Namespace, command: str) -> list[LoadRun]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in (int(x) for x in args.connections.split(",")):
-            rows.append(await one(args, n, Path(tmp)))
-            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+            rows.append(await one(args, n, Path(tmp), command))
+            print(rows[-1].model_dump_json(exclude={"command"}), file=sys.stderr, flush=True)
     return rows
 
 
@@ -143,15 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.fake and not args.profile:
         print("error: --profile: required without --fake (the engine's profile)", file=sys.stderr)
         return 2
-    rows = asyncio.run(run(args))
+    rows = asyncio.run(run(args, "python -m benchmarks.sidecar_http_load " + shlex.join(argv)))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        path = args.out / "runs.jsonl"
-        with path.open("a") as f:
-            for r in rows:
-                f.write(json.dumps({**r, "command": "python -m benchmarks.sidecar_http_load "
-                                    + shlex.join(argv)}) + "\n")
-    print(json.dumps(rows, indent=1))
+        with (args.out / "runs.jsonl").open("a") as f:
+            f.writelines(json.dumps(r.model_dump(mode="json")) + "\n" for r in rows)
+    print(json.dumps([r.model_dump(mode="json", exclude={"command"}) for r in rows], indent=1))
     return 0
 
 

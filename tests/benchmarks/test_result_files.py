@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from benchmarks.sidecar_http_load import LoadRun
 from benchmarks.stationary import StationaryRun
 from benchmarks.stationary import dumped as stationary_dumped
 from benchmarks.switch_cost import SwitchCost
@@ -26,6 +27,7 @@ def _dump(model: BaseModel) -> Any:
 KINDS: dict[str, tuple[type[BaseModel], Callable[[Any], Any]]] = {
     "switch-cost.json": (SwitchCost, _dump),
     "stationary.json": (StationaryRun, stationary_dumped),
+    "runs.jsonl": (LoadRun, _dump),               # the sidecar's HTTP load: a run a line
 }
 FILES = [(pattern, path) for pattern in KINDS for path in sorted(RESULTS.rglob(pattern))]
 
@@ -38,5 +40,5 @@ def test_every_kind_has_a_committed_file() -> None:
                          ids=[str(p.relative_to(RESULTS)) for _, p in FILES])
 def test_a_committed_file_parses_and_dumps_back_to_its_values(pattern: str, path: Path) -> None:
     model, dump = KINDS[pattern]
-    text = path.read_text()
-    assert dump(model.model_validate_json(text)) == json.loads(text)
+    for text in path.read_text().splitlines() if path.suffix == ".jsonl" else [path.read_text()]:
+        assert dump(model.model_validate_json(text)) == json.loads(text)
