@@ -25,6 +25,8 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from benchmarks.overhead_model import (EngineSetup, OverheadReport, PluginRatio, PluginRun,
+                                       ScrapeCost, ScrapeParse, SidecarUsage, dumped)
 from benchmarks.proc import cpu_seconds, rss_mb
 from benchmarks.synthetic import paper_profile
 from tuner.core.engine_client import EngineClient
@@ -100,7 +102,7 @@ def sidecar_choose_ms(max_num_seqs: int = 1024, K: int = 8) -> float:
 METRICS_BODY = Path(__file__).parent.parent / "tests" / "data" / "vllm-0.32-cpu-metrics.txt"
 
 
-def scrape_parse_ms() -> dict[str, float]:
+def scrape_parse_ms() -> ScrapeParse:
     """The sidecar's parse of a real vLLM /metrics body: all of it with prometheus_client's parser
     (what it did before) vs the wanted lines only (tuner.core.scrape.parse)."""
     import re
@@ -114,8 +116,8 @@ def scrape_parse_ms() -> dict[str, float]:
         full = timeit.repeat(lambda: scrape.parse(text), number=10, repeat=3)
     finally:
         scrape._WANTED_LINE = keep
-    return {"body_bytes": len(text), "full_parse_ms": round(min(full) / 10 * 1e3, 2),
-            "sidecar_parse_ms": round(min(wanted) / 50 * 1e3, 3)}
+    return ScrapeParse(body_bytes=len(text), full_parse_ms=round(min(full) / 10 * 1e3, 2),
+                       sidecar_parse_ms=round(min(wanted) / 50 * 1e3, 3))
 
 
 def tree_cpu_s(pid: int) -> float:
@@ -127,7 +129,7 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
-async def metrics_scrape_cost(url: str, pid: int, n: int = 40) -> dict[str, float]:
+async def metrics_scrape_cost(url: str, pid: int, n: int = 40) -> ScrapeCost:
     """vLLM's own CPU per GET /metrics (idle engine, idle rate subtracted)."""
     c0, t0 = tree_cpu_s(pid), time.monotonic()
     await asyncio.sleep(5.0)
@@ -138,8 +140,8 @@ async def metrics_scrape_cost(url: str, pid: int, n: int = 40) -> dict[str, floa
             async with s.get(url + "/metrics") as r:
                 await r.read()
         c1, t1 = tree_cpu_s(pid), time.monotonic()
-    return {"vllm_cpu_ms_per_scrape": round(((c1 - c0) - idle * (t1 - t0)) / n * 1e3, 2),
-            "idle_cpu_share": round(idle, 3)}
+    return ScrapeCost(vllm_cpu_ms_per_scrape=round(((c1 - c0) - idle * (t1 - t0)) / n * 1e3, 2),
+                      idle_cpu_share=round(idle, 3))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,7 +153,7 @@ class Engine:
 
 
 async def throughput(with_plugin: bool, loads: list[int], window_s: float, out: Path,
-                     sidecar_s: float, engine: Engine) -> dict[str, Any]:
+                     sidecar_s: float, engine: Engine) -> PluginRun:
     model = engine.model or default_model().target
     vocab = vocab_size(model)
     admin_port = free_port()
@@ -161,23 +163,25 @@ async def throughput(with_plugin: bool, loads: list[int], window_s: float, out: 
                        speculative=SpeculativeSpec(num_speculative_tokens=3,
                                                    table=Table.from_list([[1, n, 3]])))
     prompts = repetitive(64, vocab, seed=5)
-    result: dict[str, Any] = {"plugin": with_plugin, "tokens_per_s": {}}
+    tokens_per_s: dict[int, list[float]] = {}
     async with launch(cfg, log_dir=out / "logs") as server:
         for n in loads:
             runs = []
             for _ in range(3):
                 runs.append((await closed_loop(server.url, prompts, n, 48, 2.0, window_s)).tokens_per_s)
-            result["tokens_per_s"][n] = runs
-        if with_plugin and sidecar_s > 0:
-            assert server.proc is not None
-            result["metrics_scrape"] = await metrics_scrape_cost(server.url, server.proc.pid)
-            result["sidecar"] = await sidecar_usage(server.url, f"http://127.0.0.1:{admin_port}",
-                                                    prompts, out, sidecar_s)
-    return result
+            tokens_per_s[n] = runs
+        if not (with_plugin and sidecar_s > 0):
+            return PluginRun(plugin=with_plugin, tokens_per_s=tokens_per_s)
+        assert server.proc is not None
+        scrape = await metrics_scrape_cost(server.url, server.proc.pid)
+        usage = await sidecar_usage(server.url, f"http://127.0.0.1:{admin_port}", prompts, out,
+                                    sidecar_s)
+    return PluginRun(plugin=with_plugin, tokens_per_s=tokens_per_s, metrics_scrape=scrape,
+                     sidecar=usage)
 
 
 async def sidecar_usage(url: str, admin_url: str, prompts: list[Any], out: Path,
-                        seconds: float) -> dict[str, Any]:
+                        seconds: float) -> SidecarUsage:
     """Run the real sidecar (1 s interval) under load; its CPU share, RSS, swap latency."""
     profile = paper_profile()
     profile.table = [[1, 16, 1]]
@@ -199,46 +203,49 @@ async def sidecar_usage(url: str, admin_url: str, prompts: list[Any], out: Path,
         cpu1, rss = cpu_seconds(proc.pid), rss_mb(proc.pid)
         async with EngineClient(admin_url=admin_url) as engine:
             table = await engine.get_table()
-        return {"cpu_share_of_one_core": (cpu1 - cpu0) / (time.monotonic() - t0), "rss_mb": rss,
-                "swap_latency_s": table.swap_latency_s, "table_version": table.version}
+        return SidecarUsage(cpu_share_of_one_core=(cpu1 - cpu0) / (time.monotonic() - t0),
+                            rss_mb=rss, swap_latency_s=table.swap_latency_s,
+                            table_version=table.version)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
 
 
-async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+async def main_async(args: argparse.Namespace) -> OverheadReport:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     loads = [int(x) for x in args.loads.split(",")]
-    report: dict[str, Any] = {
-        "hook_us_per_step": {B: round(hook_us_per_step(B), 1) for B in (1, 16, 64, 256)},
-        "rebuild_us_1024x9": round(rebuild_us(), 1),
-        "sidecar_choose_ms_1024x9": round(sidecar_choose_ms(), 1), "scrape_parse": scrape_parse_ms()}
+    report = OverheadReport(
+        hook_us_per_step={B: round(hook_us_per_step(B), 1) for B in (1, 16, 64, 256)},
+        rebuild_us_1024x9=round(rebuild_us(), 1),
+        sidecar_choose_ms_1024x9=round(sidecar_choose_ms(), 1), scrape_parse=scrape_parse_ms())
     if args.hooks_only:  # e.g. on a GPU box, where the per-step figure is set against T(B, k)
         return report
     engine = Engine(Path(args.model) if args.model else None, args.max_num_seqs,
                     tuple(args.engine_arg or ()))
     if args.sidecar_only:  # one engine with the plugin, the sidecar's CPU, RSS and swap latency
         run = await throughput(True, [], args.window_s, out, args.sidecar_s, engine)
-        report["sidecar"], report["metrics_scrape"] = [run["sidecar"]], run["metrics_scrape"]
+        assert run.sidecar is not None  # main refuses --sidecar-only with --sidecar-s 0
+        report.sidecar, report.metrics_scrape = [run.sidecar], run.metrics_scrape
         return report
     runs = []
     order = [{"on": True, "off": False}[x] for x in args.order.split(",")]
-    report["engine"] = {"model": args.model or "embedded tiny", "max_num_seqs": args.max_num_seqs,
-                        "extra_args": list(engine.extra_args), "order": args.order}
+    report.engine = EngineSetup(model=args.model or "embedded tiny", max_num_seqs=args.max_num_seqs,
+                                extra_args=list(engine.extra_args), order=args.order)
     for with_plugin in order:  # alternated: drift over the run cancels
         runs.append(await throughput(with_plugin, loads, args.window_s, out, args.sidecar_s, engine))
-        print(json.dumps({"plugin": with_plugin, "tokens_per_s": runs[-1]["tokens_per_s"]}), flush=True)
+        print(runs[-1].model_dump_json(include={"plugin", "tokens_per_s"}), flush=True)
     ratio = {}
     for n in loads:
-        on = [t for r in runs if r["plugin"] for t in r["tokens_per_s"][n]]
-        off = [t for r in runs if not r["plugin"] for t in r["tokens_per_s"][n]]
-        ratio[n] = {"with": round(statistics.median(on), 1), "without": round(statistics.median(off), 1),
-                    "ratio": round(statistics.median(on) / statistics.median(off), 4),
-                    "spread_with": round((max(on) - min(on)) / statistics.median(on), 3),
-                    "spread_without": round((max(off) - min(off)) / statistics.median(off), 3)}
-    report["throughput_with_vs_without_plugin"] = ratio
-    report["sidecar"] = [r["sidecar"] for r in runs if "sidecar" in r]
+        on = [t for r in runs if r.plugin for t in r.tokens_per_s[n]]
+        off = [t for r in runs if not r.plugin for t in r.tokens_per_s[n]]
+        ratio[n] = PluginRatio(with_=round(statistics.median(on), 1),
+                               without=round(statistics.median(off), 1),
+                               ratio=round(statistics.median(on) / statistics.median(off), 4),
+                               spread_with=round((max(on) - min(on)) / statistics.median(on), 3),
+                               spread_without=round((max(off) - min(off)) / statistics.median(off), 3))
+    report.throughput_with_vs_without_plugin = ratio
+    report.sidecar = [r.sidecar for r in runs if r.sidecar is not None]
     return report
 
 
@@ -261,11 +268,14 @@ def main() -> int:
     args = ap.parse_args()
     if not args.hooks_only and not args.sidecar_only and set(args.order.split(",")) != {"on", "off"}:
         ap.error(f"--order={args.order!r}: list on and off, e.g. off,on or off,on,off,on")
+    if args.sidecar_only and args.sidecar_s <= 0:
+        ap.error(f"--sidecar-s={args.sidecar_s:g}: --sidecar-only measures the sidecar; give it "
+                 "seconds, e.g. --sidecar-s 30")
     if args.sidecar_s > 0 and args.max_num_seqs != 16 and not args.hooks_only:
         ap.error(f"--max-num-seqs={args.max_num_seqs}: the sidecar part runs the synthetic "
                  "profile of max_num_seqs=16; pass --sidecar-s 0 for another engine size")
     report = asyncio.run(main_async(args))
-    text = json.dumps(report, indent=1)
+    text = json.dumps(dumped(report), indent=1)
     (Path(args.out) / "overhead.json").write_text(text)
     print(text)
     return 0

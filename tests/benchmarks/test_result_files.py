@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from benchmarks.overhead_model import OverheadReport
+from benchmarks.overhead_model import dumped as overhead_dumped
 from benchmarks.sidecar_http_load import LoadRun
 from benchmarks.stationary import StationaryRun
 from benchmarks.stationary import dumped as stationary_dumped
@@ -28,6 +30,7 @@ KINDS: dict[str, tuple[type[BaseModel], Callable[[Any], Any]]] = {
     "switch-cost.json": (SwitchCost, _dump),
     "stationary.json": (StationaryRun, stationary_dumped),
     "runs.jsonl": (LoadRun, _dump),               # the sidecar's HTTP load: a run a line
+    "*overhead.json": (OverheadReport, overhead_dumped),    # a GPU's copy is hooks-overhead.json
 }
 FILES = [(pattern, path) for pattern in KINDS for path in sorted(RESULTS.rglob(pattern))]
 
