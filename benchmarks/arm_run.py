@@ -1,20 +1,18 @@
 """What one arm of a client bench leaves in its record (noharm.json, field.json): typed runs.
 
-Built by benchmarks/client_arms.py, written as JSON after every block, parsed back by the
-summaries (benchmarks/noharm_summary.py, benchmarks/field_summary.py) with `runs_of`, so a
-field renamed on one side fails the parse instead of reading as a default on the other.
+Built by benchmarks/client_arms.py, written as JSON after every block in the bench's record
+(benchmarks/client_record.py), parsed back with it by the summaries, so a field renamed on one
+side fails the parse instead of reading as a default on the other.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from benchmarks.field_client import ClientResult
 from sidecar.state import Ranges, RecentDecision
 
-__all__ = ["ArmRun", "BlockRun", "EngineCounts", "Phase", "SidecarSeen", "runs_of"]
+__all__ = ["ArmRun", "BlockRun", "EngineCounts", "Phase", "SidecarSeen"]
 
 
 class _Record(BaseModel):
@@ -79,8 +77,3 @@ class BlockRun(ArmRun):
     block: int
     position: int
     part: int
-
-
-def runs_of(rows: list[dict[str, Any]]) -> list[BlockRun]:
-    """A record's runs (or warmup), parsed."""
-    return [BlockRun.model_validate(r) for r in rows]

@@ -20,9 +20,12 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from benchmarks.arm_run import ArmRun
+from pydantic import ValidationError
+
+from benchmarks.arm_run import ArmRun, BlockRun
+from benchmarks.client_record import ClientRecord, Part, ShapeMeta, dumped, parse_error, whole
 from benchmarks.engines import max_model_len
 from benchmarks.traffic import KINDS, Prompts, Shape, Sizes, check_sizes, read_prompts, shapes
 from tuner import flags
@@ -30,6 +33,7 @@ from tuner.core.errors import InvalidInput, TableTuneError
 from tuner.core.files import write_atomic
 
 WARMUP_SEED = 10_000  # warmup traffic: its own requests, never a measured block's
+R = TypeVar("R", bound=ClientRecord)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,36 +153,39 @@ def blocks_of(args: argparse.Namespace) -> Blocks:
     return Blocks(args.blocks, args.budget_s, args.warmup_rounds, args.seed)
 
 
-def shape_meta(shapes_: tuple[Shape, ...]) -> list[dict[str, Any]]:
-    return [{"name": s.name, "runs": [r.flags() for r in s.runs]} for s in shapes_]
+def shape_meta(shapes_: tuple[Shape, ...]) -> list[ShapeMeta]:
+    return [ShapeMeta(name=s.name, runs=[r.flags() for r in s.runs]) for s in shapes_]
 
 
-def record_for(path: Path, fresh: dict[str, Any], resume: bool, same: tuple[str, ...]) -> dict[str, Any]:
-    """A new record, or (--resume) the one at `path`, whose meta must agree on the keys `same`
-    (the shapes, the arms): blocks of another design would not pair with this call's."""
+def record_for(path: Path, fresh: R, resume: bool, same: tuple[str, ...]) -> R:
+    """A new record, or (--resume) the one at `path`, whose meta must agree on the fields
+    `same` (the shapes, the arms): blocks of another design would not pair with this call's."""
     if not resume or not path.exists():
         return fresh
-    old: dict[str, Any] = json.loads(path.read_text())
+    try:
+        old = type(fresh).model_validate_json(path.read_text())
+    except ValidationError as exc:
+        raise InvalidInput(f"--resume: {path} is not this bench's record ({parse_error(exc)}); "
+                           "pass another --out") from None
     for key in same:
-        if old["meta"].get(key) != fresh["meta"].get(key):
-            raise InvalidInput(f"--resume: {path} ran the {key} {_names(old['meta'].get(key))} "
+        if getattr(old.meta, key) != getattr(fresh.meta, key):
+            raise InvalidInput(f"--resume: {path} ran the {key} {_names(getattr(old.meta, key))} "
                                "with other sizes or flags than this command; resume with its "
-                               f"command ({old['meta']['command']}) or pass another --out")
+                               f"command ({old.meta.command}) or pass another --out")
     return old
 
 
 def _names(value: Any) -> Any:
-    """A list of named things by their names (the shapes' runs are too long to print)."""
-    if isinstance(value, list) and all(isinstance(v, dict) and "name" in v for v in value):
-        return [v["name"] for v in value]
+    """The shapes by their names (their runs are too long to print), anything else as it is."""
+    if isinstance(value, list) and all(isinstance(v, ShapeMeta) for v in value):
+        return [v.name for v in value]
     return value
 
 
-def save(path: Path, record: dict[str, Any],
-         summarize: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+def save(path: Path, record: R, summarize: Callable[[R], dict[str, Any]]) -> dict[str, Any]:
     """The record and its summary.json beside it, each written whole or not at all."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps(record, indent=1))
+    write_atomic(path, json.dumps(dumped(record), indent=1))
     summary = summarize(record)
     write_atomic(path.parent / "summary.json", json.dumps(summary, indent=1))
     return summary
@@ -188,7 +195,7 @@ def save(path: Path, record: dict[str, Any],
 Round = Callable[[int, int], Awaitable[list[tuple[int, ArmRun]]]]
 
 
-async def run_blocks(one_round: Round, b: Blocks, record: dict[str, Any], info: dict[str, Any],
+async def run_blocks(one_round: Round, b: Blocks, record: ClientRecord, info: Part,
                      first: int, t0: float, save_all: Callable[[], dict[str, Any]],
                      say: Callable[[str], None],
                      describe: Callable[[dict[str, Any]], str] = lambda _: "") -> None:
@@ -198,51 +205,50 @@ async def run_blocks(one_round: Round, b: Blocks, record: dict[str, Any], info: 
     for r in range(b.warmup_rounds):
         t = time.monotonic()
         say(f"warmup round {r + 1}/{b.warmup_rounds} (unmeasured)")
-        runs = await one_round(-1 - r, b.seed + WARMUP_SEED + info["part"])
-        record["warmup"] += placed(runs, -1 - r, info["part"])
+        runs = await one_round(-1 - r, b.seed + WARMUP_SEED + info.part)
+        record.warmup += placed(runs, -1 - r, info.part)
         block_s = max(block_s, time.monotonic() - t)
         save_all()
     for block in range(first, b.blocks):
         if block_s and time.monotonic() - t0 + block_s > b.budget_s:
-            info["stop_reason"] = (f"budget: block {block} would end after --budget-s "
-                                   f"{b.budget_s:g} (a block takes ~{block_s:.0f} s)")
-            say(info["stop_reason"])
+            info.stop_reason = (f"budget: block {block} would end after --budget-s "
+                                f"{b.budget_s:g} (a block takes ~{block_s:.0f} s)")
+            say(info.stop_reason)
             return
         t = time.monotonic()
         runs = await one_round(block, b.seed + block)
-        record["runs"] += placed(runs, block, info["part"])
+        record.runs += placed(runs, block, info.part)
         block_s = max(block_s, time.monotonic() - t)
-        info["blocks"] = block - first + 1
+        info.blocks = block - first + 1
         summary = save_all()
         say(f"block {block} done in {time.monotonic() - t:.0f} s; {describe(summary)}")
 
 
-def placed(runs: list[tuple[int, ArmRun]], block: int, part: int) -> list[dict[str, Any]]:
-    """A round's runs as the record keeps them."""
-    return [run.placed(block, position, part).model_dump(mode="json") for position, run in runs]
+def placed(runs: list[tuple[int, ArmRun]], block: int, part: int) -> list[BlockRun]:
+    """A round's runs as the record keeps them (every field written)."""
+    return [whole(run.placed(block, position, part)) for position, run in runs]
 
 
-async def recorded(blocks: Awaitable[None], info: dict[str, Any], t0: float,
+async def recorded(blocks: Awaitable[None], info: Part, t0: float,
                    close: Callable[[], Awaitable[None]], keep: Callable[[], object]) -> None:
     """Run the blocks; whatever ends them, say why in ``info``, close the arms, then keep the
     wall time, the sidecar's log and the record (``keep``): nothing measured is lost."""
     try:
         await blocks
     except BaseException as exc:
-        info["stop_reason"] = f"error: {type(exc).__name__}: {exc}"
+        info.stop_reason = f"error: {type(exc).__name__}: {exc}"
         raise
     finally:
         await close()
-        info["wall_s"] = round(time.monotonic() - t0, 1)
+        info.wall_s = round(time.monotonic() - t0, 1)
         keep()
 
 
-def next_part(record: dict[str, Any]) -> tuple[dict[str, Any], int]:
+def next_part(record: ClientRecord) -> tuple[Part, int]:
     """This call's entry in the record's parts, and the first block it runs."""
-    part = len(record["meta"]["parts"])
-    first = 1 + max((r["block"] for r in record["runs"]), default=-1)
-    info: dict[str, Any] = {"part": part, "first_block": first, "stop_reason": "blocks"}
-    record["meta"]["parts"].append(info)
+    first = 1 + max((r.block for r in record.runs), default=-1)
+    info = Part(part=len(record.meta.parts), first_block=first, stop_reason="blocks")
+    record.meta.parts.append(info)
     return info, first
 
 

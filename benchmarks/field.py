@@ -42,6 +42,7 @@ from benchmarks.client_arms import Arms
 from benchmarks.client_bench import (Blocks, add_traffic_flags, bench_parser, blocks_of,
                                      keep_log, next_part, printer, recorded, run_blocks, run_main,
                                      run_tag, shape_meta, traffic)
+from benchmarks.client_record import FieldMeta, FieldRecord, SizesMeta, whole
 from benchmarks.design import rotated
 from benchmarks.field_summary import summarize, summary
 from benchmarks.noharm_summary import arm_throughput
@@ -147,28 +148,29 @@ def sidecar_argv(cfg: Config, policy: str | None) -> list[str] | None:
             *cfg.sidecar_args, *sidecar_flags(policy)]
 
 
-def meta(cfg: Config) -> dict[str, Any]:
+def meta(cfg: Config) -> FieldMeta:
     s = cfg.scenario
-    return {"command": cfg.command, "profile": str(s.profile_path),
-            "model": s.profile.engine.model, "served_name": SERVED_NAME,
-            "policies": list(cfg.policies),
-            "tables": {p: t.to_list() for p, t in cfg.tables.items()},
-            **{key: sidecar_argv(cfg, p) for key, p in sidecar_keys(cfg).items()},
-            "engine": s.profile.engine.model_dump(mode="json"),
-            "shapes": shape_meta(cfg.shapes), "sizes": dataclasses.asdict(cfg.sizes),
-            "goodput": list(cfg.goodput) or None, "idle_s": cfg.idle_s, "seed": cfg.blocks.seed,
-            "emulate": list(s.replay.rates) if s.replay else None,
-            "engine_args": list(s.engine_args), "parts": []}
+    argv = {key: sidecar_argv(cfg, p) for key, p in sidecar_keys(cfg).items()}
+    return FieldMeta(command=cfg.command, profile=str(s.profile_path),
+                     model=s.profile.engine.model, served_name=SERVED_NAME,
+                     policies=list(cfg.policies),
+                     tables={p: t.to_list() for p, t in cfg.tables.items()},
+                     sidecar=argv["sidecar"], watch=argv["watch"], engine=whole(s.profile.engine),
+                     shapes=shape_meta(cfg.shapes),
+                     sizes=SizesMeta.model_validate(dataclasses.asdict(cfg.sizes)),
+                     goodput=list(cfg.goodput) or None, idle_s=cfg.idle_s, seed=cfg.blocks.seed,
+                     emulate=list(s.replay.rates) if s.replay else None,
+                     engine_args=list(s.engine_args), parts=[])
 
 
-def record_for(cfg: Config) -> dict[str, Any]:
+def record_for(cfg: Config) -> FieldRecord:
     """A new record, or (--resume) the one in --out, of the same shapes, policies and sidecar."""
-    fresh: dict[str, Any] = {"schema": 1, "meta": meta(cfg), "runs": [], "warmup": []}
+    fresh = FieldRecord(schema_=1, meta=meta(cfg), runs=[], warmup=[])
     return client_bench.record_for(cfg.scenario.out / RECORD, fresh, cfg.resume,
                                    ("shapes", "policies", "tables", "goodput", "sidecar", "watch"))
 
 
-def save(cfg: Config, record: dict[str, Any]) -> dict[str, Any]:
+def save(cfg: Config, record: FieldRecord) -> dict[str, Any]:
     return client_bench.save(cfg.scenario.out / RECORD, record, summarize)
 
 
@@ -201,7 +203,7 @@ def _progress(summary: dict[str, Any]) -> str:
         for s in summary["shapes"])
 
 
-async def run(cfg: Config) -> dict[str, Any]:
+async def run(cfg: Config) -> FieldRecord:
     t0 = time.monotonic()
     record = record_for(cfg)
     info, first = next_part(record)
@@ -211,6 +213,7 @@ async def run(cfg: Config) -> dict[str, Any]:
         first_table = next(iter(cfg.tables.values()))
         await admin.put_table(first_table)
         sidecars: dict[str, PausedSidecar] = {}
+        logs: dict[str, str] = {}   # a sidecar's key -> its log's name, kept in the part
         for key, policy in sidecar_keys(cfg).items():
             if policy is None:
                 continue
@@ -220,19 +223,20 @@ async def run(cfg: Config) -> dict[str, Any]:
                                              converge_s=0.0,
                                              args=(*cfg.sidecar_args, *sidecar_flags(policy)),
                                              base=USER_DEFAULTS)
-            info[f"{key}_log"] = f"{key}-part{info['part']}.log.gz"
+            logs[key] = f"{key}-part{info.part}.log.gz"
+            setattr(info, f"{key}_log", logs[key])  # the Part's sidecar_log, watch_log
         client_flags = ("--goodput", *cfg.goodput) if cfg.goodput else ()
         arms = Arms(up.server.url, up.engine, admin, sidecars, cfg.tables, s.model, SERVED_NAME,
                     s.out, cfg.idle_s, client_flags,
                     bandit=NIGHTJAR if NIGHTJAR in cfg.policies else None)
 
         async def round_(block: int, seed: int) -> list[tuple[int, ArmRun]]:
-            return await one_round(arms, cfg, block, seed, info["part"])
+            return await one_round(arms, cfg, block, seed, info.part)
 
         def keep() -> dict[str, Any]:
             for key, policy in sidecar_keys(cfg).items():
                 if policy is not None:
-                    keep_log(sidecars[policy].log, s.out / info[f"{key}_log"])
+                    keep_log(sidecars[policy].log, s.out / logs[key])
             return save(cfg, record)
 
         await recorded(run_blocks(round_, cfg.blocks, record, info, first, t0,

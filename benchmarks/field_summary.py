@@ -39,7 +39,8 @@ from typing import Any, Final, NamedTuple
 
 import numpy as np
 
-from benchmarks.arm_run import ArmRun, runs_of
+from benchmarks.arm_run import ArmRun
+from benchmarks.client_record import FieldRecord
 from benchmarks.field_summary_model import (BestFixed, BestFixedShort, FieldClaim, FieldComparison,
                                             FieldSummary, Figure, LearnedComparison, PolicyFigures,
                                             FieldShape, Word)
@@ -332,28 +333,28 @@ def shape_summary(runs: Sequence[Run], shape: str, policies: Sequence[str],
                            if (v := versus_best_fixed(blocks, p, fixed, m)) is not None])
 
 
-def summarize(record: dict[str, Any]) -> dict[str, Any]:
+def summarize(record: FieldRecord) -> dict[str, Any]:
     """summary.json as written: `summary(record)` in JSON form."""
     return summary(record).model_dump(mode="json")
 
 
-def summary(record: dict[str, Any]) -> FieldSummary:
+def summary(record: FieldRecord) -> FieldSummary:
     """summary.json from field.json's record."""
-    meta = record["meta"]
-    names = [s["name"] for s in meta["shapes"]]
-    policies = list(meta["policies"])
-    runs = runs_of(record["runs"])
-    tables: Tables = meta.get("tables", {})
+    meta = record.meta
+    names = [s.name for s in meta.shapes]
+    policies = list(meta.policies)
+    runs = record.runs
+    tables: Tables = meta.tables
     shapes = [shape_summary(runs, name, policies, tables) for name in names]
     claims = headline(runs, names, policies, tables)
     return FieldSummary(
         headline=claims, family=sum(c.p is not None for c in claims), shapes=shapes,
         policies=policies, tables=tables, ci_level=1 - ALPHA,
-        blocks=min((s.blocks for s in shapes), default=0), parts=len(meta.get("parts", [])),
-        goodput_slo=meta.get("goodput"), short_runs=short_runs(runs),
+        blocks=min((s.blocks for s in shapes), default=0), parts=len(meta.parts),
+        goodput_slo=meta.goodput, short_runs=short_runs(runs),
         statistic="geometric mean of per-block ratios policy / reference (output "
                   "throughput; p50 TPOT), Student's t-interval on their logs; against "
                   "the best fixed k an intersection-union test; `headline`: the README's "
                   "claims, Holm at 5% family-wise, each interval at its Holm level; "
                   "`shapes[].comparisons`: every pair at 95% each, not corrected",
-        command=meta.get("command"))
+        command=meta.command)

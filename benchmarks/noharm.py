@@ -39,6 +39,7 @@ from benchmarks.arm_run import ArmRun
 from benchmarks.client_bench import (Blocks, add_traffic_flags, bench_parser, blocks_of,
                                      keep_log, next_part, printer, recorded, run_blocks, run_main,
                                      run_tag, shape_meta, traffic)
+from benchmarks.client_record import NoharmMeta, NoharmRecord, SizesMeta, whole
 from benchmarks.design import rotated
 from benchmarks.client_arms import Arms
 from benchmarks.noharm_summary import ARMS, arm_throughput, summarize, summary
@@ -84,27 +85,28 @@ def config(args: argparse.Namespace, argv: list[str]) -> Config:
                   tuple(args.sidecar_arg or ()), "python -m benchmarks.noharm " + shlex.join(argv))
 
 
-def meta(cfg: Config) -> dict[str, Any]:
+def meta(cfg: Config) -> NoharmMeta:
     s = cfg.scenario
-    return {"command": cfg.command,
-            "profile": str(s.profile_path), "model": s.profile.engine.model,
-            "served_name": SERVED_NAME, "start_table": cfg.start.to_list(),
-            "profile_table": s.profile.table, "engine": s.profile.engine.model_dump(mode="json"),
-            "shapes": shape_meta(cfg.shapes),
-            "sizes": dataclasses.asdict(cfg.sizes), "idle_s": cfg.idle_s, "seed": cfg.blocks.seed,
-            "emulate": list(s.replay.rates) if s.replay else None,
-            "sidecar": ["tabletune", "sidecar", "--profile", str(s.profile_path),
-                        *USER_DEFAULTS, *cfg.sidecar_args],
-            "engine_args": list(s.engine_args), "parts": []}
+    return NoharmMeta(command=cfg.command,
+                      profile=str(s.profile_path), model=s.profile.engine.model,
+                      served_name=SERVED_NAME, start_table=cfg.start.to_list(),
+                      profile_table=s.profile.table, engine=whole(s.profile.engine),
+                      shapes=shape_meta(cfg.shapes),
+                      sizes=SizesMeta.model_validate(dataclasses.asdict(cfg.sizes)),
+                      idle_s=cfg.idle_s, seed=cfg.blocks.seed,
+                      emulate=list(s.replay.rates) if s.replay else None,
+                      sidecar=["tabletune", "sidecar", "--profile", str(s.profile_path),
+                               *USER_DEFAULTS, *cfg.sidecar_args],
+                      engine_args=list(s.engine_args), parts=[])
 
 
-def record_for(cfg: Config) -> dict[str, Any]:
+def record_for(cfg: Config) -> NoharmRecord:
     """A new record, or (--resume) the one in --out, whose shapes must be this command's."""
-    fresh: dict[str, Any] = {"schema": 1, "meta": meta(cfg), "runs": [], "warmup": []}
+    fresh = NoharmRecord(schema_=1, meta=meta(cfg), runs=[], warmup=[])
     return client_bench.record_for(cfg.scenario.out / "noharm.json", fresh, cfg.resume, ("shapes",))
 
 
-def save(cfg: Config, record: dict[str, Any]) -> dict[str, Any]:
+def save(cfg: Config, record: NoharmRecord) -> dict[str, Any]:
     return client_bench.save(cfg.scenario.out / "noharm.json", record, summarize)
 
 
@@ -130,11 +132,11 @@ async def one_round(arms: Arms, cfg: Config, block: int, seed: int,
     return out
 
 
-async def run(cfg: Config) -> dict[str, Any]:
+async def run(cfg: Config) -> NoharmRecord:
     t0 = time.monotonic()
     record = record_for(cfg)
     info, first = next_part(record)
-    part = info["part"]
+    part = info.part
     s = cfg.scenario
     async with serving(s) as up:
         admin = up.admin
@@ -145,13 +147,13 @@ async def run(cfg: Config) -> dict[str, Any]:
                                 base=USER_DEFAULTS)
         arms = Arms(up.server.url, up.engine, admin, {"sidecar": sidecar}, {"table": cfg.start},
                     s.model, SERVED_NAME, s.out, cfg.idle_s)
-        info["sidecar_log"] = f"sidecar-part{part}.log.gz"
+        info.sidecar_log = log = f"sidecar-part{part}.log.gz"
 
         async def round_(block: int, seed: int) -> list[tuple[int, ArmRun]]:
-            return await one_round(arms, cfg, block, seed, info["part"])
+            return await one_round(arms, cfg, block, seed, part)
 
         def keep() -> dict[str, Any]:
-            keep_log(sidecar.log, s.out / info["sidecar_log"])
+            keep_log(sidecar.log, s.out / log)
             return save(cfg, record)
 
         await recorded(run_blocks(round_, cfg.blocks, record, info, first, t0,

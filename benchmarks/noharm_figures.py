@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
-
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from benchmarks.arm_run import ArmRun, BlockRun, runs_of
+from benchmarks.arm_run import ArmRun, BlockRun
+from benchmarks.client_record import ClientRecord
 from benchmarks.inference import hodges_lehmann
 from benchmarks.noharm_summary import (ALPHA, ARMS, RatioCI, arm_throughput, mean_of, paired,
                                        ratio_interval)
@@ -103,13 +102,12 @@ def shape_figures(runs: Sequence[BlockRun], shape: str) -> ShapeFigures:
         short_drafts={arm: short_drafts([p[i] for p in pairs]) for i, arm in enumerate(ARMS)})
 
 
-def figures(record: dict[str, Any], reading: tuple[str, str] | None = None) -> NoharmFigures:
+def figures(record: ClientRecord, reading: tuple[str, str] | None = None) -> NoharmFigures:
     """The figures of a do-no-harm record (noharm.json, or a field record through
     noharm_summary.from_field with the (sidecar, table) policies ``reading``)."""
-    runs = runs_of(record["runs"])
     return NoharmFigures(
         reading=list(reading) if reading else None,
-        shapes=[shape_figures(runs, s["name"]) for s in record["meta"]["shapes"]],
+        shapes=[shape_figures(record.runs, s.name) for s in record.meta.shapes],
         ci_level=1 - ALPHA,
         statistic="per-block ratios sidecar / table: geometric mean with Student's t-interval "
                   "on their logs, and Hodges-Lehmann estimate with its signed-rank interval")

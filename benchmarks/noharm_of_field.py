@@ -17,6 +17,9 @@ import json
 import sys
 from pathlib import Path
 
+from pydantic import ValidationError
+
+from benchmarks.client_record import FieldRecord, parse_error
 from benchmarks.noharm_figures import figures
 from benchmarks.noharm_summary import from_field, summary
 from benchmarks.policies import SIDECAR_POLICIES
@@ -35,12 +38,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--field: no file {args.field}; pass the field bench's field.json", file=sys.stderr)
         return 2
     try:
-        record = json.loads(args.field.read_text())
-        policies = record["meta"]["policies"]
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        print(f"--field: {args.field} is not a field bench record ({exc}); pass its field.json",
-              file=sys.stderr)
+        record = FieldRecord.model_validate_json(args.field.read_text())
+    except ValidationError as exc:
+        print(f"--field: {args.field} is not a field bench record ({parse_error(exc)}); pass its "
+              "field.json", file=sys.stderr)
         return 2
+    policies = record.meta.policies
     table = args.against or SIDECAR_POLICIES[args.sidecar]
     if args.sidecar not in policies or table not in policies or table == args.sidecar:
         flag = "--against" if args.against else "--sidecar"

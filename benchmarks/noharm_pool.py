@@ -22,11 +22,9 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict
 
-from benchmarks.arm_run import runs_of
+from benchmarks.client_record import ClientRecord, FieldRecord, NoharmRecord
 from benchmarks.noharm_summary import arm_throughput, from_field, paired, ratio_interval
 from benchmarks.policies import SIDECAR_POLICIES
 
@@ -54,14 +52,14 @@ class Pooled(BaseModel):
     statistic: str
 
 
-def pool(records: dict[str, dict[str, Any]], shapes: Sequence[str],
+def pool(records: dict[str, ClientRecord], shapes: Sequence[str],
          reading: tuple[str, str | None] | None = None) -> Pooled:
     """Per shape, the pooled ratio over every record's paired blocks (records: name ->
     noharm.json's record); ``reading``: the field runs' (sidecar, against) policies they were
     read with, recorded (None: the do-no-harm arms)."""
     out = []
     for shape in shapes:
-        pairs = [p for record in records.values() for p in paired(runs_of(record["runs"]), shape)]
+        pairs = [p for record in records.values() for p in paired(record.runs, shape)]
         mid = ratio_interval(pairs, arm_throughput)
         wide = ratio_interval(pairs, arm_throughput, alpha=0.025)
         out.append(PooledShape(shape=shape, blocks=mid.n, ratio=mid.ratio, ci=mid.ci,
@@ -112,19 +110,22 @@ def main(argv: list[str] | None = None) -> int:
 def _ran(folder: Path, policies: tuple[str, str | None]) -> bool:
     if not (folder / "field.json").is_file():
         return False
-    ran = json.loads((folder / "field.json").read_text())["meta"]["policies"]
+    ran = _field(folder).meta.policies
     return all(p in ran for p in policies)
 
 
-def record_in(folder: Path, reading: tuple[str, str | None] | None = None) -> dict[str, Any]:
+def _field(folder: Path) -> FieldRecord:
+    return FieldRecord.model_validate_json((folder / "field.json").read_text())
+
+
+def record_in(folder: Path, reading: tuple[str, str | None] | None = None) -> ClientRecord:
     """The do-no-harm record a run's folder holds: its noharm.json, or its field.json read as
     one (benchmarks/noharm_summary.from_field), as ``reading``'s (sidecar, against) if given."""
     if reading is not None:
-        return from_field(json.loads((folder / "field.json").read_text()), *reading)
+        return from_field(_field(folder), *reading)
     if (folder / "noharm.json").is_file():
-        record: dict[str, Any] = json.loads((folder / "noharm.json").read_text())
-        return record
-    return from_field(json.loads((folder / "field.json").read_text()))
+        return NoharmRecord.model_validate_json((folder / "noharm.json").read_text())
+    return from_field(_field(folder))
 
 
 if __name__ == "__main__":

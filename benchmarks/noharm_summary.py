@@ -36,7 +36,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from benchmarks.arm_run import ArmRun, BlockRun, runs_of
+from benchmarks.arm_run import ArmRun, BlockRun
+from benchmarks.client_record import ClientRecord, FieldRecord
 from benchmarks.inference import bounds, estimate
 from benchmarks.policies import SIDECAR_POLICIES
 
@@ -265,10 +266,10 @@ def overall(runs: Sequence[Run], shapes: Sequence[ShapeSummary], pushes: float,
     return "meets" if all(v == "meets" for v in verdicts) else "undecided"
 
 
-def summary(record: dict[str, Any]) -> NoharmSummary:
+def summary(record: ClientRecord) -> NoharmSummary:
     """The figures of noharm.json's record (or a field record read by from_field)."""
-    runs = runs_of(record["runs"])
-    names = [s["name"] for s in record["meta"]["shapes"]]
+    runs = record.runs
+    names = [s.name for s in record.meta.shapes]
     shapes = [shape_summary(runs, name) for name in names]
     measured = sidecar_counts([r for r in runs if r.arm == "sidecar"])
     return NoharmSummary(
@@ -276,29 +277,28 @@ def summary(record: dict[str, Any]) -> NoharmSummary:
         pushes_target_per_10min=PUSHES_PER_10_MIN,
         verdict=overall(runs, shapes, measured.pushes, measured.minutes),
         measured=measured,
-        warmup=sidecar_counts([r for r in runs_of(record.get("warmup", []))
-                               if r.arm == "sidecar"]),
+        warmup=sidecar_counts([r for r in record.warmup if r.arm == "sidecar"]),
         blocks=max((s.blocks for s in shapes), default=0),
         short_runs=short_runs(runs),
-        parts=len(record["meta"].get("parts", [])),
+        parts=len(record.meta.parts),
         statistic="geometric mean of per-block ratios sidecar / table of the client's "
                   "output throughput; 95% Student's t-interval on their logs",
-        command=record["meta"].get("command"))
+        command=record.meta.command)
 
 
-def summarize(record: dict[str, Any]) -> dict[str, Any]:
+def summarize(record: ClientRecord) -> dict[str, Any]:
     """summary.json as written: `summary(record)` in JSON form."""
     return summary(record).model_dump(mode="json")
 
 
-def from_field(record: dict[str, Any], sidecar: str = "sidecar-from-tuned",
-               against: str | None = None) -> dict[str, Any]:
+def from_field(record: FieldRecord, sidecar: str = "sidecar-from-tuned",
+               against: str | None = None) -> FieldRecord:
     """A field bench's record (benchmarks/field.py) as this bench's: the `sidecar` policy's runs
     are the sidecar arm, those of `against` (default: the table it starts from) the table arm,
     other policies left out. KeyError: `sidecar` is not a sidecar policy."""
     arms = {against or SIDECAR_POLICIES[sidecar]: "table", sidecar: "sidecar"}
 
-    def kept(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [{**r, "arm": arms[r["arm"]]} for r in rows if r["arm"] in arms]
-    return {**record, "runs": kept(record["runs"]), "warmup": kept(record.get("warmup", []))}
+    def kept(rows: list[BlockRun]) -> list[BlockRun]:
+        return [r.model_copy(update={"arm": arms[r.arm]}) for r in rows if r.arm in arms]
+    return record.model_copy(update={"runs": kept(record.runs), "warmup": kept(record.warmup)})
 

@@ -1,11 +1,17 @@
-"""Typed client-bench runs for the summaries' tests (benchmarks/arm_run.py), figures chosen."""
+"""Typed client-bench runs and records for the summaries' tests (benchmarks/arm_run.py,
+benchmarks/client_record.py), figures chosen."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from benchmarks.arm_run import BlockRun, EngineCounts, Phase, SidecarSeen
+from benchmarks.client_record import FieldRecord, NoharmRecord
 from benchmarks.field_client import ClientResult
+from benchmarks.synthetic import paper_profile
+from benchmarks.traffic import Sizes
 
 LATENCY = ("p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms", "p50_itl_ms", "p99_itl_ms",
            "mean_itl_ms")
@@ -37,3 +43,29 @@ def block_run(block: int, shape: str, arm: str, phases: list[Phase],
               sidecar: SidecarSeen | None = None) -> BlockRun:
     return BlockRun(shape=shape, arm=arm, seed=block, wall_s=10.0, phases=phases,
                     sidecar=sidecar, block=block, position=0, part=0)
+
+
+def _meta(shapes: Sequence[str]) -> dict[str, Any]:
+    """The meta both benches write, for a run of one call over ``shapes`` (no client flags)."""
+    return {"command": "python -m benchmarks.x", "profile": "profile.json", "model": "m",
+            "served_name": "m", "engine": paper_profile().engine.model_dump(),
+            "shapes": [{"name": s, "runs": []} for s in shapes],
+            "sizes": dataclasses.asdict(Sizes()), "idle_s": 3.0, "seed": 0, "emulate": None,
+            "engine_args": [], "parts": [{"part": 0, "first_block": 0, "stop_reason": "blocks"}]}
+
+
+def field_record(runs: Sequence[BlockRun], shapes: Sequence[str], policies: Sequence[str],
+                 tables: dict[str, list[list[int]]] | None = None) -> FieldRecord:
+    """field.json's record of ``runs``: every policy given, the tables ``tables`` (none: {})."""
+    meta = {**_meta(shapes), "policies": list(policies), "tables": tables or {},
+            "sidecar": None, "goodput": None}
+    return FieldRecord.model_validate({"schema": 1, "meta": meta, "runs": runs, "warmup": []})
+
+
+def noharm_record(runs: Sequence[BlockRun], shapes: Sequence[str],
+                  warmup: Sequence[BlockRun] = ()) -> NoharmRecord:
+    """noharm.json's record of ``runs`` and ``warmup``."""
+    meta = {**_meta(shapes), "start_table": [[1, 16, 1]], "profile_table": None,
+            "sidecar": ["tabletune", "sidecar"]}
+    return NoharmRecord.model_validate({"schema": 1, "meta": meta, "runs": runs,
+                                        "warmup": warmup})

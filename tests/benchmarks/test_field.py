@@ -6,17 +6,17 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 
-from benchmarks.arm_run import runs_of
+from benchmarks.arm_run import BlockRun, Phase
+from benchmarks.client_record import FieldRecord, dumped
 from benchmarks.field import config, main, order, parser
 from benchmarks.field_client import ClientResult, client_argv, parse
 from benchmarks.field_summary import (FIGURES, SAME, by_block, median_interval, summarize,
                                       versus_best_fixed, word)
-from tests.benchmarks.arm_runs import block_run, phase
+from tests.benchmarks.arm_runs import block_run, field_record, phase
 from tests.helpers import refused
 from benchmarks.traffic import ClientRun
 
@@ -24,14 +24,13 @@ POLICIES = ["fixed-k0", "fixed-k1", "fixed-k2", "fixed-k3", "documented", "tuned
 
 
 def run(block: int, shape: str, policy: str, tps: float, tpot: float,
-        goodput: float | None = None) -> dict[str, Any]:
-    """A run as field.json keeps it."""
+        goodput: float | None = None) -> BlockRun:
     one = phase(round(tps * 10), 10.0, tpot, goodput=goodput, p50_tpot_ms=tpot)
-    return block_run(block, shape, policy, [one]).model_dump(mode="json")
+    return block_run(block, shape, policy, [one])
 
 
 def record(speed: dict[str, float], blocks: int = 6, noise: float = 0.01,
-           shape: str = "burst-c16") -> dict[str, Any]:
+           shape: str = "burst-c16") -> FieldRecord:
     """Every policy's throughput at `speed[policy]` tokens/s (TPOT its inverse), each block's
     figures moved together by a block effect and apart by `noise`."""
     rng = np.random.default_rng(3)
@@ -41,8 +40,7 @@ def record(speed: dict[str, float], blocks: int = 6, noise: float = 0.01,
         for p, s in speed.items():
             tps = s * math.exp(common + rng.normal(0, noise))
             runs.append(run(b, shape, p, tps, 1000.0 / tps))
-    return {"meta": {"shapes": [{"name": shape}], "policies": list(speed), "parts": [{}],
-                     "command": "python -m benchmarks.field", "tables": {}}, "runs": runs}
+    return field_record(runs, [shape], list(speed))
 
 
 def test_a_table_faster_than_every_fixed_k_is_called_faster_with_its_closest_rival() -> None:
@@ -121,17 +119,18 @@ def test_words_and_missing_intervals() -> None:
     one = record({"fixed-k1": 900.0, "tuned": 1000.0}, blocks=1)
     for v in summarize(one)["shapes"][0]["versus_best_fixed"]:
         assert v["ci"] == [None, None] and v["word"] is None
-    assert versus_best_fixed(by_block(runs_of(one["runs"]), "burst-c16"), "tuned", []) is None
+    assert versus_best_fixed(by_block(one.runs, "burst-c16"), "tuned", []) is None
 
 
 def test_request_goodput_pools_the_shapes_runs_by_duration() -> None:
     rec = record({"fixed-k1": 900.0, "tuned": 1000.0}, blocks=2)
-    for r in rec["runs"]:
-        r["phases"] = [dict(r["phases"][0]), dict(r["phases"][0])]
-        r["phases"][0] = {**r["phases"][0], "client": {**r["phases"][0]["client"],
-                                                       "request_goodput": 2.0, "duration": 10.0}}
-        r["phases"][1] = {**r["phases"][1], "client": {**r["phases"][1]["client"],
-                                                       "request_goodput": 5.0, "duration": 30.0}}
+
+    def served(p: Phase, goodput: float, duration: float) -> Phase:
+        client = p.client.model_copy(update={"request_goodput": goodput, "duration": duration})
+        return p.model_copy(update={"client": client})
+    rec.runs = [r.model_copy(update={"phases": [served(r.phases[0], 2.0, 10.0),
+                                                served(r.phases[0], 5.0, 30.0)]})
+                for r in rec.runs]
     got = summarize(rec)["shapes"][0]["policies"]["tuned"]
     assert got["request_goodput"] == pytest.approx((2 * 10 + 5 * 30) / 40, abs=1e-3)
 
@@ -165,10 +164,10 @@ def test_the_policies_expand_and_carry_their_tables(profile: Path, tmp_path: Pat
     assert cfg.scenario.engine_args[0] == "--no-enable-prefix-caching"
     assert cfg.scenario.drafter is None
     from benchmarks.field import meta
-    assert cfg.sidecar_args == () and meta(cfg)["sidecar"][-1] != "--dry-run"
+    assert cfg.sidecar_args == () and (meta(cfg).sidecar or [])[-1] != "--dry-run"
     observing = [*argv, "--sidecar-arg=--dry-run"]
-    assert meta(config(parser().parse_args(observing), observing))["sidecar"][-1] == "--dry-run"
-    assert meta(cfg)["watch"] is None
+    assert (meta(config(parser().parse_args(observing), observing)).sidecar or [])[-1] == "--dry-run"
+    assert meta(cfg).watch is None
     with_drafter = [*argv, "--drafter", str(tmp_path / "eagle3")]
     assert config(parser().parse_args(with_drafter), with_drafter).scenario.drafter == tmp_path / "eagle3"
 
@@ -193,9 +192,10 @@ def test_a_run_may_pair_an_observing_sidecar_with_one_that_explores(profile: Pat
     assert cfg.sidecars == ("sidecar-from-tuned", "watch-from-tuned")
     assert sidecar_keys(cfg) == {"sidecar": "sidecar-from-tuned", "watch": "watch-from-tuned"}
     m = meta(cfg)
-    assert m["sidecar"][-1] == "--interval-s=2" and "--dry-run" not in m["sidecar"]
-    assert m["watch"][-2:] == ["--interval-s=2", "--dry-run"]
-    assert m["watch"][:-1] == m["sidecar"]
+    assert m.sidecar is not None and m.watch is not None
+    assert m.sidecar[-1] == "--interval-s=2" and "--dry-run" not in m.sidecar
+    assert m.watch[-2:] == ["--interval-s=2", "--dry-run"]
+    assert m.watch[:-1] == m.sidecar
 
 
 @pytest.mark.parametrize(("extra", "says"), [
@@ -230,8 +230,9 @@ def test_resume_refuses_a_record_of_other_policies(profile: Path, tmp_path: Path
     out = tmp_path / "o"
     out.mkdir()
     from benchmarks.field import meta
-    old = meta(cfg) | {"policies": ["fixed-k2", "tuned"]}
-    (out / "field.json").write_text(json.dumps({"meta": old, "runs": [], "warmup": []}))
+    old = meta(cfg).model_copy(update={"policies": ["fixed-k2", "tuned"]})
+    record = FieldRecord(schema_=1, meta=old, runs=[], warmup=[])
+    (out / "field.json").write_text(json.dumps(dumped(record)))
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "--resume:" in err and "policies" in err and "fixed-k2" in err, err
@@ -259,7 +260,7 @@ def test_a_policy_that_ran_the_documented_table_is_an_aa_not_a_claim() -> None:
     """The CPU run of 2026-12-05: tuned, documented and fixed k=3 were one table, and the
     uncorrected comparison called tuned 10% faster than documented."""
     rec = record({"fixed-k1": 900.0, "fixed-k3": 1000.0, "documented": 1000.0, "tuned": 1000.0})
-    rec["meta"]["tables"] = {"fixed-k1": [[1, 32, 1]], "fixed-k3": [[1, 32, 3]],
+    rec.meta.tables = {"fixed-k1": [[1, 32, 1]], "fixed-k3": [[1, 32, 3]],
                              "documented": [[1, 32, 3]], "tuned": [[1, 32, 3]]}
     got = summarize(rec)
     aa = [c for c in got["headline"] if c["versus"] == "documented"]
@@ -271,9 +272,11 @@ def test_a_policy_that_ran_the_documented_table_is_an_aa_not_a_claim() -> None:
 
 def test_a_run_shorter_than_50_engine_steps_is_named() -> None:
     rec = record({"fixed-k1": 900.0, "tuned": 1000.0}, blocks=2)
-    for r in rec["runs"]:
-        r["phases"][0]["engine"]["steps"] = 120
-    rec["runs"][1]["phases"][0]["engine"]["steps"] = 30
+
+    def stepped(r: BlockRun, steps: int) -> BlockRun:
+        engine = r.phases[0].engine.model_copy(update={"steps": steps})
+        return r.model_copy(update={"phases": [r.phases[0].model_copy(update={"engine": engine})]})
+    rec.runs = [stepped(r, 30 if i == 1 else 120) for i, r in enumerate(rec.runs)]
     (short,) = summarize(rec)["short_runs"]
     assert short == {"block": 0, "shape": "burst-c16", "arm": "tuned", "steps": 30}
 
@@ -299,10 +302,8 @@ def test_a_sidecar_is_compared_with_the_tuned_table_once_it_has_been_awake_a_min
                        ("sidecar-from-quarter", 800.0 if b < 2 else 1000.0 * (1 + 0.002 * (-1) ** b))):
             one = phase(round(tps * 10), 10.0, 1000.0 / tps, p50_tpot_ms=1000.0 / tps)
             sc = seen(minutes=0.5) if p.startswith("sidecar-") else None
-            runs.append(block_run(b, "burst-c16", p, [one], sc).model_dump(mode="json"))
-    policies = ["fixed-k1", "tuned", "sidecar-from-quarter"]
-    got = summarize({"meta": {"shapes": [{"name": "burst-c16"}], "policies": policies,
-                              "parts": [{}], "tables": {}}, "runs": runs})
+            runs.append(block_run(b, "burst-c16", p, [one], sc))
+    got = summarize(field_record(runs, ["burst-c16"], ["fixed-k1", "tuned", "sidecar-from-quarter"]))
     (shape,) = got["shapes"]
     by_metric = {c["metric"]: c for c in shape["after_learning"]}
     tps = by_metric["output_throughput"]
@@ -323,7 +324,7 @@ def test_each_sidecar_policy_counts_its_own_time_awake() -> None:
 
     runs = [block_run(b, "burst-c16", p, [phase(1000, 10.0, 1.0)], seen(minutes=0.5))
             for b in range(3) for p in ("sidecar-from-tuned", "watch-from-tuned")]
-    awake = awake_before(runs_of([r.model_dump(mode="json") for r in runs]))
+    awake = awake_before(runs)
     assert [awake[(0, b, "burst-c16", "watch-from-tuned")] for b in range(3)] == [0.0, 30.0, 60.0]
     assert awake[(0, 2, "burst-c16", "sidecar-from-tuned")] == 60.0
 
@@ -338,5 +339,5 @@ FIELD_RESULTS = sorted((Path(__file__).parents[2] / "benchmarks/results").rglob(
 
 @pytest.mark.parametrize("path", FIELD_RESULTS, ids=lambda p: str(p.parent.name))
 def test_every_committed_field_summary_is_its_runs_summarized(path: Path) -> None:
-    assert summarize(json.loads(path.read_text())) == json.loads(
+    assert summarize(FieldRecord.model_validate_json(path.read_text())) == json.loads(
         (path.parent / "summary.json").read_text())

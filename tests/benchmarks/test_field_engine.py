@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.client_record import FieldRecord
 from benchmarks.field import main
 from benchmarks.field_client import ClientResult
 from benchmarks.synthetic import paper_profile
@@ -35,14 +36,15 @@ def test_a_scenario_runs_on_your_prompts_and_keeps_the_clients_results(tmp_path:
                "--output-len", "200", "--prompts", str(PROMPTS), "--goodput", "tpot:10000",
                "--sidecar-arg=--rebuild-every-steps=10"])  # rebuilds inside the short arms
     assert rc == 0
-    record = json.loads((out / "field.json").read_text())
+    record = FieldRecord.model_validate_json((out / "field.json").read_text())
     policies = ("fixed-k0", "fixed-k3", "sidecar-from-tuned", "watch-from-tuned", "nightjar-style")
-    assert {(r["shape"], r["arm"]) for r in record["runs"]} == {
+    assert {(r.shape, r.arm) for r in record.runs} == {
         (s, p) for s in ("burst-c2", "poisson-r4") for p in policies}
     # each sidecar arm reports its own process's doings; the watch one only recommends
-    assert all((r["sidecar"] is not None) == r["arm"].endswith("-from-tuned")
-               for r in record["runs"])
-    assert record["meta"]["watch"][-1] == "--dry-run" and "--dry-run" not in record["meta"]["sidecar"]
+    assert all((r.sidecar is not None) == r.arm.endswith("-from-tuned") for r in record.runs)
+    watch, sidecar = record.meta.watch, record.meta.sidecar
+    assert watch is not None and sidecar is not None
+    assert watch[-1] == "--dry-run" and "--dry-run" not in sidecar
     outcomes = {}
     for name in ("sidecar", "watch"):
         lines = [json.loads(line) for line in gzip.open(out / f"{name}-part0.log.gz", "rt")]
@@ -62,13 +64,13 @@ def test_a_scenario_runs_on_your_prompts_and_keeps_the_clients_results(tmp_path:
         assert result.total_output_tokens <= 64 * result.completed
     # the bandit picks k itself (untried k's first) on the table it finds, and is off in the
     # other arms: fixed k=0 verifies nothing else, whichever arm ran before it
-    ks = {(r["arm"], r["shape"]): {int(k) for p in r["phases"]
-                                   for k, n in p["engine"]["steps_per_k"].items() if n > 0}
-          for r in record["runs"]}
+    ks = {(r.arm, r.shape): {k for p in r.phases
+                             for k, n in (p.engine.steps_per_k or {}).items() if n > 0}
+          for r in record.runs}
     assert all(len(ks[("nightjar-style", s)]) >= 2 for s in ("burst-c2", "poisson-r4")), ks
     assert all(ks[("fixed-k0", s)] == {0} for s in ("burst-c2", "poisson-r4")), ks
-    assert all(p["engine"]["table_version"][0] == p["engine"]["table_version"][1]
-               for r in record["runs"] if r["arm"] == "nightjar-style" for p in r["phases"])
+    assert all(p.engine.table_version[0] == p.engine.table_version[1]
+               for r in record.runs if r.arm == "nightjar-style" for p in r.phases)
     summary = json.loads((out / "summary.json").read_text())
     k3 = summary["shapes"][0]["policies"]["fixed-k3"]["figures"]
     assert k3["output_throughput"]["median"] > 0 and k3["tpot_p50_ms"]["median"] > 0

@@ -12,13 +12,15 @@ from typing import Any
 import pytest
 
 from benchmarks.arm_run import BlockRun
+from benchmarks.client_record import FieldRecord, NoharmRecord, dumped
 from benchmarks.field_client import client_argv, parse
 from benchmarks.noharm import config, main, parser
 from benchmarks.noharm_of_field import main as noharm_of_field
 from benchmarks.noharm_summary import (TARGET, NoharmSummary, arm_throughput, from_field,
                                        ratio_interval, summarize, verdict)
 from benchmarks.stateful import _policy_fields
-from tests.benchmarks.arm_runs import block_run, phase, seen
+from tests.benchmarks.arm_runs import block_run, noharm_record, phase, seen
+from tests.benchmarks.arm_runs import field_record as a_field_record
 from tests.helpers import refused
 from benchmarks.traffic import (KINDS, ClientRun, Sizes, check_sizes, ramp_runs, read_prompts,
                                shapes)
@@ -130,15 +132,13 @@ def arm(block: int, shape: str, name: str, tps: float, pushes: int = 0, changes:
                      seen(pushes, changes, minutes) if name == "sidecar" else None)
 
 
-def record(ratios: dict[str, list[float]], pushes: int = 0) -> dict[str, Any]:
+def record(ratios: dict[str, list[float]], pushes: int = 0) -> NoharmRecord:
     runs = []
     for shape, rs in ratios.items():
         for b, r in enumerate(rs):
             runs += [arm(b, shape, "table", 1000.0), arm(b, shape, "sidecar", 1000.0 * r,
                                                          pushes=pushes if b == 0 else 0)]
-    return {"meta": {"shapes": [{"name": s} for s in ratios], "parts": [{}], "command": "x"},
-            "runs": [r.model_dump(mode="json") for r in runs],
-            "warmup": [arm(-1, "burst-c8", "sidecar", 1.0, pushes=3).model_dump(mode="json")]}
+    return noharm_record(runs, list(ratios), [arm(-1, "burst-c8", "sidecar", 1.0, pushes=3)])
 
 
 def test_the_ratio_is_a_geometric_mean_with_a_t_interval_on_the_logs() -> None:
@@ -190,7 +190,7 @@ def test_the_overall_misses_only_when_a_shape_is_below_at_the_split_level() -> N
 
 def test_a_block_missing_an_arm_is_left_out_and_too_many_pushes_miss() -> None:
     rec = record({"burst-c8": [1.0, 1.01, 1.0]}, pushes=2)  # 2 pushes in 1.5 minutes
-    rec["runs"].append(arm(3, "burst-c8", "table", 1000.0).model_dump(mode="json"))  # cut short
+    rec.runs.append(arm(3, "burst-c8", "table", 1000.0))  # cut short
     got = summarize(rec)
     assert got["shapes"][0]["blocks"] == 3
     assert got["shapes"][0]["pushes_per_10min"] == pytest.approx(13.333, abs=1e-3)
@@ -229,12 +229,14 @@ def test_resume_refuses_a_folder_of_other_shapes(profile: Path, tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "o"
     out.mkdir()
-    (out / "noharm.json").write_text(json.dumps(
-        {"meta": {"shapes": [{"name": "burst-c4", "runs": []}], "command": "python -m x"},
-         "runs": [], "warmup": []}))
+    (out / "noharm.json").write_text(json.dumps(dumped(noharm_record([], ["burst-c4"]))))
     rc = main(["--profile", str(profile), "--model", str(tmp_path), "--out", str(out), "--resume"])
     err = capsys.readouterr().err
     assert rc == 2 and "--resume:" in err and "['burst-c4']" in err, err
+    (out / "noharm.json").write_text("{}")     # not a record at all: one line, no traceback
+    rc = main(["--profile", str(profile), "--model", str(tmp_path), "--out", str(out), "--resume"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "is not this bench's record" in err and "Traceback" not in err, err
 
 
 def test_the_engine_runs_without_its_prefix_cache_unless_asked(profile: Path, tmp_path: Path) -> None:
@@ -264,7 +266,7 @@ NOHARM_RESULTS = sorted((Path(__file__).parents[2] / "benchmarks/results").rglob
 
 @pytest.mark.parametrize("path", NOHARM_RESULTS, ids=lambda p: str(p.parent.name))
 def test_every_committed_noharm_summary_is_its_runs_summarized(path: Path) -> None:
-    assert summarize(json.loads(path.read_text())) == json.loads(
+    assert summarize(NoharmRecord.model_validate_json(path.read_text())) == json.loads(
         (path.parent / "summary.json").read_text())
 
 
@@ -273,7 +275,7 @@ FIELD_NOHARMS = sorted((Path(__file__).parents[2] / "benchmarks/results").rglob(
 
 @pytest.mark.parametrize("path", FIELD_NOHARMS, ids=lambda p: str(p.parent.name))
 def test_every_committed_field_noharm_summary_is_its_field_runs_summarized(path: Path) -> None:
-    record = json.loads((path.parent / "field.json").read_text())
+    record = FieldRecord.model_validate_json((path.parent / "field.json").read_text())
     assert summarize(from_field(record)) == json.loads(path.read_text())
     # a three-arm run's other readings: observing against the table, exploring against observing
     readings = {"watch-summary.json": ("watch-from-tuned", None),
@@ -292,26 +294,25 @@ def test_every_committed_reading_of_a_field_run_is_its_runs_summarized(path: Pat
     """Each reading (its figures file names the sidecar and the policy it is read against)
     has its summary beside it, the field runs summarized that way."""
     sidecar, against = json.loads(path.read_text())["reading"]
-    record = json.loads((path.parent / "field.json").read_text())
+    record = FieldRecord.model_validate_json((path.parent / "field.json").read_text())
     summary = path.parent / path.name.replace("-figures.json", "-summary.json")
     assert summarize(from_field(record, sidecar, against)) == json.loads(summary.read_text())
 
 
-def field_record() -> dict[str, Any]:
+def field_record() -> FieldRecord:
     """A field record of three policies: the sidecar, its start table and a fixed k."""
     rec = record({"burst-c16": [1.0, 1.01, 0.99]})
     names = {"table": "tuned", "sidecar": "sidecar-from-tuned"}
-    runs = [{**r, "arm": names[r["arm"]]} for r in rec["runs"]]
-    runs.append(arm(0, "burst-c16", "fixed-k1", 5000.0).model_dump(mode="json"))
-    return {**rec, "runs": runs, "warmup": [],
-            "meta": {**rec["meta"], "policies": ["fixed-k1", "tuned", "sidecar-from-tuned"]}}
+    runs = [r.model_copy(update={"arm": names[r.arm]}) for r in rec.runs]
+    runs.append(arm(0, "burst-c16", "fixed-k1", 5000.0))
+    return a_field_record(runs, ["burst-c16"], ["fixed-k1", "tuned", "sidecar-from-tuned"])
 
 
 def test_a_field_record_reads_as_the_sidecar_against_the_table_it_started_from() -> None:
     field = field_record()
     got = from_field(field)
-    assert sorted({r["arm"] for r in got["runs"]}) == ["sidecar", "table"]
-    assert len(got["runs"]) == 6    # the fixed k's run is no arm of this bench
+    assert sorted({r.arm for r in got.runs}) == ["sidecar", "table"]
+    assert len(got.runs) == 6    # the fixed k's run is no arm of this bench
     assert summarize(got)["shapes"][0]["ratio"] == summarize(record({"burst-c16": [1.0, 1.01, 0.99]}))[
         "shapes"][0]["ratio"]
     with pytest.raises(KeyError):
@@ -321,16 +322,16 @@ def test_a_field_record_reads_as_the_sidecar_against_the_table_it_started_from()
 def test_against_another_policy_it_is_the_reference_arm() -> None:
     """Exploring beyond observing: the sidecar against a --dry-run sidecar of the same run."""
     field = field_record()
-    runs = [{**r, "arm": "watch-from-tuned"} for r in field["runs"] if r["arm"] == "tuned"]
-    field = {**field, "runs": [*field["runs"], *runs]}
+    field.runs += [r.model_copy(update={"arm": "watch-from-tuned"}) for r in field.runs
+                   if r.arm == "tuned"]
     got = from_field(field, "sidecar-from-tuned", "watch-from-tuned")
-    assert sorted(r["arm"] for r in got["runs"]) == ["sidecar"] * 3 + ["table"] * 3
+    assert sorted(r.arm for r in got.runs) == ["sidecar"] * 3 + ["table"] * 3
     assert summarize(got)["shapes"][0]["ratio"] == summarize(from_field(field))["shapes"][0]["ratio"]
 
 
 def test_the_field_shell_writes_the_summary_and_names_a_wrong_input(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "field.json").write_text(json.dumps(field_record()))
+    (tmp_path / "field.json").write_text(json.dumps(dumped(field_record())))
     out = tmp_path / "noharm-summary.json"
     assert noharm_of_field(["--field", str(tmp_path / "field.json"), "--out", str(out)]) == 0
     assert json.loads(out.read_text()) == summarize(from_field(field_record()))
@@ -355,7 +356,7 @@ def test_the_pooled_burst_figure_comes_from_the_committed_runs(
         committed = Pooled.model_validate_json(path.read_text())   # extra keys refused
         reading = tuple(committed.reading) if committed.reading else None
         records = {name: record_in(root / name, reading) for name in committed.runs}
-        again = pool(records, [s.shape for s in committed.shapes], reading)  # type: ignore[arg-type]
+        again = pool(records, [s.shape for s in committed.shapes], reading)
         assert again == committed
         # as text: a float turned int (or back), or a key renamed, is a change in the file
         assert json.dumps(again.model_dump(mode="json"), sort_keys=True) == json.dumps(

@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 from benchmarks.arm_run import BlockRun, EngineCounts
+from benchmarks.client_record import FieldRecord, NoharmRecord, dumped
 from benchmarks.inference import hodges_lehmann, signed_rank_null
 from benchmarks.noharm_figures import figures, short_drafts
 from benchmarks.noharm_of_field import main as noharm_of_field
 from benchmarks.policies import SIDECAR_POLICIES
 from benchmarks.noharm_summary import from_field
-from tests.benchmarks.arm_runs import block_run, phase, seen
+from tests.benchmarks.arm_runs import block_run, field_record, noharm_record, phase, seen
 
 
 def test_the_signed_rank_null_is_the_tabled_distribution() -> None:
@@ -48,7 +49,7 @@ def engine_phase(tokens: float, steps: int, drafted: list[int], ttft: float = 10
         accepted_per_pos=[0] * len(drafted), drafted_per_pos=drafted)})
 
 
-def record() -> dict[str, object]:
+def record() -> NoharmRecord:
     """Eight blocks: the sidecar 10% slower to first token, 5% more steps for the same tokens,
     and 3% of its drafting request-steps short of K=3."""
     runs: list[BlockRun] = []
@@ -57,8 +58,13 @@ def record() -> dict[str, object]:
         runs.append(block_run(b, "burst-c4", "sidecar",
                               [engine_phase(1000 * (1 + 0.01 * (b % 2)), 210, [600, 600, 582],
                                             ttft=110.0 + b % 2)], seen()))
-    return {"meta": {"shapes": [{"name": "burst-c4"}], "parts": [{}], "command": "x"},
-            "runs": [r.model_dump(mode="json") for r in runs], "warmup": []}
+    return noharm_record(runs, ["burst-c4"])
+
+
+def as_field(names: dict[str, str]) -> FieldRecord:
+    """record()'s runs as a field run's: each arm under its policy's name."""
+    runs = [r.model_copy(update={"arm": names[r.arm]}) for r in record().runs]
+    return field_record(runs, ["burst-c4"], list(names.values()))
 
 
 def test_the_figures_read_latency_steps_and_short_drafts_per_shape() -> None:
@@ -73,11 +79,8 @@ def test_the_figures_read_latency_steps_and_short_drafts_per_shape() -> None:
 
 
 def test_the_field_shell_writes_the_figures_beside_the_summary(tmp_path: Path) -> None:
-    rec = record()
-    names = {"table": "tuned", "sidecar": "sidecar-from-tuned"}
-    rec["runs"] = [{**r, "arm": names[r["arm"]]} for r in rec["runs"]]  # type: ignore[attr-defined]
-    rec["meta"] = {**rec["meta"], "policies": ["tuned", "sidecar-from-tuned"]}  # type: ignore[dict-item]
-    (tmp_path / "field.json").write_text(json.dumps(rec))
+    rec = as_field({"table": "tuned", "sidecar": "sidecar-from-tuned"})
+    (tmp_path / "field.json").write_text(json.dumps(dumped(rec)))
     out, figs = tmp_path / "noharm-summary.json", tmp_path / "noharm-figures.json"
     assert noharm_of_field(["--field", str(tmp_path / "field.json"), "--out", str(out),
                             "--figures", str(figs)]) == 0
@@ -98,7 +101,7 @@ FIGURES = sorted((Path(__file__).parents[2] / "benchmarks/results").rglob("*-fig
 def test_every_committed_figures_file_is_its_field_runs_read(path: Path) -> None:
     committed = json.loads(path.read_text())
     sidecar, against = committed["reading"]
-    record = json.loads((path.parent / "field.json").read_text())
+    record = FieldRecord.model_validate_json((path.parent / "field.json").read_text())
     assert figures(from_field(record, sidecar, against), (sidecar, against)).model_dump(
         mode="json") == committed
     name_sidecar, name_against = READINGS[path.name.removesuffix("-figures.json")]
@@ -110,13 +113,10 @@ def test_the_pool_reads_other_policies_of_field_runs(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """noharm_pool --sidecar/--against: the three-arm runs' other readings pooled too."""
     from benchmarks.noharm_pool import main as pool_main
-    rec = record()
-    names = {"table": "tuned", "sidecar": "watch-from-tuned"}
-    rec["runs"] = [{**r, "arm": names[r["arm"]]} for r in rec["runs"]]  # type: ignore[attr-defined]
-    rec["meta"] = {**rec["meta"], "policies": ["tuned", "watch-from-tuned"]}  # type: ignore[dict-item]
+    rec = as_field({"table": "tuned", "sidecar": "watch-from-tuned"})
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "field.json").write_text(json.dumps(rec))
+        (tmp_path / name / "field.json").write_text(json.dumps(dumped(rec)))
     out = tmp_path / "pooled.json"
     assert pool_main(["--out", str(out), "--shapes", "burst-c4", "--sidecar", "watch-from-tuned",
                       str(tmp_path / "a"), str(tmp_path / "b")]) == 0

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from benchmarks.client_record import FieldRecord, NoharmRecord, dumped
 from benchmarks.overhead_model import OverheadReport
 from benchmarks.overhead_model import dumped as overhead_dumped
 from benchmarks.sidecar_http_load import LoadRun
@@ -31,6 +32,8 @@ KINDS: dict[str, tuple[type[BaseModel], Callable[[Any], Any]]] = {
     "stationary.json": (StationaryRun, stationary_dumped),
     "runs.jsonl": (LoadRun, _dump),               # the sidecar's HTTP load: a run a line
     "*overhead.json": (OverheadReport, overhead_dumped),    # a GPU's copy is hooks-overhead.json
+    "field.json": (FieldRecord, dumped),
+    "noharm.json": (NoharmRecord, dumped),
 }
 FILES = [(pattern, path) for pattern in KINDS for path in sorted(RESULTS.rglob(pattern))]
 
