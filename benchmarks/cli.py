@@ -8,16 +8,16 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from tuner import flags
-from tuner.engine_defaults import resolve_model, vocab_size
 from tuner.core.errors import InvalidInput, TableTuneError
-from tuner.core.profile import Profile, load
 from tuner.core.workload import Workload
-from tuner.prompts import random_tokens, repetitive
+
+if TYPE_CHECKING:
+    from benchmarks.scenario import Scenario
 
 HELP = "every policy on one engine in paired blocks, with family-wise corrected intervals"
 
@@ -71,35 +71,25 @@ def planned_design(args: argparse.Namespace, policies: list[str], num_loads: int
         raise InvalidInput(f"--effect={args.effect}: {exc}") from None
 
 
-def config(args: argparse.Namespace, profile: Profile, shape: tuple[int, int]) -> Any:
+def config(args: argparse.Namespace, scenario: Scenario, shape: tuple[int, int]) -> Any:
     from benchmarks.cells import read_windows
-    from benchmarks.engines import max_model_len
     from benchmarks.policies import expand, with_aa
     from benchmarks.run import BenchConfig
     from benchmarks.stats import Settings
-    from benchmarks.workload import longest_prompt, requests
 
-    model = resolve_model(profile.engine.model, args.model)
+    profile = scenario.profile
     prompt_tokens, max_tokens = shape
-    extra = tuple(args.engine_arg or ())
-    max_len = max_model_len(extra)
-    make = repetitive if args.prompts == "repetitive" else random_tokens
-    long = make(64, vocab_size(model), length=longest_prompt(args.workload_mix, prompt_tokens, max_len),
-                seed=7)
     policies = with_aa(expand(args.policies, profile.K), profile.K)
     loads = flags.ints(args.loads, "--loads") if args.loads else default_loads(profile.engine.max_num_seqs)
     earlier = Path(args.out) / "cells.csv"
     resume = read_windows(earlier) if args.resume and earlier.exists() else []
     try:
         return BenchConfig(
-            profile=profile, profile_path=Path(args.profile), model=model,
-            drafter=Path(args.drafter) if args.drafter else None,
-            loads=loads,
-            policies=policies,
-            requests=requests(args.workload_mix, long, prompt_tokens, max_tokens, max_len, seed=args.seed),
+            scenario=scenario, loads=loads, policies=policies,
+            requests=scenario.requests(prompt_tokens, max_tokens, args.workload_mix, kind=args.prompts,
+                                       prompt_seed=7, seed=args.seed),
             window_s=args.window_s, warmup_s=args.warmup_s, prime_s=args.prime_s,
             settle_steps=args.settle_steps, temperature=args.temperature,
-            emulate=flags.replay(args, profile.K), extra_args=extra, out=Path(args.out),
             budget_s=args.budget_s, design=(plan := planned_design(args, policies, len(loads))),
             blocks=plan["planned_blocks"],
             min_steps=args.min_steps, stats=Settings(args.threshold, args.confidence),
@@ -115,14 +105,17 @@ def config(args: argparse.Namespace, profile: Profile, shape: tuple[int, int]) -
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from benchmarks.policies import engine_args
     from benchmarks.report import write
     from benchmarks.run import RunInfo, bench
+    from benchmarks.scenario import scenario_of
     from benchmarks.stats import analyze
 
-    profile = load(Path(args.profile))
+    scenario = scenario_of(args, engine_args(tuple(args.engine_arg or ())))
+    profile, out = scenario.profile, scenario.out
     shape = request_shape(args, profile.workload)
-    cfg = config(args, profile, shape)
-    cfg.out.mkdir(parents=True, exist_ok=True)
+    cfg = config(args, scenario, shape)
+    out.mkdir(parents=True, exist_ok=True)
     title = f"TableTune bench — {profile.engine.hardware}, {profile.engine.vllm_version}"
     meta: dict[str, Any] = {
         "title": title, "command": "python -m benchmarks " + shlex.join(sys.argv[1:]),
@@ -138,10 +131,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     def on_round(windows: list[Any], info: RunInfo) -> None:
         meta.update(rounds=info.rounds, stop_reason=info.stop_reason, wall_s=round(time.time() - t0),
                     sidecar_seconds_to_last_change=info.converge_s)
-        write(windows, analyze(windows, cfg.stats, cfg.head_to_head), cfg.out, title, meta)
+        write(windows, analyze(windows, cfg.stats, cfg.head_to_head), out, title, meta)
 
     asyncio.run(bench(cfg, on_round))
-    print((cfg.out / "summary.md").read_text())
+    print((out / "summary.md").read_text())
     return 0
 
 

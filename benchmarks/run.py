@@ -23,26 +23,19 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from benchmarks.cells import TABLES, Window, write_windows
 from benchmarks.design import LoadPlan, block_order, full_plan, pair_order
-from benchmarks.engines import admin_client, nospec_server, spec_server
-from benchmarks.policies import (NIGHTJAR, NOSPEC, PAIRED, engine_args, policy_tables, start_table,
-                                 unknown_policies)
+from benchmarks.policies import NIGHTJAR, NOSPEC, PAIRED, policy_tables, start_table, unknown_policies
+from benchmarks.scenario import Scenario, Startup, serving
 from benchmarks.stateful import FreshBandit, PausedSidecar
 from benchmarks.stats import Settings, twin
 from benchmarks.window import Measured, Settled, measure, swap
 from tuner.core.engine_client import EngineClient
-from tuner.launcher import free_port, launch
 from tuner.load import StationaryLoad
-from tuner.core.profile import Profile
-from tuner.replay import Replay
 
 
 class BenchConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    profile: Profile
-    profile_path: Path
-    model: Path
-    drafter: Path | None = None               # None: the drafter the profile names
+    scenario: Scenario                        # the profile, model, drafter, engine flags, replay, out
     loads: list[int] = Field(min_length=1)
     policies: list[str] = Field(min_length=1)
     requests: list[Any] = Field(min_length=1)  # tuner.load.Request pool (benchmarks/workload.py)
@@ -51,9 +44,6 @@ class BenchConfig(BaseModel):
     prime_s: float = Field(2.0, ge=0)    # every load under k=0 and k=K once, unmeasured
     settle_steps: int = Field(8, ge=1)
     temperature: float = 0.0
-    emulate: Replay | None = None
-    extra_args: tuple[str, ...] = ()
-    out: Path
     log_dir: Path = Path("runs/logs")
     budget_s: float = Field(1800.0, gt=0)
     blocks: int = Field(20, ge=2)           # planned blocks per load (benchmarks/design.py)
@@ -70,15 +60,16 @@ class BenchConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> BenchConfig:
-        if self.emulate is not None:
-            self.emulate.check_k(self.profile.K)
-        n = self.profile.engine.max_num_seqs
+        s = self.scenario
+        if s.replay is not None:
+            s.replay.check_k(s.K)
+        n = s.max_num_seqs
         if any(not 1 <= x <= n for x in self.loads):
             raise ValueError(f"loads={self.loads}: each must be in 1..{n} (the profile's max_num_seqs)")
-        unknown = unknown_policies(self.profile, self.policies)
+        unknown = unknown_policies(s.profile, self.policies)
         if unknown:  # before any vLLM starts, not at the first block of that policy
             raise ValueError(f"policies {unknown}: not known for this profile; use fixed-k0.."
-                             f"fixed-k{self.profile.K}, documented, quarter, tuned, turbospec-style, "
+                             f"fixed-k{s.K}, documented, quarter, tuned, turbospec-style, "
                              f"tuned@tie=0.05, aa:<a table policy>, or {', '.join(PAIRED)}")
         missing = [p for p in self.policies if (b := twin(p)) is not None and b not in self.policies]
         if missing:
@@ -94,7 +85,7 @@ class BenchConfig(BaseModel):
 
     @property
     def reference(self) -> str:
-        return self.pair_ref or f"fixed-k{self.profile.K}"
+        return self.pair_ref or f"fixed-k{self.scenario.K}"
 
     @property
     def table_policies(self) -> list[str]:
@@ -119,7 +110,7 @@ OnRound = Callable[[list[Window], RunInfo], None]
 class Bench:
     def __init__(self, cfg: BenchConfig, on_round: OnRound) -> None:
         self.cfg, self.on_round = cfg, on_round
-        self.tables = policy_tables(cfg.profile, cfg.policies)
+        self.tables = policy_tables(cfg.scenario.profile, cfg.policies)
         self.rng = random.Random(cfg.seed)
         self.windows: list[Window] = list(cfg.resume)
         self.info = RunInfo(rounds=1 + max((w.round for w in cfg.resume), default=-1))
@@ -144,25 +135,21 @@ class Bench:
 
     # -- engines -------------------------------------------------------------------------
     async def _start(self, stack: contextlib.AsyncExitStack) -> None:
-        cfg, port = self.cfg, free_port()
-        extra = engine_args(cfg.extra_args)
-        server = await stack.enter_async_context(launch(
-            spec_server(cfg.profile, cfg.model, port, cfg.emulate, extra, cfg.drafter),
-            log_dir=cfg.log_dir))
-        self.admin = await stack.enter_async_context(admin_client(port))
-        self.engines["spec"] = await stack.enter_async_context(EngineClient(engine_url=server.url))
+        cfg = self.cfg
+        up = await stack.enter_async_context(serving(cfg.scenario, log_dir=cfg.log_dir))
+        self.admin, self.engines["spec"] = up.admin, up.engine
         if NOSPEC in cfg.policies:
-            plain = await stack.enter_async_context(launch(
-                nospec_server(cfg.profile, cfg.model, extra), log_dir=cfg.log_dir))
-            self.engines[NOSPEC] = await stack.enter_async_context(EngineClient(engine_url=plain.url))
-        policy = await self.admin.get_policy()
+            plain = await stack.enter_async_context(
+                serving(cfg.scenario, Startup(is_speculative=False), cfg.log_dir))
+            self.engines[NOSPEC] = plain.engine
+        policy = await up.admin.get_policy()
         for p in cfg.paired_policies:
             runner: PausedSidecar | FreshBandit
             if p == NIGHTJAR:
-                runner = FreshBandit(start_table(p, self.tables), self.admin, cfg.learn_s)
+                runner = FreshBandit(start_table(p, self.tables), up.admin, cfg.learn_s)
             elif p != NOSPEC:
-                runner = PausedSidecar(start_table(p, self.tables), self.admin, policy,
-                                       cfg.profile_path, cfg.log_dir, server.url, cfg.converge_s,
+                runner = PausedSidecar(start_table(p, self.tables), up.admin, policy,
+                                       cfg.scenario.profile_path, cfg.log_dir, up.server.url, cfg.converge_s,
                                        cfg.sidecar_args)
             else:
                 continue
@@ -193,7 +180,7 @@ class Bench:
         assert self.admin is not None
         for n in self.cfg.loads:
             await self._ensure_load("spec", n)
-            for k in sorted({0, self.cfg.profile.K}):
+            for k in sorted({0, self.cfg.scenario.K}):
                 await swap(self.admin, self.tables[f"fixed-k{k}"], self.cfg.settle_steps)
                 await asyncio.sleep(self.cfg.prime_s)
             if NOSPEC in self.engines:
@@ -237,7 +224,7 @@ class Bench:
             await self._table_block(r, n, p.tables)
         for g in block_order(p.paired, self.rng):
             await self._paired_block(r, n, g)
-        write_windows(self.windows, self.cfg.out / "cells.csv")
+        write_windows(self.windows, self.cfg.scenario.out / "cells.csv")
         return True
 
     # -- blocks --------------------------------------------------------------------------

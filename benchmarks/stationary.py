@@ -26,14 +26,10 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from benchmarks.engines import TOKEN, admin_client
+from benchmarks.scenario import Startup, scenario_of, serving
 from benchmarks.stateful import sidecar
 from sidecar.step_times import LiveStepTimes
-from tuner.engine_defaults import plugin_env, resolve_model, vocab_size
-from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
 from tuner.load import Request, StationaryLoad
-from tuner.core.profile import load
-from tuner.prompts import repetitive
 from tuner.core.table import Table
 
 MAX_TOKENS = 48
@@ -154,19 +150,14 @@ def noise(cell: tuple[int, int], series: list[tuple[float, float, float]]) -> St
 
 
 async def run(args: argparse.Namespace) -> StationaryRun:
-    profile = load(Path(args.profile))
-    model = resolve_model(profile.engine.model, None)
-    requests = [Request(p, MAX_TOKENS) for p in repetitive(64, vocab_size(model), seed=11)]
-    out, admin_port = Path(args.out), free_port()
-    assert profile.table is not None
-    cfg = ServerConfig(model=model, max_num_seqs=profile.engine.max_num_seqs,
-                       env=plugin_env(admin_port, token=TOKEN),
-                       speculative=SpeculativeSpec(num_speculative_tokens=profile.K,
-                                                   table=Table.from_list(profile.table)))
+    s = scenario_of(args, ())
+    requests = [Request(p, MAX_TOKENS) for p in s.prompts()]
+    out = s.out
+    assert s.profile.table is not None
     earlier = set((out / "logs").glob("sidecar-*.log"))  # an earlier run's stays beside this one
-    async with launch(cfg, log_dir=out / "logs") as server, admin_client(admin_port) as admin:
-        async with StationaryLoad(server.url, requests, args.load, 0.0, seed=1) as traffic:
-            async with sidecar(Path(args.profile), out / "logs", server.url, admin.admin_url):
+    async with serving(s, Startup(table=Table.from_list(s.profile.table))) as up:
+        async with StationaryLoad(up.server.url, requests, args.load, 0.0, seed=1) as traffic:
+            async with sidecar(s.profile_path, out / "logs", up.server.url, up.admin.admin_url):
                 t0 = time.monotonic()
                 while time.monotonic() - t0 < args.seconds:
                     await asyncio.sleep(5)

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.policies import engine_args
 from benchmarks.report import write
 from benchmarks.run import BenchConfig, bench
+from benchmarks.scenario import on_profile
 from benchmarks.stats import Settings, analyze
 from benchmarks.synthetic import paper_profile
 from benchmarks.workload import requests
@@ -26,10 +28,11 @@ def config(tmp_path: Path, **kw: object) -> BenchConfig:
     profile.table = profile.build().table.to_list()
     profile.save(tmp_path / "profile.json")
     long = repetitive(16, vocab_size(paths.target), length=96)
+    scenario = on_profile(tmp_path / "profile.json", profile, paths.target, tmp_path / "out",
+                          engine_args(()), Replay(rates=(0.6, 0.35, 0.2)))
     base: dict[str, object] = dict(
-        profile=profile, profile_path=tmp_path / "profile.json", model=paths.target,
-        requests=requests("steady", long, 32, 24, 1024), window_s=0.5, warmup_s=0.5, prime_s=0.5,
-        emulate=Replay(rates=(0.6, 0.35, 0.2)), out=tmp_path / "out", log_dir=tmp_path / "logs")
+        scenario=scenario, requests=requests("steady", long, 32, 24, 1024), window_s=0.5,
+        warmup_s=0.5, prime_s=0.5, log_dir=tmp_path / "logs")
     return BenchConfig(**{**base, **kw})
 
 
@@ -60,13 +63,13 @@ async def test_the_aa_interval_covers_one_on_the_real_engine(tmp_path: Path) -> 
                                     and w.steps and w.requests_per_step)
                for p in ("fixed-k0", "fixed-k3")}
         assert per["fixed-k0"] < 1.1 and per["fixed-k3"] > 1.3, per
-    write(windows, a, cfg.out, "test", {"rounds": info.rounds})
-    s = json.loads((cfg.out / "summary.json").read_text())
+    write(windows, a, cfg.scenario.out, "test", {"rounds": info.rounds})
+    s = json.loads((cfg.scenario.out / "summary.json").read_text())
     assert s["aa_ci_halfwidth"] > 0 and set(s["loads"]) == {"1", "4"}
     for cell in s["loads"]["4"].values():
         assert {"ratio", "ratio_ci_low", "ratio_ci_high", "verdict"} <= set(cell)
     assert {"loss", "loss_ci_low", "loss_ci_high"} <= set(s["worst_case"]["fixed-k0"])
-    assert (cfg.out / "cells.csv").read_text().count("\n") == 61
+    assert (cfg.scenario.out / "cells.csv").read_text().count("\n") == 61
 
 
 async def test_non_table_policies_run_paired_with_a_fixed_k(tmp_path: Path) -> None:

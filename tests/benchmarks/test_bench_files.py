@@ -12,6 +12,7 @@ import pytest
 from benchmarks.baselines import linear_fit, turbospec_table
 from benchmarks.cells import Window, read_windows, write_windows
 from benchmarks.policies import engine_args, expand, policy_tables, quarter_table, with_aa
+from benchmarks.scenario import on_profile
 from benchmarks.stats import Settings, analyze
 from benchmarks.synthetic import paper_profile
 from benchmarks.workload import lengths, requests
@@ -47,8 +48,8 @@ def test_bench_config_refuses_what_cannot_run_before_any_engine_starts(tmp_path:
 
     p = paper_profile()  # K=3, max_num_seqs=16
     p.table = p.build().table.to_list()
-    base = dict(profile=p, profile_path=tmp_path / "p.json", model=tmp_path, loads=[1, 16],
-                requests=[[1]], out=tmp_path)
+    base = dict(scenario=on_profile(tmp_path / "p.json", p, tmp_path, tmp_path), loads=[1, 16],
+                requests=[[1]])
     cfg = BenchConfig(policies=["fixed-k3", "aa:fixed-k3", "tuned", "nospec", "sidecar-from-quarter"], **base)
     assert cfg.reference == "fixed-k3" and cfg.paired_policies == ["nospec", "sidecar-from-quarter"]
     with pytest.raises(ValueError, match=r"\['fixed-k9', 'tuned@tie=x'\]: not known"):
@@ -183,21 +184,22 @@ def test_cli_defaults() -> None:
 
 
 def test_the_speculating_engine_starts_with_every_k_and_the_profiles_drafter(tmp_path: Path) -> None:
-    from benchmarks.engines import max_model_len, spec_server
+    from benchmarks.engines import max_model_len
     from tuner.engine_defaults import default_model
     from tuner.replay import Replay
 
     p = paper_profile()
     p.engine = p.engine.model_copy(update={"method": "draft_model", "drafter": "drafter-here"})
-    cfg = spec_server(p, tmp_path, 1234, Replay(rates=(0.5, 0.3, 0.1), by="vllm"), (),
-                      drafter=tmp_path / "d")
+    s = on_profile(tmp_path, p, tmp_path, tmp_path, (), Replay(rates=(0.5, 0.3, 0.1), by="vllm"),
+                   drafter=tmp_path / "d")
+    cfg = s.server(1234)
     spec = json.loads(cfg.speculative.to_json())  # type: ignore[union-attr]
     assert spec["method"] == "draft_model" and spec["model"] == str(tmp_path / "d")
     assert spec["num_speculative_tokens_per_batch_size"][0] == [1, 1, 3]  # every k at startup
     assert spec["synthetic_acceptance_rates"] == [0.5, 0.3, 0.1]
     assert cfg.env["TABLETUNE_ADMIN_PORT"] == "1234"
     p.engine = p.engine.model_copy(update={"drafter": default_model().drafter.name})
-    spec = json.loads(spec_server(p, tmp_path, 1, None, ()).speculative.to_json())  # type: ignore[union-attr]
+    spec = json.loads(on_profile(tmp_path, p, tmp_path, tmp_path).server(1).speculative.to_json())  # type: ignore[union-attr]
     assert spec["model"] == str(default_model().drafter)  # resolved from the profile's name
     assert max_model_len(("--max-model-len=2048",)) == 2048
     assert max_model_len(("--max-model-len", "512", "--dtype=x")) == 512 and max_model_len(()) == 1024
@@ -209,8 +211,8 @@ def test_a_resumed_bench_goes_on_after_the_earlier_rounds(tmp_path: Path) -> Non
     p = paper_profile()
     earlier = [Window(block=b, round=b // 2, load=1, group="tables", position=0, policy="fixed-k3",
                       tokens_per_s=1.0, window_s=1.0, started_s=0.0) for b in range(6)]
-    cfg = BenchConfig(profile=p, profile_path=tmp_path / "p.json", model=tmp_path, loads=[1],
-                      policies=["fixed-k3"], requests=[[1]], out=tmp_path, resume=earlier)
+    cfg = BenchConfig(scenario=on_profile(tmp_path / "p.json", p, tmp_path, tmp_path), loads=[1],
+                      policies=["fixed-k3"], requests=[[1]], resume=earlier)
     b = Bench(cfg, lambda w, i: None)
     assert b.info.rounds == 3 and b._next_block() == 6 and len(b.windows) == 6
 

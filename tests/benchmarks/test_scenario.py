@@ -48,3 +48,28 @@ def test_the_request_pool_cuts_the_prompts_to_the_mixs_lengths(tmp_path: Path) -
     assert max(len(r.prompt) for r in chat) > 32
     # one set of prompts for every bench: the same token ids, cut to length
     assert chat[0].prompt[:4] == s.prompts()[0][:4] and steady[0].prompt == s.prompts(32)[0]
+
+
+def test_a_startup_names_each_way_a_bench_starts_the_engine_otherwise(tmp_path: Path) -> None:
+    from benchmarks.scenario import Rig, Startup
+    from tuner.core.table import Table
+    from tuner.replay import Replay
+
+    rig = Rig(model=tmp_path, method="ngram", K=3, max_num_seqs=16, drafter=None,
+              engine_args=("--x",), replay=Replay(rates=(0.5, 0.3, 0.1), by="vllm"), out=tmp_path)
+    default = rig.server(1234)
+    assert default.speculative is not None and default.speculative.table is not None
+    assert default.speculative.table.to_list()[0] == [1, 1, 3] and default.extra_args == ("--x",)
+    assert default.env["TABLETUNE_ADMIN_TOKEN"] == "bench-token"
+    # the honor check's second engine: K=1, the replay cut to it, reject-all, no token
+    second = rig.server(1, Startup(K=1, token=None, reject_all=True, emulates=False))
+    assert second.speculative is not None and second.speculative.num_speculative_tokens == 1
+    assert second.speculative.extra["synthetic_acceptance_rates"] == [0.5]
+    assert second.env == {"TABLETUNE_ADMIN_PORT": "1", "TABLETUNE_REJECT_ALL": "1"}
+    table = Table.from_list([[1, 1, 3], [2, 16, 1]])
+    switch = rig.server(1, Startup(table=table, restrict_k=True))
+    assert switch.speculative is not None and switch.speculative.table == table
+    assert switch.env["TABLETUNE_RESTRICT_K"] == "1"
+    assert rig.server(1, Startup(has_plugin=False)).env == {"VLLM_PLUGINS": "none"}
+    plain = rig.server(1, Startup(is_speculative=False))
+    assert plain.speculative is None and plain.env == {} and plain.extra_args == ("--x",)
