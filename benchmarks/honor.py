@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.honor_summary import summarize
+from benchmarks.scenario import Rig, Startup, serving
 from tuner import flags
 from tuner.core.errors import InvalidInput, TableTuneError
 from tuner.core.honor import (
@@ -52,11 +53,10 @@ from tuner.core.honor import (
 )
 from tuner.core.profile import model_name
 from tuner.core.table import Table, every_k_table
-from tuner.engine_defaults import default_model, plugin_env, vocab_size
+from tuner.engine_defaults import default_model
 from tuner.hardware import hardware, vllm_version
 from tuner.honor_run import edge_cells, run_burst
-from tuner.launcher import MODEL_DRAFTERS, ServerConfig, SpeculativeSpec, free_port, launch
-from tuner.prompts import repetitive
+from tuner.launcher import MODEL_DRAFTERS
 from tuner.replay import Replay
 from tuner.sweep import CellTimer, repeat_order
 from tuner.core.engine_client import EngineClient
@@ -83,6 +83,12 @@ class Run:
     engine_args: tuple[str, ...]
     out: Path
     budget_s: float | None
+
+    def rig(self) -> Rig:
+        """What each engine serves: prefix caching off, so a burst's prompts are all prefilled."""
+        return Rig(model=self.model, method=self.method, K=self.K, max_num_seqs=self.max_num_seqs,
+                   drafter=self.drafter, engine_args=("--no-enable-prefix-caching", *self.engine_args),
+                   replay=self.emulate, out=self.out)
 
 
 def checked(args: argparse.Namespace) -> Run:
@@ -117,19 +123,6 @@ def checked(args: argparse.Namespace) -> Run:
                out=Path(args.out), budget_s=args.budget_s)
 
 
-def server(run: Run, K: int, admin_port: int) -> ServerConfig:
-    """An engine of num_speculative_tokens K with every k in its startup table, reject-all on
-    (vLLM's synthetic acceptance wants one rate per position: the first K of the setting's)."""
-    emulate = run.emulate.model_copy(update={"rates": run.emulate.rates[:K]}) if run.emulate else None
-    spec = SpeculativeSpec(method=run.method, num_speculative_tokens=K,
-                           table=every_k_table(K, run.max_num_seqs),
-                           draft_model=str(run.drafter) if run.drafter else None,
-                           extra=emulate.speculative_extra() if emulate else {})
-    return ServerConfig(model=run.model, max_num_seqs=run.max_num_seqs, speculative=spec,
-                        env=plugin_env(admin_port, reject_all=True),
-                        extra_args=("--no-enable-prefix-caching", *run.engine_args))
-
-
 def say(t0: float, text: str) -> None:
     print(f"[{time.monotonic() - t0:5.0f}s] {text}", file=sys.stderr, flush=True)
 
@@ -158,14 +151,15 @@ async def one_ranges(run: Run, timer: CellTimer, admin: EngineClient, K: int,
 async def measure_engine(run: Run, K: int, t0: float,
                          with_edge: bool) -> tuple[list[HonorCell], list[HonorCell], str | None, float]:
     """One engine's one-range cells, its edge cells, its runner, and how long it took to start."""
-    admin_port = free_port()
-    vocab = vocab_size(run.model)
+    rig = run.rig()
     say(t0, f"starting vLLM with K={K} (startup table {every_k_table(K, run.max_num_seqs).to_list()})")
-    async with launch(server(run, K, admin_port), log_dir=run.out / "logs") as srv, \
-            EngineClient(srv.url, f"http://127.0.0.1:{admin_port}", timeout_s=30.0) as admin:
+    # every k in the startup table, reject-all on; the replay's first K rates reach vLLM only
+    start = Startup(K=K, token=None, reject_all=True, emulates=False)
+    async with serving(rig, start) as up:
+        srv, admin = up.server, up.admin
         say(t0, f"vLLM ready after {srv.ready_after_s:.0f} s")
         runner = (await admin.get_table()).runner
-        prompts = lambda count, seed: repetitive(count, vocab, length=32, seed=seed)  # noqa: E731
+        prompts = lambda count, seed: rig.prompts(length=32, seed=seed, count=count)  # noqa: E731
         async with CellTimer(srv, admin.admin_url, prompts) as timer:
             cells = await one_ranges(run, timer, admin, K, t0)
             edge = []

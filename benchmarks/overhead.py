@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
 import os
 import statistics
@@ -27,21 +26,19 @@ import numpy as np
 
 from benchmarks.overhead_model import (EngineSetup, OverheadReport, PluginRatio, PluginRun,
                                        ScrapeCost, ScrapeParse, SidecarUsage, dumped)
+from benchmarks.engines import TOKEN
 from benchmarks.proc import cpu_seconds, rss_mb
+from benchmarks.scenario import Rig, Startup, serving
 from benchmarks.synthetic import paper_profile
 from tuner.core.engine_client import EngineClient
-from tuner.engine_defaults import default_model, plugin_env, vocab_size
+from tuner.engine_defaults import default_model
 from tuner.core.goodput import choose_table
-from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
+from tuner.launcher import free_port
 from tuner.load import closed_loop
-from tuner.prompts import repetitive
 from tuner.core.table import Table
 from vllm_patch.hooks import count_step, generated_lengths
 from vllm_patch.policy import PolicyLookup
 from vllm_patch.engine_state import Counters, EngineState, Policy, TableState
-
-TOKEN = "overhead-token"
-
 
 def hook_us_per_step(B: int, K: int = 3, n: int = 2000) -> float:
     """Median µs of the plugin's per-step Python work at batch size B: the table lookup, the
@@ -144,27 +141,21 @@ async def metrics_scrape_cost(url: str, pid: int, n: int = 40) -> ScrapeCost:
                       idle_cpu_share=round(idle, 3))
 
 
-@dataclasses.dataclass(frozen=True)
-class Engine:
-    """The vLLM the A/B runs: the embedded tiny model by default, or any model (e.g. on a GPU)."""
-    model: Path | None = None
-    max_num_seqs: int = 16
-    extra_args: tuple[str, ...] = ()
+def rig(args: argparse.Namespace) -> Rig:
+    """The vLLM the A/B runs: the embedded tiny model by default, or any model (e.g. on a GPU),
+    ngram at K=3; no profile (the sidecar part brings the synthetic one)."""
+    return Rig(model=Path(args.model) if args.model else default_model().target, method="ngram",
+               K=3, max_num_seqs=args.max_num_seqs, drafter=None,
+               engine_args=tuple(args.engine_arg or ()), replay=None, out=Path(args.out))
 
 
-async def throughput(with_plugin: bool, loads: list[int], window_s: float, out: Path,
-                     sidecar_s: float, engine: Engine) -> PluginRun:
-    model = engine.model or default_model().target
-    vocab = vocab_size(model)
-    admin_port = free_port()
-    env = plugin_env(admin_port, token=TOKEN) if with_plugin else {"VLLM_PLUGINS": "none"}
-    n = engine.max_num_seqs
-    cfg = ServerConfig(model=model, max_num_seqs=n, env=env, extra_args=engine.extra_args,
-                       speculative=SpeculativeSpec(num_speculative_tokens=3,
-                                                   table=Table.from_list([[1, n, 3]])))
-    prompts = repetitive(64, vocab, seed=5)
+async def throughput(with_plugin: bool, loads: list[int], window_s: float, sidecar_s: float,
+                     rig: Rig) -> PluginRun:
+    prompts = rig.prompts(seed=5)
+    start = Startup(table=Table.from_list([[1, rig.max_num_seqs, 3]]), has_plugin=with_plugin)
     tokens_per_s: dict[int, list[float]] = {}
-    async with launch(cfg, log_dir=out / "logs") as server:
+    async with serving(rig, start) as up:
+        server = up.server
         for n in loads:
             runs = []
             for _ in range(3):
@@ -174,8 +165,7 @@ async def throughput(with_plugin: bool, loads: list[int], window_s: float, out: 
             return PluginRun(plugin=with_plugin, tokens_per_s=tokens_per_s)
         assert server.proc is not None
         scrape = await metrics_scrape_cost(server.url, server.proc.pid)
-        usage = await sidecar_usage(server.url, f"http://127.0.0.1:{admin_port}", prompts, out,
-                                    sidecar_s)
+        usage = await sidecar_usage(server.url, up.admin.admin_url, prompts, rig.out, sidecar_s)
     return PluginRun(plugin=with_plugin, tokens_per_s=tokens_per_s, metrics_scrape=scrape,
                      sidecar=usage)
 
@@ -221,19 +211,18 @@ async def main_async(args: argparse.Namespace) -> OverheadReport:
         sidecar_choose_ms_1024x9=round(sidecar_choose_ms(), 1), scrape_parse=scrape_parse_ms())
     if args.hooks_only:  # e.g. on a GPU box, where the per-step figure is set against T(B, k)
         return report
-    engine = Engine(Path(args.model) if args.model else None, args.max_num_seqs,
-                    tuple(args.engine_arg or ()))
+    engine = rig(args)
     if args.sidecar_only:  # one engine with the plugin, the sidecar's CPU, RSS and swap latency
-        run = await throughput(True, [], args.window_s, out, args.sidecar_s, engine)
+        run = await throughput(True, [], args.window_s, args.sidecar_s, engine)
         assert run.sidecar is not None  # main refuses --sidecar-only with --sidecar-s 0
         report.sidecar, report.metrics_scrape = [run.sidecar], run.metrics_scrape
         return report
     runs = []
     order = [{"on": True, "off": False}[x] for x in args.order.split(",")]
     report.engine = EngineSetup(model=args.model or "embedded tiny", max_num_seqs=args.max_num_seqs,
-                                extra_args=list(engine.extra_args), order=args.order)
+                                extra_args=list(engine.engine_args), order=args.order)
     for with_plugin in order:  # alternated: drift over the run cancels
-        runs.append(await throughput(with_plugin, loads, args.window_s, out, args.sidecar_s, engine))
+        runs.append(await throughput(with_plugin, loads, args.window_s, args.sidecar_s, engine))
         print(runs[-1].model_dump_json(include={"plugin", "tokens_per_s"}), flush=True)
     ratio = {}
     for n in loads:

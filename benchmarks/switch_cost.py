@@ -20,10 +20,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from tuner.core.engine_client import EngineClient
-from tuner.engine_defaults import default_model, plugin_env, vocab_size
-from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
-from tuner.prompts import repetitive
+from benchmarks.scenario import Rig, Startup, serving
+from tuner.engine_defaults import default_model
 from tuner.sweep import CellTimer
 from tuner.core.table import Table
 
@@ -57,23 +55,18 @@ def excess(lo: list[float], hi: list[float], alt: list[float]) -> float:
 
 
 async def measure(args: argparse.Namespace) -> SwitchCost:
-    model = Path(args.model) if args.model else default_model().target
-    vocab = vocab_size(model)
     n, K = args.max_num_seqs, args.hi
-    admin_port = free_port()
-    admin = f"http://127.0.0.1:{admin_port}"
+    rig = Rig(model=Path(args.model) if args.model else default_model().target, method="ngram", K=K,
+              max_num_seqs=n, drafter=None, replay=None, out=Path(args.out),
+              engine_args=("--no-enable-prefix-caching", *(args.engine_arg or ())))
     # the startup table holds only LO and HI and the plugin is restricted to its K set, so its
     # exploration (which visits the other allowed k's in turn) alternates exactly LO, HI, LO, ...
     startup = Table.from_list([[1, 1, K], [2, n, args.lo]])
-    cfg = ServerConfig(model=model, max_num_seqs=n,
-                       env={**plugin_env(admin_port, reject_all=True), "TABLETUNE_RESTRICT_K": "1"},
-                       speculative=SpeculativeSpec(num_speculative_tokens=K, table=startup),
-                       extra_args=("--no-enable-prefix-caching", *(args.engine_arg or ())))
     out = SwitchCost(lo=args.lo, hi=K, repeats=args.repeats, loads={})
-    prompts = lambda count, seed: repetitive(count, vocab, length=32, seed=seed)  # noqa: E731
-    async with launch(cfg, log_dir=Path(args.out) / "logs") as server, \
-            EngineClient(admin_url=admin, timeout_s=30.0) as engine, \
-            CellTimer(server, admin, prompts) as timer:
+    prompts = lambda count, seed: rig.prompts(length=32, seed=seed, count=count)  # noqa: E731
+    start = Startup(table=startup, token=None, reject_all=True, restrict_k=True)
+    async with serving(rig, start) as up, CellTimer(up.server, up.admin.admin_url, prompts) as timer:
+        engine = up.admin
 
         async def arm(name: str) -> None:
             k = args.lo if name in ("lo", "alternating") else K
