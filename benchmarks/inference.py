@@ -32,6 +32,7 @@ The bench (benchmarks/stats.py) and the field bench (benchmarks/field_summary.py
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
 import numpy as np
@@ -236,6 +237,16 @@ class MeanInterval(BaseModel):
     n: int
     statistic: Literal["geometric mean", "mean"]
     verdict_ready: bool       # at least MIN_BLOCKS values: a claim may rest on it
+
+
+def log_ratio_interval(logs: Sequence[float],
+                       alpha: float = 0.05) -> tuple[float | None, list[float | None]]:
+    """The geometric mean of exp(logs) and its (1 - alpha) t-interval, to 4 places; with one
+    value its ratio and no interval (no spread to build one on), with none neither."""
+    if len(logs) < 2:
+        return (round(math.exp(logs[0]), 4) if logs else None), [None, None]
+    mid, low, high = (float(np.exp(v)) for v in bounds(estimate(np.asarray(logs)), alpha))
+    return round(mid, 4), [round(low, 4), round(high, 4)]
 
 
 def mean_interval(values: list[float], ratio: bool = True,

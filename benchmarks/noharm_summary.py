@@ -33,12 +33,11 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from benchmarks.arm_run import ArmRun, BlockRun
 from benchmarks.client_record import ClientRecord, FieldRecord
-from benchmarks.inference import bounds, estimate
+from benchmarks.inference import log_ratio_interval
 from benchmarks.policies import SIDECAR_POLICIES
 
 TARGET = 0.995            # table + sidecar >= table alone - 0.5%
@@ -124,11 +123,8 @@ def ratio_interval(pairs: Sequence[tuple[ArmRun, ArmRun]], of: Callable[[ArmRun]
     """Geometric mean of of(sidecar) / of(table) over blocks and its (1 - alpha) t-interval;
     None figures below two blocks (no spread to build an interval on)."""
     logs = [math.log(of(s) / of(t)) for t, s in pairs if of(t) > 0 and of(s) > 0]
-    if len(logs) < 2:
-        mid = round(math.exp(logs[0]), 4) if logs else None
-        return RatioCI(ratio=mid, ci=[None, None], n=len(logs))
-    mid, low, high = (float(np.exp(v)) for v in bounds(estimate(np.asarray(logs)), alpha))
-    return RatioCI(ratio=round(mid, 4), ci=[round(low, 4), round(high, 4)], n=len(logs))
+    mid, ci = log_ratio_interval(logs, alpha)
+    return RatioCI(ratio=mid, ci=ci, n=len(logs))
 
 
 def verdict(ci: Sequence[float | None], target: float = TARGET) -> Verdict:

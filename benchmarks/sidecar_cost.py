@@ -33,12 +33,11 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.client_bench import bench_parser, run_main
 from benchmarks.scenario import scenario_of, serving
-from benchmarks.inference import bounds, estimate
+from benchmarks.inference import log_ratio_interval
 from benchmarks.policies import engine_args as bench_engine_args
 from benchmarks.stateful import USER_DEFAULTS, PausedSidecar
 from benchmarks.window import measure
@@ -120,22 +119,16 @@ def summarize(windows: Sequence[CostWindow]) -> CostSummary:
                 by_cycle.setdefault(w.cycle, {})[w.arm] = w
         for arm in ARMS[1:]:
             both = [c for c in by_cycle.values() if arm in c and "off" in c]
-            ratio, ci = _ratio([math.log(c[arm].tokens_per_s / c["off"].tokens_per_s) for c in both])
+            logs = [math.log(c[arm].tokens_per_s / c["off"].tokens_per_s) for c in both]
+            ratio, ci = log_ratio_interval(logs)
+            step_logs = [math.log(a / o) for c in both
+                         if (a := c[arm].step_ms) and (o := c["off"].step_ms)]
             loads.append(CostRow(
                 load=n, arm=arm, cycles=len(both), ratio=ratio, ci=ci,
-                step_ms_ratio=_ratio([math.log(a / o) for c in both
-                                      if (a := c[arm].step_ms) and (o := c["off"].step_ms)])[0],
+                step_ms_ratio=log_ratio_interval(step_logs)[0],
                 sidecar_cpu_share=_mean([c[arm].sidecar_cpu_s / c[arm].window_s for c in both]),
                 table_changes=sum(c[arm].table_changes for c in both)))
     return CostSummary(loads=loads)
-
-
-def _ratio(logs: Sequence[float]) -> tuple[float | None, list[float | None]]:
-    """The geometric mean of exp(logs) and its 95% t-interval ([None, None] below 2)."""
-    if len(logs) < 2:
-        return (round(math.exp(logs[0]), 4) if logs else None), [None, None]
-    mid, low, high = (float(np.exp(v)) for v in bounds(estimate(np.asarray(logs)), 0.05))
-    return round(mid, 4), [round(low, 4), round(high, 4)]
 
 
 def _mean(xs: Sequence[float]) -> float | None:
