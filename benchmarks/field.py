@@ -42,7 +42,7 @@ from benchmarks.client_arms import Arms
 from benchmarks.client_bench import (Blocks, add_traffic_flags, bench_parser, blocks_of,
                                      keep_log, next_part, printer, recorded, run_blocks, run_main,
                                      run_tag, shape_meta, traffic)
-from benchmarks.client_record import FieldMeta, FieldRecord, SizesMeta, whole
+from benchmarks.client_record import FieldMeta, FieldRecord, Part, SizesMeta, whole
 from benchmarks.design import rotated
 from benchmarks.field_summary import summarize, summary
 from benchmarks.noharm_summary import arm_throughput
@@ -203,6 +203,14 @@ def _progress(summary: dict[str, Any]) -> str:
         for s in summary["shapes"])
 
 
+def name_log(part: Part, key: str, name: str) -> None:
+    """The part's sidecar_log or watch_log (``key``: sidecar_keys's)."""
+    if key == "sidecar":
+        part.sidecar_log = name
+    else:
+        part.watch_log = name
+
+
 async def run(cfg: Config) -> FieldRecord:
     t0 = time.monotonic()
     record = record_for(cfg)
@@ -224,7 +232,7 @@ async def run(cfg: Config) -> FieldRecord:
                                              args=(*cfg.sidecar_args, *sidecar_flags(policy)),
                                              base=USER_DEFAULTS)
             logs[key] = f"{key}-part{info.part}.log.gz"
-            setattr(info, f"{key}_log", logs[key])  # the Part's sidecar_log, watch_log
+            name_log(info, key, logs[key])
         client_flags = ("--goodput", *cfg.goodput) if cfg.goodput else ()
         arms = Arms(up.server.url, up.engine, admin, sidecars, cfg.tables, s.model, SERVED_NAME,
                     s.out, cfg.idle_s, client_flags,

@@ -141,7 +141,7 @@ async def metrics_scrape_cost(url: str, pid: int, n: int = 40) -> ScrapeCost:
                       idle_cpu_share=round(idle, 3))
 
 
-def rig(args: argparse.Namespace) -> Rig:
+def ab_rig(args: argparse.Namespace) -> Rig:
     """The vLLM the A/B runs: the embedded tiny model by default, or any model (e.g. on a GPU),
     ngram at K=3; no profile (the sidecar part brings the synthetic one)."""
     return Rig(model=Path(args.model) if args.model else default_model().target, method="ngram",
@@ -211,18 +211,18 @@ async def main_async(args: argparse.Namespace) -> OverheadReport:
         sidecar_choose_ms_1024x9=round(sidecar_choose_ms(), 1), scrape_parse=scrape_parse_ms())
     if args.hooks_only:  # e.g. on a GPU box, where the per-step figure is set against T(B, k)
         return report
-    engine = rig(args)
+    served = ab_rig(args)
     if args.sidecar_only:  # one engine with the plugin, the sidecar's CPU, RSS and swap latency
-        run = await throughput(True, [], args.window_s, args.sidecar_s, engine)
+        run = await throughput(True, [], args.window_s, args.sidecar_s, served)
         assert run.sidecar is not None  # main refuses --sidecar-only with --sidecar-s 0
         report.sidecar, report.metrics_scrape = [run.sidecar], run.metrics_scrape
         return report
     runs = []
     order = [{"on": True, "off": False}[x] for x in args.order.split(",")]
     report.engine = EngineSetup(model=args.model or "embedded tiny", max_num_seqs=args.max_num_seqs,
-                                extra_args=list(engine.engine_args), order=args.order)
+                                extra_args=list(served.engine_args), order=args.order)
     for with_plugin in order:  # alternated: drift over the run cancels
-        runs.append(await throughput(with_plugin, loads, args.window_s, args.sidecar_s, engine))
+        runs.append(await throughput(with_plugin, loads, args.window_s, args.sidecar_s, served))
         print(runs[-1].model_dump_json(include={"plugin", "tokens_per_s"}), flush=True)
     ratio = {}
     for n in loads:

@@ -1,9 +1,8 @@
 """How many pairs a burst's plateau gives a duel, by duel run length (issue #34 item 6).
 
-On the H100 (`h100-vllm0.26-3b-eagle3-v2-field-unpaired`) the duel at B 57–64 paired once per
-burst of 64, so four pairs took four bursts although they agreed to 0.03 in log. This
-simulates such bursts through the plugin's own DuelClock (which k each step runs) and the
-sidecar's own ``pairs_in`` (which runs pair), so the count follows the deployed rules.
+Simulated bursts of 64 through the plugin's own DuelClock (which k each step runs) and the
+sidecar's own ``pairs_in`` (which runs pair), so the count follows the deployed rules
+(benchmarks/results/calibration/README.md says what GPU run it explains).
 
 A burst: ``REQUESTS`` requests join ``RAMP`` a step (a prefill ramp), each wanting
 U(OUT_LO, OUT_HI) tokens; a step advances each by τ(k) (emulated acceptance 0.75/0.55/0.40).

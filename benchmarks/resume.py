@@ -24,12 +24,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.scenario import Rig, Startup, serving
 from tuner.core.admin_api import StatsReply
 from tuner.core.engine_client import EngineClient
-from tuner.engine_defaults import default_model, plugin_env, vocab_size
-from tuner.launcher import ServerConfig, SpeculativeSpec, free_port, launch
+from tuner.engine_defaults import default_model
 from tuner.load import closed_loop
-from tuner.prompts import repetitive
 from tuner.core.table import Table
 
 Z = 1.959963984540054
@@ -73,20 +72,16 @@ async def arm(url: str, engine: EngineClient, table: Table, every: int, run: int
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     paths = default_model()
     n, K = 16, 3
-    admin_port = free_port()
-    spec = SpeculativeSpec(method=args.method, num_speculative_tokens=K,
-                           table=Table.from_list([[1, n, K]]),
-                           draft_model=str(paths.drafter) if args.method == "draft_model" else None)
-    cfg = ServerConfig(model=paths.target, max_num_seqs=n, speculative=spec,
-                       env=plugin_env(admin_port), extra_args=("--no-enable-prefix-caching",))
-    prompts = repetitive(64, vocab_size(paths.target), seed=9)
+    rig = Rig(model=paths.target, method=args.method, K=K, max_num_seqs=n,
+              drafter=paths.drafter if args.method == "draft_model" else None,
+              engine_args=("--no-enable-prefix-caching",), replay=None, out=Path(args.out))
+    prompts = rig.prompts(seed=9)
     totals = {name: ([0] * K, [0] * K) for name in ("steady", "resume")}
-    async with launch(cfg, log_dir=Path(args.out) / "logs") as server, \
-            EngineClient(server.url, f"http://127.0.0.1:{admin_port}", timeout_s=30.0) as engine:
+    async with serving(rig, Startup(table=Table.from_list([[1, n, K]]), token=None)) as up:
         for block in range(args.blocks):
             for name in (("steady", "resume") if block % 2 == 0 else ("resume", "steady")):
                 table = Table.from_list([[1, n, K if name == "steady" else 0]])
-                acc, dra = await arm(server.url, engine, table, args.every, args.run, prompts,
+                acc, dra = await arm(up.server.url, up.admin, table, args.every, args.run, prompts,
                                      args.load, args.seconds, name == "resume")
                 for i in range(K):
                     totals[name][0][i] += acc[i]

@@ -12,8 +12,8 @@ switch cost's two k's, the stationary run's profile table), no speculation (the 
 `nospec` engine beside), the plugin off (the overhead's A/B), the tuner's reject-all timing.
 
 Every bench that starts a vLLM stands on it: the suite (benchmarks/run.py), field, do-no-harm,
-goodput, switch, honor, switch cost, overhead, stationary, sidecar-cost, exploration-cost and
-poll-cost.
+goodput, switch, honor, switch cost, overhead, stationary, resume, sidecar-cost,
+exploration-cost and poll-cost.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from benchmarks.engines import TOKEN, max_model_len
 from benchmarks.workload import longest_prompt
@@ -37,7 +38,9 @@ from tuner.load import Request
 from tuner.prompts import Prompt, random_tokens, repetitive
 from tuner.replay import Replay
 
-__all__ = ["Rig", "Scenario", "Serving", "Startup", "on_profile", "scenario_of", "serving"]
+PromptKind = Literal["repetitive", "random"]  # ngram-friendly token ids, or not
+
+__all__ = ["PromptKind", "Rig", "Scenario", "Serving", "Startup", "on_profile", "scenario_of", "serving"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,14 +72,14 @@ class Rig:
     out: Path                       # the bench's folder; the engine's logs under logs/
 
     def prompts(self, length: int = 96, seed: int = 11, count: int = 64,
-                kind: str = "repetitive") -> list[Prompt]:
+                kind: PromptKind = "repetitive") -> list[Prompt]:
         """The benches' prompts on this model's vocabulary: token ids, ngram-friendly
         (repetitive) or not (random)."""
         make = repetitive if kind == "repetitive" else random_tokens
         return make(count, vocab_size(self.model), length=length, seed=seed)
 
     def requests(self, prompt_tokens: int, max_tokens: int, mix: str = "steady",
-                 kind: str = "repetitive", prompt_seed: int = 11, seed: int = 0) -> list[Request]:
+                 kind: PromptKind = "repetitive", prompt_seed: int = 11, seed: int = 0) -> list[Request]:
         """The request pool: the prompts cut to the mix's lengths (benchmarks/workload.py),
         within the engine's --max-model-len."""
         limit = max_model_len(self.engine_args)
@@ -89,7 +92,7 @@ class Rig:
         if not start.is_speculative:
             return ServerConfig(model=self.model, max_num_seqs=self.max_num_seqs,
                                 extra_args=self.engine_args)
-        K, n, replay = start.K or self.K, self.max_num_seqs, self.replay
+        K, n, replay = (self.K if start.K is None else start.K), self.max_num_seqs, self.replay
         if replay and start.K is not None:  # vLLM's synthetic acceptance: one rate per position
             replay = replay.model_copy(update={"rates": replay.rates[:K]})
         spec = SpeculativeSpec(method=self.method, num_speculative_tokens=K,
