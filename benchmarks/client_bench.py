@@ -25,7 +25,8 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from benchmarks.arm_run import ArmRun, BlockRun
-from benchmarks.client_record import ClientRecord, Part, ShapeMeta, dumped, parse_error, whole
+from benchmarks.client_record import ClientRecord, Part, ShapeMeta, parse_error, whole
+from benchmarks.json_out import dumped
 from benchmarks.engines import max_model_len
 from benchmarks.traffic import KINDS, Prompts, Shape, Sizes, check_sizes, read_prompts, shapes
 from tuner import flags

@@ -10,7 +10,7 @@ set (``whole``).
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -18,7 +18,7 @@ from benchmarks.arm_run import BlockRun
 from tuner.core.profile import EngineInfo
 
 __all__ = ["ClientMeta", "ClientRecord", "FieldMeta", "FieldRecord", "NoharmMeta", "NoharmRecord",
-           "Part", "PromptsMeta", "ShapeMeta", "SizesMeta", "dumped", "parse_error", "whole"]
+           "Part", "PromptsMeta", "ShapeMeta", "SizesMeta", "parse_error", "whole"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -140,7 +140,3 @@ def parse_error(exc: ValidationError) -> str:
     return (f"{exc.error_count()} errors, the first at {'.'.join(map(str, first['loc']))}: "
             f"{first['msg']}")
 
-
-def dumped(record: ClientRecord) -> dict[str, Any]:
-    """The record's JSON values: the fields each part of it was given."""
-    return record.model_dump(mode="json", exclude_unset=True)

@@ -25,7 +25,8 @@ import aiohttp
 import numpy as np
 
 from benchmarks.overhead_model import (EngineSetup, OverheadReport, PluginRatio, PluginRun,
-                                       ScrapeCost, ScrapeParse, SidecarUsage, dumped)
+                                       ScrapeCost, ScrapeParse, SidecarUsage)
+from benchmarks.json_out import dumped
 from benchmarks.engines import TOKEN
 from benchmarks.proc import cpu_seconds, rss_mb
 from benchmarks.scenario import Rig, Startup, serving

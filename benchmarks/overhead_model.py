@@ -3,12 +3,11 @@ part by part and writes the parts it measured; tests read the committed files ba
 
 from __future__ import annotations
 
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["EngineSetup", "OverheadReport", "PluginRatio", "PluginRun", "ScrapeCost",
-           "ScrapeParse", "SidecarUsage", "dumped"]
+           "ScrapeParse", "SidecarUsage"]
 
 
 class _Record(BaseModel):
@@ -82,7 +81,3 @@ class OverheadReport(BaseModel):
     sidecar: list[SidecarUsage] | None = None
     metrics_scrape: ScrapeCost | None = None
 
-
-def dumped(report: OverheadReport) -> dict[str, Any]:
-    """overhead.json's values: the parts that ran (a part not measured is absent, not null)."""
-    return report.model_dump(mode="json", exclude_unset=True)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from benchmarks.json_out import dumped
 from benchmarks.scenario import Startup, scenario_of, serving
 from benchmarks.stateful import sidecar
 from sidecar.step_times import LiveStepTimes
@@ -179,10 +180,6 @@ def main() -> None:
     Path(args.out, "stationary.json").write_text(json.dumps(dumped(result), indent=1) + "\n")
     print(result.model_dump_json(exclude={"events": True, "steps": {"series"}}))
 
-
-def dumped(run: StationaryRun) -> dict[str, Any]:
-    """stationary.json's values: the fields the run was given (an older file keeps its shape)."""
-    return run.model_dump(mode="json", exclude_unset=True)
 
 
 if __name__ == "__main__":

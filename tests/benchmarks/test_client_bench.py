@@ -16,7 +16,7 @@ def test_a_new_run_is_written_whole_and_an_older_one_keeps_its_shape() -> None:
     still written, one an older file lacks stays absent."""
     from benchmarks.arm_run import ArmRun
     from benchmarks.client_bench import next_part, placed
-    from benchmarks.client_record import dumped
+    from benchmarks.json_out import dumped
     from tests.benchmarks.arm_runs import noharm_record, phase
 
     run = ArmRun(shape="burst-c4", arm="table", seed=0, wall_s=10.0, phases=[phase(100, 1.0)],

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from benchmarks.arm_run import BlockRun, Phase
-from benchmarks.client_record import FieldRecord, dumped
+from benchmarks.client_record import FieldRecord
+from benchmarks.json_out import dumped
 from benchmarks.field import config, main, order, parser
 from benchmarks.field_client import ClientResult, client_argv, parse
 from benchmarks.field_summary import (FIGURES, SAME, by_block, median_interval, summarize,

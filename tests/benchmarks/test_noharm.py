@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from benchmarks.arm_run import BlockRun
-from benchmarks.client_record import FieldRecord, NoharmRecord, dumped
+from benchmarks.client_record import FieldRecord, NoharmRecord
+from benchmarks.json_out import dumped
 from benchmarks.field_client import client_argv, parse
 from benchmarks.noharm import config, main, parser
 from benchmarks.noharm_of_field import main as noharm_of_field

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from benchmarks.arm_run import BlockRun, EngineCounts
-from benchmarks.client_record import FieldRecord, NoharmRecord, dumped
+from benchmarks.client_record import FieldRecord, NoharmRecord
+from benchmarks.json_out import dumped
 from benchmarks.inference import hodges_lehmann, signed_rank_null
 from benchmarks.noharm_figures import figures, short_drafts
 from benchmarks.noharm_of_field import main as noharm_of_field

@@ -11,12 +11,11 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from benchmarks.client_record import FieldRecord, NoharmRecord, dumped
+from benchmarks.client_record import FieldRecord, NoharmRecord
+from benchmarks.json_out import dumped
 from benchmarks.overhead_model import OverheadReport
-from benchmarks.overhead_model import dumped as overhead_dumped
 from benchmarks.sidecar_http_load import LoadRun
 from benchmarks.stationary import StationaryRun
-from benchmarks.stationary import dumped as stationary_dumped
 from benchmarks.switch_cost import SwitchCost
 
 RESULTS = Path(__file__).parents[2] / "benchmarks" / "results"
@@ -29,9 +28,9 @@ def _dump(model: BaseModel) -> Any:
 # a file name's pattern -> its model and how the bench writes it
 KINDS: dict[str, tuple[type[BaseModel], Callable[[Any], Any]]] = {
     "switch-cost.json": (SwitchCost, _dump),
-    "stationary.json": (StationaryRun, stationary_dumped),
+    "stationary.json": (StationaryRun, dumped),
     "runs.jsonl": (LoadRun, _dump),               # the sidecar's HTTP load: a run a line
-    "*overhead.json": (OverheadReport, overhead_dumped),    # a GPU's copy is hooks-overhead.json
+    "*overhead.json": (OverheadReport, dumped), # a GPU's copy is hooks-overhead.json
     "field.json": (FieldRecord, dumped),
     "noharm.json": (NoharmRecord, dumped),
 }

@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.scenario import scenario_of
+from benchmarks.scenario import Rig, Startup, scenario_of
 from benchmarks.workload import lengths
 from tuner.core.errors import InvalidInput
+from tuner.core.table import Table
 from tuner.engine_defaults import default_model
+from tuner.replay import Replay
 
 PROFILE = Path(__file__).resolve().parents[2] / "benchmarks/results/cpu-tiny/profile.json"
 
@@ -51,10 +53,6 @@ def test_the_request_pool_cuts_the_prompts_to_the_mixs_lengths(tmp_path: Path) -
 
 
 def test_a_startup_names_each_way_a_bench_starts_the_engine_otherwise(tmp_path: Path) -> None:
-    from benchmarks.scenario import Rig, Startup
-    from tuner.core.table import Table
-    from tuner.replay import Replay
-
     rig = Rig(model=tmp_path, method="ngram", K=3, max_num_seqs=16, drafter=None,
               engine_args=("--x",), replay=Replay(rates=(0.5, 0.3, 0.1), by="vllm"), out=tmp_path)
     default = rig.server(1234)
