@@ -86,6 +86,8 @@ PAIRABLE_SHARE = 1 / 3  # a pair needs a third of a run's window in its bucket (
                         # run's MIN_RUN_STEPS and half a run of reference steps)
 UNPAIRED_RUNS = 3       # a bucket where this many runs had their chance to pair and none did is
                         # one the load passes through (a drain holds it, runs never line up)
+LINED_UP_SHARE = 1 / 2  # a run and its references line up only where the load stayed this much
+                        # of a window: a run's steps and half of each side's (pairs_in)
 
 
 FloatArray = npt.NDArray[np.float64]
@@ -376,6 +378,7 @@ class MeasuredGoodput:
     recent: deque[int] = field(default_factory=deque)   # the last ``window`` steps' buckets
     in_recent: Counter[int] = field(default_factory=Counter)
     held: set[int] = field(default_factory=set)
+    lined_up: set[int] = field(default_factory=set)  # held LINED_UP_SHARE of some window
     # per bucket since the last ``mark``: the runs that ran there and whose pair had its chance
     # and did not form (settled_runs), and whether any run paired there
     unpaired: Counter[int] = field(default_factory=Counter)
@@ -405,6 +408,8 @@ class MeasuredGoodput:
                 self.in_recent[self.recent.popleft()] -= 1
             if self.in_recent[bucket] >= PAIRABLE_SHARE * self.window:
                 self.held.add(bucket)
+            if self.in_recent[bucket] >= LINED_UP_SHARE * self.window:
+                self.lined_up.add(bucket)
             # the cells speak for decode steps, what the model describes: a step that also
             # prefilled (a burst's ramp-up, through the same buckets) costs every k alike
             decode = s.tokens <= s.batch_size * (1 + s.k_verified)
@@ -455,6 +460,7 @@ class MeasuredGoodput:
         self.pairs.clear()
         self.served.clear()
         self.held.clear()
+        self.lined_up.clear()
         self.unpaired.clear()
         self.paired.clear()
 
@@ -466,6 +472,7 @@ class MeasuredGoodput:
             self.counted_from = {0: self.last_seq}
             self.served.clear()
             self.held.clear()
+            self.lined_up.clear()
             self.unpaired.clear()
             self.paired.clear()
             return
@@ -473,6 +480,7 @@ class MeasuredGoodput:
             self.counted_from[bucket] = self.last_seq
             self.served.pop(bucket, None)
             self.held.discard(bucket)
+            self.lined_up.discard(bucket)
             self.unpaired.pop(bucket, None)
             self.paired.discard(bucket)
 
@@ -480,9 +488,12 @@ class MeasuredGoodput:
         """The buckets where a duel can pair at all since the last push that changed them: some
         step of theirs had PAIRABLE_SHARE of the last ``window`` steps in them (a burst holds
         its plateau's bucket and drains through the others in a few steps each: those never
-        pair), and they paired, or fewer than UNPAIRED_RUNS runs there had their chance to pair
-        and did not (a slow drain holds a bucket, yet a run and its references never line up)."""
-        return {b for b in self.held if b in self.paired or self.unpaired[b] < UNPAIRED_RUNS}
+        pair), and they paired, or they held LINED_UP_SHARE of some window (a slow drain holds
+        a bucket for a third of one: a run and its references never line up, and since the
+        plugin starts a run only after its reference, one may never start there) and fewer
+        than UNPAIRED_RUNS runs there had their chance to pair and did not."""
+        return {b for b in self.held if b in self.paired
+                or (b in self.lined_up and self.unpaired[b] < UNPAIRED_RUNS)}
 
     def rate(self, bucket: int, k: int) -> tuple[float, float, float] | None:
         """(tokens per engine-second, steady steps, their mean B) of one cell, or None."""

@@ -110,6 +110,8 @@ class ModelError(_Part):
                              # the model decides the bucket (beyond ``error``)
     unpaired_runs: int = 0   # duel runs here that had their chance to pair and did not
                              # (UNPAIRED_RUNS of them, none paired: not pairable)
+    lined_up: bool = True    # the load held half of a run's window here (sidecar/measured.py
+                             # LINED_UP_SHARE); False: no run lines up with its references
 
 
 class DuelPower(_Part):

@@ -66,7 +66,8 @@ def _ranges(table: list[list[int]] | None) -> str:
 
 def _pairs(e: ModelError) -> str:
     runs = f" ({e.unpaired_runs} runs unpaired)" if e.unpaired_runs else ""
-    return ("yes" if e.pairable else "no: the load passes through") + runs
+    brief = "" if e.lined_up or e.pairable else " (held too briefly for a run)"
+    return ("yes" if e.pairable else "no: the load passes through") + runs + brief
 
 
 def _section(title: str, tty: bool) -> str:

@@ -90,9 +90,13 @@ def test_status_says_where_the_load_only_passes_through() -> None:
              "realized_tokens_per_s": 8000.0, "error": 0.118, "steps": 300.0},
             {"batch_size": 128, "k": 0, "predicted_tokens_per_s": 12000.0,
              "realized_tokens_per_s": 11000.0, "error": 0.087, "steps": 40.0, "pairable": False,
-             "unpaired_runs": 3}]
+             "unpaired_runs": 3},
+            {"batch_size": 120, "k": 0, "predicted_tokens_per_s": 12000.0,
+             "realized_tokens_per_s": 11000.0, "error": 0.087, "steps": 16.0, "pairable": False,
+             "lined_up": False}]
     state = SidecarState.model_validate({"ready": True, "ready_reason": "ok", "dry_run": False,
                                          "source": "plugin", "model_error": rows})
     text = render(state, "http://x:1", tty=False, now=0.0)
     assert "64\t0\t9000\t8000\t11.8%\t300\tyes" in text
-    assert "128\t0\t12000\t11000\t8.7%\t40\tno: the load passes through (3 runs unpaired)" in text
+    assert "128\t0\t12000\t11000\t8.7%\t40\tno: the load passes through (3 runs unpaired)\n" in text
+    assert "120\t0\t12000\t11000\t8.7%\t16\tno: the load passes through (held too briefly for a run)" in text

@@ -20,11 +20,18 @@ exploration in the sidecar's arm than a sidecar in service would do. Runs are al
 least run / (SPREAD·duel_share) table steps lie between two runs (200 at the defaults), so a
 short burst of traffic holds at most about a run's worth and a comparison still finishes in
 minutes. The sidecar runs the rotation below the share (1% by default) so a duel finds room
-at once. Pure, except for the small state a DuelClock keeps.
+at once. Each gap is lengthened by a draw in [0, run) (a seeded generator on the clock): with
+one gap counter for all duels and bursts that repeat, a fixed gap phase-locks the runs so a
+drain's runs land in the same buckets burst after burst (docs/sidecar.md). And a run starts
+only after ``run`` steps in a row at the table's k, the reference its pair needs before it:
+one begun as B enters a range from another k's cannot pair
+(benchmarks/results/calibration/README.md, plateau_pairs). Pure, except for the small state a
+DuelClock keeps.
 """
 
 from __future__ import annotations
 
+import random
 from collections import deque
 from dataclasses import dataclass, field
 from math import ceil
@@ -32,6 +39,7 @@ from math import ceil
 from tuner.core.admin_api import Duel
 
 SPREAD = 4  # any stretch of steps explores at most about SPREAD·duel_share of them in duel runs
+SEED = 0    # the gaps' jitter: reproducible runs, a different phase each gap
 
 
 def duel_at(duels: tuple[Duel, ...], batch_size: int) -> int | None:
@@ -65,6 +73,10 @@ class DuelClock:
     run_k: int | None = None
     run_left: int = 0
     gap: int = 0               # steps of the table since the last run ended
+    jitter: int = 0            # extra table steps the next gap waits, drawn as a run starts
+    settled: int = 0           # steps in a row at the table's k ``ref_k`` (a run's reference)
+    ref_k: int | None = None
+    rng: random.Random = field(default_factory=lambda: random.Random(SEED))
     turns: dict[int, int] = field(default_factory=dict)
     starts: deque[tuple[int, int]] = field(default_factory=deque)
 
@@ -78,7 +90,11 @@ class DuelClock:
             return self.run_k
         self.gap += 1
         index = duel_at(duels, batch_size)
-        if (index is None or self.gap <= min_gap(run, share)
+        self.settled = self.settled + 1 if table_k == self.ref_k else 1
+        self.ref_k = table_k
+        # a pair needs a run's length of the table's k just before the run (sidecar/measured.py
+        # pairs_in); a run started sooner, as B enters the range from another k's, never pairs
+        if (index is None or self.gap <= min_gap(run, share) + self.jitter or self.settled <= run
                 or not within_budget(self.starts, step, run, share, horizon)):
             return None
         ks = [k for k in duels[index][2] if k != table_k]
@@ -87,6 +103,7 @@ class DuelClock:
         turn = self.turns.get(index, 0)
         self.turns[index] = turn + 1
         self.run_k, self.run_left = ks[turn % len(ks)], run - 1
+        self.jitter, self.settled = self.rng.randrange(run), 0
         self.starts.append((step, run))
         return self.run_k
 

@@ -323,27 +323,36 @@ def drains(n: int, per_b: int, top: int = 64, run: int = 16, every: int = 48,
 
 
 def test_a_held_bucket_whose_runs_never_pair_is_not_pairable() -> None:
-    """A drain of 2 steps a B holds each 8-wide bucket for 16 steps, a third of a run's window,
-    yet a run of 16 and its references never line up in one: once UNPAIRED_RUNS runs there had
-    their chance to pair (as many steady steps after them as they ran) and none did, no duel is
-    asked there (the model decides, beyond its error); a plateau's runs pair, and a push starts
-    the count again where it changed the table."""
+    """A drain of 3 steps a B holds each 8-wide bucket for 24 steps, half a run's window (it
+    lines up), yet a run of 16 and its references never pair in one (B moves): once
+    UNPAIRED_RUNS runs there had their chance to pair (as many steady steps after them as they
+    ran) and none did, no duel is asked there (the model decides, beyond its error); a
+    plateau's runs pair, and a push starts the count again where it changed the table."""
     table = [0] * 65
     m = MeasuredGoodput()
-    assert m.ingest(drains(UNPAIRED_RUNS - 1, per_b=2, lead=20), table) == []
+    assert m.ingest(drains(UNPAIRED_RUNS - 1, per_b=3, lead=20), table) == []
     assert m.unpaired[64] == UNPAIRED_RUNS - 1 and {16, 40, 64} <= m.pairable()   # not yet
     m2 = MeasuredGoodput()
-    assert m2.ingest(drains(UNPAIRED_RUNS, per_b=2, lead=20), table) == []
+    assert m2.ingest(drains(UNPAIRED_RUNS, per_b=3, lead=20), table) == []
     assert m2.unpaired[64] == UNPAIRED_RUNS and 64 in m2.held
-    assert not {16, 40, 64} & m2.pairable() and {24, 48} <= m2.pairable()
+    assert m2.pairable() == {24, 40, 56}   # where no run ran: each run held 16 steps in one bucket
     m2.mark({64})
-    assert 64 not in m2.unpaired and not {16, 40} & m2.pairable()
+    assert 64 not in m2.unpaired and 64 not in m2.lined_up and not {16} & m2.pairable()
     plateau = MeasuredGoodput()
     steps = ring({3: 2000, 0: 1000}, duels([3], 0, runs=8), B=64)
     for i in range(0, len(steps), 7):   # read in pieces: each run judged once, and it paired
         assert plateau.ingest(steps[i:i + 7], table) is not None
         assert plateau.pairable() in (set(), {64})
     assert plateau.unpaired[64] == 0 and plateau.pairable() == {64} and 64 in plateau.paired
+
+
+def test_a_bucket_held_too_briefly_for_a_run_to_line_up_is_not_pairable() -> None:
+    """A drain of 2 steps a B holds each bucket for 16 steps, a third of a run's window: held,
+    but a run and its references never line up there, and the plugin may start none (it waits
+    for a run's length of the table's k): not pairable from the first drain, runs or not."""
+    m = MeasuredGoodput()
+    m.ingest(drains(1, per_b=2, run=0, lead=20), [0] * 65)
+    assert {16, 40, 64} <= m.held and m.lined_up == set() and m.pairable() == set()
 
 
 def test_only_runs_that_could_pair_count_once_in_each_bucket_they_ran_in() -> None:
