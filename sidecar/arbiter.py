@@ -47,11 +47,11 @@ delivers (sidecar/measured.py), so at a bucket with live steps:
   URGENT_PAIRS-th pair on it stays urgent only while the pairs' mean favours the challenger (a
   model wrong in direction, e.g. a stale profile, buys a few pairs at the larger share; one
   right in direction whose gain sits near the tie keeps it up to ``max_pairs``: a cost not
-  yet measured). The share is the plugin's for every duel it runs, so while any duel is
-  urgent a planned duel whose challenger the model expects to lose (its ratio below 1) waits:
-  at the urgent share its runs cost where the model is right (the H100's B=1 at bursts of 1,
-  docs/sidecar.md); one the model expects to win runs beside it. The plugin's jittered gaps
-  keep the rest of the runs from locking onto the same buckets burst after burst.
+  yet measured). While any duel is urgent every planned duel runs at that share (the share is
+  the plugin's for every duel it runs): a duel's cost is its pairs, at most ``max_pairs`` at
+  any share (an argument: the cost of near-ties run at the urgent share is not measured), and
+  a duel held back waits for as long as an urgent one at a bucket the traffic only passes
+  through stays urgent (docs/sidecar.md: the H200's B 249-256).
 
 Buckets the engine did not serve since the last push that changed them are not decided here:
 their k stays (an edge is never moved on evidence from elsewhere).
@@ -202,7 +202,6 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
     duels = []
     urgent = False
     marginal: set[int] = set()  # kept by the model's best case, but within DROP_MARGIN of 1
-    losing: set[Duel] = set()   # duels whose first challenger the model expects to lose
     ks_allowed = sorted(allowed) if allowed is not None else list(range(num_k))
     checked = ratio_error(G_reps, measured) if live_error is not None else None
     for bucket in sorted(b for b, n in served.items() if n >= min_served):
@@ -280,16 +279,12 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
             if open_ and (pairable is None or bucket in pairable):
                 duel = (int(rows[0]), int(rows[-1]), tuple(c.k for c in open_))
                 duels.append(duel)
-                if assumed[open_[0].k].ratio < 1.0:
-                    losing.add(duel)
                 urgent = urgent or _urgent(assumed[open_[0].k],
                                            measured.so_far(bucket, open_[0].k, k), tie)
         calls += here
     served_ks = {int(k) for b, n in served.items() if n >= min_served
                  for k in ks[np.asarray(band_rows(b, max_b), dtype=np.int64) - 1]}
     staying = marginal & set(rotating or ks_allowed)
-    if urgent:  # the urgent share is for what the model expects to win: the rest waits
-        duels = [d for d in duels if d not in losing]
     return Verdicts(ks, calls, tuple(duels), urgent, checked,
                     rotation_ks(calls, ks_allowed, served_ks, restricted=allowed is not None,
                                 staying=staying))

@@ -410,42 +410,22 @@ def test_a_rotating_k_leaves_the_rotation_only_beyond_the_margin() -> None:
     assert rotation(far_below, ()) == (2, 3)                # beyond the margin it goes
 
 
-def test_beside_an_urgent_duel_only_those_the_model_expects_to_win_run() -> None:
-    """While a duel is urgent (the plugin runs every duel at the urgent share), one whose
-    challenger the model expects to lose waits, running or not: its runs at that share would
-    cost where the model is right; one it expects to win, not surely, runs beside it."""
+def test_a_running_duel_beside_an_urgent_one_keeps_its_margin() -> None:
+    """A near-tie running beside an urgent duel stays within DROP_MARGIN, as any running duel
+    does, so it does not end and restart rebuild by rebuild; one not running ends at the dip."""
     old = [3] * 16
     high = math.exp(NormalDist().inv_cdf(1 - 0.1 / 3 / 2) * math.hypot(0.01, 0.05))
     sure = draws({0: 0.5, 1: 0.6, 2: 1.2, 3: 1.0})
-    urgent = (9, 16, (2,))
+    dipped = draws({0: 0.5, 1: 0.6, 2: 0.995 / high, 3: 1.0})   # best case ~0.995
+    G = np.concatenate([dipped[:, :8], sure[:, 8:]], axis=1)     # B 5-8 dipped, 9-16 sure
 
-    def plan(k2: float, previous: tuple[Duel, ...]) -> tuple[Duel, ...]:
-        G = np.concatenate([draws({0: 0.5, 1: 0.6, 2: k2, 3: 1.0})[:, :8], sure[:, 8:]], axis=1)
+    def plan(previous: tuple[Duel, ...]) -> tuple[Duel, ...]:
         v = arbitrate(np.array(old), G, MeasuredGoodput(), {8: 100, 16: 100}, None, tie=0.005,
                       confidence=0.9, model_error=0.05, min_served=32, max_pairs=40,
                       duel_width=1, previous=previous, can_duel=True)
         assert v.urgent
         return v.duels
 
-    near = (5, 8, (2,))
-    assert plan(0.995 / high, (near, urgent)) == (urgent,)       # expected to lose: it waits
-    assert plan(0.995 / high, (urgent,)) == (urgent,)
-    assert plan(1.02, (urgent,)) == (near, urgent)               # expected to win: it runs
-
-
-def test_a_running_duel_keeps_its_margin() -> None:
-    """A near-tie duel that runs stays within DROP_MARGIN, so it does not end and restart
-    rebuild by rebuild; one not running ends at the dip."""
-    old = [3] * 8
-    high = math.exp(NormalDist().inv_cdf(1 - 0.1 / 3 / 2) * math.hypot(0.01, 0.05))
-    dipped = draws({0: 0.5, 1: 0.6, 2: 0.995 / high, 3: 1.0})[:, :8]   # best case ~0.995
-
-    def plan(previous: tuple[Duel, ...]) -> tuple[Duel, ...]:
-        v = arbitrate(np.array(old), dipped, MeasuredGoodput(), {8: 100}, None, tie=0.005,
-                      confidence=0.9, model_error=0.05, min_served=32, max_pairs=40,
-                      duel_width=1, previous=previous, can_duel=True)
-        assert not v.urgent
-        return v.duels
-
-    assert plan(((5, 8, (2,)),)) == ((5, 8, (2,)),)   # running: it stays
-    assert plan(()) == ()                              # not running: the dip ends it
+    urgent = (9, 16, (2,))
+    assert plan(((5, 8, (2,)), urgent)) == ((5, 8, (2,)), urgent)  # running: it stays
+    assert plan((urgent,)) == (urgent,)                            # not running: the dip ends it
