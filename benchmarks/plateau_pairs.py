@@ -8,8 +8,9 @@ A burst: ``REQUESTS`` requests join ``RAMP`` a step (a prefill ramp), each wanti
 U(OUT_LO, OUT_HI) tokens; a step advances each by τ(k) (emulated acceptance 0.75/0.55/0.40).
 The table is the quarter table (k=3 to B 16, 1 to 32, 0 above). The duel asks k=3 at
 B 57–64 at the urgent share. A step's seconds: a linear T(B, k) with 2% noise. Runs are at
-least 2·run apart (vllm_patch/duel.py ``min_gap``), so a plateau of ~100 steps holds one
-16-step run with its references; the next falls into the drain, where B leaves the band.
+least 2·run apart plus a jitter of up to run − 1, and a run starts only after a run's length
+of the table's k (vllm_patch/duel.py), so a plateau of ~100 steps holds one 16-step run with
+its references; the next falls into the drain, where B leaves the band.
 A model of a burst, not a measurement: it says what the rules allow, not what a GPU does.
 
     python -m benchmarks.plateau_pairs --bursts 200 --runs 16,8 \\

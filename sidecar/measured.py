@@ -87,7 +87,7 @@ PAIRABLE_SHARE = 1 / 3  # a pair needs a third of a run's window in its bucket (
 UNPAIRED_RUNS = 3       # a bucket where this many runs had their chance to pair and none did is
                         # one the load passes through (a drain holds it, runs never line up)
 LINED_UP_SHARE = 1 / 2  # a run and its references line up only where the load stayed this much
-                        # of a window: a run's steps and half of each side's (pairs_in)
+                        # of a window: a run's steps and half a run of reference steps (pairs_in)
 
 
 FloatArray = npt.NDArray[np.float64]

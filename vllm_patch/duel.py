@@ -107,6 +107,11 @@ class DuelClock:
         self.starts.append((step, run))
         return self.run_k
 
+    def unseen(self) -> None:
+        """A step under another policy (no duels: a bench's other arm, a rotation): whatever k it
+        ran, the next run waits for its reference again."""
+        self.settled, self.ref_k = 0, None
+
     def charge(self, step: int, share: float, horizon: int) -> bool:
         """One step of the rotation (policy.py) against the same budget: False if it has no
         room (the step then runs the table)."""

@@ -112,6 +112,8 @@ class PolicyLookup(list[int]):
         try:
             assert state is not None
             policy = engine.policy
+            if policy.baseline == "nightjar" or not policy.duels:
+                self._duel.unseen()  # a step the duels' clock does not see
             if policy.baseline == "nightjar":
                 k, explored = self._bandit().k_for(int(i)), False
             elif policy.duels:

@@ -176,3 +176,16 @@ def test_a_run_waits_for_a_run_s_length_of_the_table_s_k_before_it() -> None:
     ks = [clock.k_for_step(duels, 4, 1 if s < 5 else 3, s, 4, 0.5, 1000) for s in range(12)]
     assert ks[:9] == [None] * 9  # the gap (2·4) is over at step 8, yet only 4 steps at k=3
     assert ks[9] == 2
+
+
+def test_steps_under_another_policy_are_no_reference() -> None:
+    """A bench runs other arms under a plain policy between the sidecar's: back on the same
+    duels, a run waits for a run's length of the table's k again, not for steps it never saw."""
+    duels = Policy(duels=((1, 64, (2,)),), duel_run=4, duel_share=0.5, duel_horizon=1000)
+    engine = engine_with(duels, [[1, 256, 3]])
+    lookup = PolicyLookup(engine, lambda e: (_ for _ in ()).throw(e))
+    assert [lookup[100] for _ in range(20)] == [3] * 20   # outside the range: the gap fills
+    engine.policy = Policy()
+    assert [lookup[32] for _ in range(5)] == [3] * 5       # another arm's steps
+    engine.policy = duels
+    assert [lookup[32] for _ in range(5)] == [3, 3, 3, 3, 2]
