@@ -78,6 +78,9 @@ NOHARMS = {  # folder -> setting: the table alone against the table with the sid
     "cpu-tiny-noharm/bursts-3arm-rotation":
         "CPU (2 cores), tiny model, ngram, do no harm at bursts of 4 and 16, a field run with an "
         "observing sidecar beside, a running duel and the rotation's k's ended only beyond a margin",
+    "cpu-tiny-noharm/bursts-3arm-pacing":
+        "CPU (2 cores), tiny model, ngram, do no harm at bursts of 4 and 16, a field run with an "
+        "observing sidecar beside, duel runs paced with a jittered gap after their reference",
     "cpu-tiny-noharm/bursts-3arm-c4":
         "CPU (2 cores), tiny model, ngram, do no harm at bursts of 4 (30 blocks), a field run with "
         "an observing sidecar beside, the sidecar at nice 10",
