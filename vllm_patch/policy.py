@@ -112,13 +112,13 @@ class PolicyLookup(list[int]):
         try:
             assert state is not None
             policy = engine.policy
-            if policy.baseline == "nightjar" or not policy.duels:
-                self._duel.unseen()  # a step the duels' clock does not see
             if policy.baseline == "nightjar":
+                self._duel.unseen()  # steps the duels' clock does not see: no run's reference
                 k, explored = self._bandit().k_for(int(i)), False
             elif policy.duels:
                 k, explored = self._duel_k(state.dense, int(i), policy)
             else:
+                self._duel.unseen()
                 k, explored = step_k(state.dense, int(i), engine.current_k, engine.steps,
                                        policy, self._rotated(policy))
                 if explored and not self._duel.charge(self._budget_steps, policy.duel_share,
