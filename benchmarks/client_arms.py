@@ -8,6 +8,9 @@
   every other one frozen; started with the user's defaults (`tabletune sidecar --profile P`;
   the engine's URLs and its own port are wiring, not tuning).
 
+- the plain arm (the field bench's `nospec`): vLLM without speculation, its own engine and no
+  plugin (`admin` None): no table to set, and the engine's counts only from vLLM's /metrics.
+
 - the bandit arm (the field bench's `nightjar-style`): every sidecar frozen, the plugin's
   Nightjar-style baseline switched on, which starts a fresh bandit (vllm_patch/admin.py); it
   is switched off before any other arm.
@@ -132,7 +135,7 @@ class Awake:
 class Arms:
     """The engine, its sidecars and vLLM's client, and which arm the engine is in."""
 
-    def __init__(self, server_url: str, engine: EngineClient, admin: EngineClient,
+    def __init__(self, server_url: str, engine: EngineClient, admin: EngineClient | None,
                  sidecars: Mapping[str, PausedSidecar], tables: Mapping[str, Table], model: Path,
                  served_name: str, out: Path, idle_s: float,
                  client_flags: tuple[str, ...] = (), bandit: str | None = None) -> None:
@@ -159,7 +162,10 @@ class Arms:
     async def enter(self, arm: str) -> Awake | None:
         """The engine in `arm`: every other sidecar frozen, the bandit off unless it is the arm,
         then the arm's own sidecar thawed (its table and policy restored), a fresh bandit, or
-        the arm's table pushed unless the engine runs it."""
+        the arm's table pushed unless the engine runs it; nothing on an engine without the
+        plugin (no speculation)."""
+        if self.admin is None:
+            return None
         for other, s in self.sidecars.items():  # at most one sidecar awake: the arm's own
             if other != arm:
                 await s.freeze()
@@ -178,7 +184,7 @@ class Arms:
         return awake
 
     async def _phase(self, run: ClientRun, seed: int, tag: str) -> Phase:
-        s0 = await self.admin.get_stats()
+        s0 = await self.admin.get_stats() if self.admin is not None else None
         _, g0 = await generated(self.engine)
         argv = [*client_argv(run, self.host, self.port, self.model, self.served_name, seed),
                 *self.client_flags]
@@ -186,13 +192,19 @@ class Arms:
         # the model folder by name only: results carry no machine paths
         result |= {key: self.model.name for key in ("model_id", "tokenizer_id") if key in result}
         _, g1 = await generated(self.engine)
-        s1 = await self.admin.get_stats()
+        s1 = await self.admin.get_stats() if self.admin is not None else None
         path = self.out / "runs" / f"{tag}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result, indent=1))
+        client = ClientResult.model_validate(result)
+        if s0 is None or s1 is None:  # no plugin: vLLM's own count of tokens only
+            return Phase(file=str(path.relative_to(self.out)), argv=run.flags(), client=client,
+                         engine=EngineCounts(generated_tokens=g1 - g0, steps=None, step_ms=None,
+                                             table_version=[0, 0], accepted_per_pos=[],
+                                             drafted_per_pos=[]))
         load = step_load(s0, s1)
         return Phase(file=str(path.relative_to(self.out)), argv=run.flags(),
-                     client=ClientResult.model_validate(result),
+                     client=client,
                      engine=EngineCounts(
                          generated_tokens=g1 - g0, steps=s1.engine_steps - s0.engine_steps,
                          step_ms=load.step_ms if load else None,
@@ -204,7 +216,7 @@ class Arms:
 
     async def close(self) -> None:
         try:
-            if self.bandit_on:  # the engine may be gone: the sidecars still close
+            if self.bandit_on and self.admin is not None:  # the sidecars close if the engine is gone
                 await self.admin.put_policy(baseline="none")
         finally:
             for s in self.sidecars.values():

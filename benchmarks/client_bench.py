@@ -199,9 +199,12 @@ Round = Callable[[int, int], Awaitable[list[tuple[int, ArmRun]]]]
 async def run_blocks(one_round: Round, b: Blocks, record: ClientRecord, info: Part,
                      first: int, t0: float, save_all: Callable[[], dict[str, Any]],
                      say: Callable[[str], None],
-                     describe: Callable[[dict[str, Any]], str] = lambda _: "") -> None:
+                     describe: Callable[[dict[str, Any]], str] = lambda _: "",
+                     reserve: Callable[[int, float], float] = lambda _n, _s: 0.0) -> None:
     """The warmup rounds (unmeasured), then blocks `first`.. until `b.blocks`, saved after
-    each; a block that would end past the budget (at the longest round's pace) is not begun."""
+    each; a block that would end past the budget (at the longest round's pace) is not begun,
+    nor one that leaves less than `reserve(blocks run with it, a block's seconds)` after it
+    (the time later work needs for those blocks)."""
     block_s = 0.0
     for r in range(b.warmup_rounds):
         t = time.monotonic()
@@ -211,7 +214,8 @@ async def run_blocks(one_round: Round, b: Blocks, record: ClientRecord, info: Pa
         block_s = max(block_s, time.monotonic() - t)
         save_all()
     for block in range(first, b.blocks):
-        if block_s and time.monotonic() - t0 + block_s > b.budget_s:
+        if block_s and (time.monotonic() - t0 + block_s
+                        + reserve(block - first + 1, block_s) > b.budget_s):
             info.stop_reason = (f"budget: block {block} would end after --budget-s "
                                 f"{b.budget_s:g} (a block takes ~{block_s:.0f} s)")
             say(info.stop_reason)

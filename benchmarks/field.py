@@ -9,7 +9,10 @@ the user's defaults, started from that table, awake only in its own runs) and on
 sidecar (`watch-from-...`: the same with `--dry-run`, its own process, so a run can pair
 observing against observing and exploring), and the plugin's Nightjar-style bandit
 (`nightjar-style`: switched on fresh for each of its arms, so it learns within the arm, as the
-windowed bench runs it). No speculation needs a second engine and is not an arm here. Block
+windowed bench runs it). No speculation (`nospec`) is vLLM started again without speculation
+(the same flags, no plugin) once the speculative engine's blocks are done: the same blocks'
+requests again, so its runs pair by block with the others' but ran later, not interleaved
+(two engines of a large model do not fit one GPU; a server start costs minutes). Block
 after block, every traffic shape (benchmarks/traffic.py: closed loops at each concurrency,
 bursty Poisson arrivals, a ramp up and down, mixed lengths) runs once under every policy, in an
 order shuffled each block, all on the same requests (the client's seed; a new seed each block).
@@ -34,6 +37,7 @@ import shlex
 import sys
 import time
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks import client_bench
@@ -49,7 +53,7 @@ from benchmarks.noharm_summary import arm_throughput
 from benchmarks.policies import (NIGHTJAR, NOSPEC, SIDECAR_KINDS, SIDECAR_POLICIES, expand,
                                  policy_tables, sidecar_flags)
 from benchmarks.policies import engine_args as bench_engine_args
-from benchmarks.scenario import Scenario, scenario_of, serving
+from benchmarks.scenario import Scenario, Startup, scenario_of, serving
 from benchmarks.stateful import USER_DEFAULTS, PausedSidecar
 from benchmarks.traffic import Shape, Sizes
 from tuner import flags
@@ -95,16 +99,14 @@ def config(args: argparse.Namespace, argv: list[str]) -> Config:
         if len(same) > 1:
             raise InvalidInput(f"--policies: {','.join(same)}: one {kind}TABLE a run (one "
                                "process learns from everything it serves); keep one of them")
-    if NOSPEC in policies:
-        raise InvalidInput(f"--policies: {NOSPEC} needs a second engine, which this bench does "
-                           "not start; drop it (python -m benchmarks measures it)")
     for p in sidecars:
         if SIDECAR_POLICIES[p] not in tables:
             raise InvalidInput(f"--policies: {p} starts from the profile's "
                                f"{SIDECAR_POLICIES[p]} table, which it does not have")
-    unknown = [p for p in policies if p not in tables and p not in sidecars and p != NIGHTJAR]
+    unknown = [p for p in policies
+               if p not in tables and p not in sidecars and p not in (NIGHTJAR, NOSPEC)]
     if unknown:
-        known = [*sorted(tables), *SIDECAR_POLICIES, NIGHTJAR]
+        known = [*sorted(tables), *SIDECAR_POLICIES, NIGHTJAR, NOSPEC]
         raise InvalidInput(f"--policies: {','.join(unknown)} not known for this profile; use "
                            f"some of {','.join(known)}")
     if not any(p in tables for p in policies):
@@ -183,12 +185,12 @@ def order(policies: tuple[str, ...], block: int, seed: int) -> list[str]:
     return out
 
 
-async def one_round(arms: Arms, cfg: Config, block: int, seed: int,
+async def one_round(arms: Arms, cfg: Config, policies: tuple[str, ...], block: int, seed: int,
                     part: int) -> list[tuple[int, ArmRun]]:
     """Every shape (in an order rotating with the block) under every policy (shuffled)."""
     out = []
     for shape in rotated(cfg.shapes, max(block, 0)):
-        for position, policy in enumerate(order(cfg.policies, block, cfg.blocks.seed)):
+        for position, policy in enumerate(order(policies, block, cfg.blocks.seed)):
             run = await arms.run(shape, policy, seed, run_tag(part, block, shape.name, policy))
             out.append((position, run))
             say(f"block {block} {shape.name:>14} {policy:>22}: {arm_throughput(run):8.1f} "
@@ -211,12 +213,48 @@ def name_log(part: Part, key: str, name: str) -> None:
         part.watch_log = name
 
 
+def speculative(cfg: Config) -> tuple[str, ...]:
+    """The policies the speculative engine serves: all but no speculation."""
+    return tuple(p for p in cfg.policies if p != NOSPEC)
+
+
+def next_block(record: FieldRecord, policies: tuple[str, ...]) -> int:
+    """The first block none of `policies` ran yet (a resumed record's engines resume apart)."""
+    return 1 + max((r.block for r in record.runs if r.arm in policies), default=-1)
+
+
+def plain_reserve(cfg: Config, record: FieldRecord, start_s: float) -> Callable[[int, float], float]:
+    """The seconds the engine without speculation needs after the speculative blocks: its start,
+    its warmup rounds and the blocks it owes (those already owed plus `n`), each at one policy's
+    share of a speculative block."""
+    if NOSPEC not in cfg.policies:
+        return lambda _n, _s: 0.0
+    owed = next_block(record, speculative(cfg)) - next_block(record, (NOSPEC,))
+    share = 1 / len(speculative(cfg))
+    return lambda n, block_s: start_s + (cfg.blocks.warmup_rounds + owed + n) * block_s * share
+
+
 async def run(cfg: Config) -> FieldRecord:
     t0 = time.monotonic()
     record = record_for(cfg)
-    info, first = next_part(record)
+    info, _ = next_part(record)
+    try:
+        await speculative_blocks(cfg, record, info, t0)
+        if NOSPEC in cfg.policies:
+            await plain_blocks(cfg, record, info, t0)
+    finally:
+        info.wall_s = round(time.monotonic() - t0, 1)
+        save(cfg, record)
+    return record
+
+
+async def speculative_blocks(cfg: Config, record: FieldRecord, info: Part, t0: float) -> None:
+    """Every policy but no speculation, block after block, on the speculative engine."""
     s = cfg.scenario
+    policies = speculative(cfg)
+    first = next_block(record, policies)
     async with serving(s) as up:
+        start_s = time.monotonic() - t0
         admin = up.admin
         first_table = next(iter(cfg.tables.values()))
         await admin.put_table(first_table)
@@ -239,7 +277,7 @@ async def run(cfg: Config) -> FieldRecord:
                     bandit=NIGHTJAR if NIGHTJAR in cfg.policies else None)
 
         async def round_(block: int, seed: int) -> list[tuple[int, ArmRun]]:
-            return await one_round(arms, cfg, block, seed, info.part)
+            return await one_round(arms, cfg, policies, block, seed, info.part)
 
         def keep() -> dict[str, Any]:
             for key, policy in sidecar_keys(cfg).items():
@@ -248,9 +286,36 @@ async def run(cfg: Config) -> FieldRecord:
             return save(cfg, record)
 
         await recorded(run_blocks(round_, cfg.blocks, record, info, first, t0,
-                                  keep, say, _progress),
+                                  keep, say, _progress, plain_reserve(cfg, record, start_s)),
                        info, t0, arms.close, keep)
-    return record
+
+
+async def plain_blocks(cfg: Config, record: FieldRecord, info: Part, t0: float) -> None:
+    """No speculation on its own engine, over the blocks the speculative engine ran (their
+    seeds: the same requests), within what is left of the budget."""
+    s = cfg.scenario
+    first, last = next_block(record, (NOSPEC,)), next_block(record, speculative(cfg))
+    if first >= last:
+        return
+    say(f"no speculation: blocks {first}..{last - 1} on vLLM started without speculation")
+    async with serving(s, Startup(is_speculative=False)) as up:
+        client_flags = ("--goodput", *cfg.goodput) if cfg.goodput else ()
+        arms = Arms(up.server.url, up.engine, None, {}, {}, s.model, SERVED_NAME, s.out,
+                    cfg.idle_s, client_flags)
+
+        async def round_(block: int, seed: int) -> list[tuple[int, ArmRun]]:
+            return await one_round(arms, cfg, (NOSPEC,), block, seed, info.part)
+
+        blocks = dataclasses.replace(cfg.blocks, blocks=last)
+        reason, ran = info.stop_reason, info.blocks  # the speculative engine's: the part's own
+        try:
+            await recorded(run_blocks(round_, blocks, record, info, first, t0, say=say,
+                                      save_all=lambda: save(cfg, record)),
+                           info, t0, arms.close, lambda: save(cfg, record))
+        finally:
+            if info.stop_reason != reason:
+                info.stop_reason = f"{reason}; no speculation: {info.stop_reason}"
+            info.blocks = ran
 
 
 def parser() -> argparse.ArgumentParser:
@@ -259,7 +324,8 @@ def parser() -> argparse.ArgumentParser:
                     help="tables (fixed-k*, documented, tuned, quarter, turbospec-style, "
                          "tuned@tie=X, tuned-of:PATH), at most one sidecar-from-TABLE and at "
                          "most one watch-from-TABLE (a --dry-run sidecar), nightjar-style "
-                         "(the plugin's bandit)")
+                         "(the plugin's bandit), nospec (vLLM started again without "
+                         "speculation after the other policies' blocks)")
     ap.add_argument("--sidecar-arg", action="append",
                     help="a flag after the sidecar's defaults, repeatable (default: none)")
     ap.add_argument("--goodput", help="the client's SLOs for request goodput, e.g. 'tpot:50'")

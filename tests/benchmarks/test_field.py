@@ -3,14 +3,16 @@ its policy order, the client's flags, and its answers to bad input."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from benchmarks.arm_run import BlockRun, Phase
+from benchmarks.arm_run import ArmRun, BlockRun, Phase
 from benchmarks.client_record import FieldRecord
 from benchmarks.json_out import dumped
 from benchmarks.field import config, main, order, parser
@@ -201,7 +203,7 @@ def test_a_run_may_pair_an_observing_sidecar_with_one_that_explores(profile: Pat
 
 @pytest.mark.parametrize(("extra", "says"), [
     (["--policies", "fixed-k1"], "--policies='fixed-k1': give at least two"),
-    (["--policies", "fixed-k1,nospec"], "nospec needs a second engine"),
+    (["--policies", "nospec,nightjar-style"], "no table to compare against"),
     (["--policies", "fixed-k1,sidecar-from-quarter,sidecar-from-tuned"],
      "sidecar-from-quarter,sidecar-from-tuned: one sidecar-from-TABLE a run"),
     (["--policies", "fixed-k1,watch-from-quarter,watch-from-tuned,sidecar-from-tuned"],
@@ -342,3 +344,47 @@ FIELD_RESULTS = sorted((Path(__file__).parents[2] / "benchmarks/results").rglob(
 def test_every_committed_field_summary_is_its_runs_summarized(path: Path) -> None:
     assert summarize(FieldRecord.model_validate_json(path.read_text())) == json.loads(
         (path.parent / "summary.json").read_text())
+
+
+def test_no_speculation_is_a_policy_its_own_engine_serves_after_the_others(
+        profile: Path, tmp_path: Path) -> None:
+    """nospec passes the flags, holds no table, and the speculative engine's blocks leave room
+    for its start and the blocks it will owe, each at one policy's share of a block."""
+    from benchmarks.field import meta, next_block, plain_reserve, speculative
+
+    argv = ["--profile", str(profile), "--model", str(tmp_path), "--policies",
+            "fixed-k1,tuned,nospec", "--warmup-rounds", "1"]
+    cfg = config(parser().parse_args(argv), argv)
+    assert cfg.policies == ("fixed-k1", "tuned", "nospec") and "nospec" not in cfg.tables
+    assert speculative(cfg) == ("fixed-k1", "tuned")
+    rec = FieldRecord(schema_=1, meta=meta(cfg), runs=[], warmup=[])
+    reserve = plain_reserve(cfg, rec, start_s=100.0)
+    # start, one warmup round and 3 owed blocks, each half a 60-s block (two policies)
+    assert reserve(3, 60.0) == pytest.approx(100 + (1 + 3) * 30)
+    # two speculative blocks ran, no plain one: those two are owed too
+    rec.runs = [run(b, "burst-c16", p, 100.0, 10.0) for b in (0, 1) for p in ("fixed-k1", "tuned")]
+    assert next_block(rec, speculative(cfg)) == 2 and next_block(rec, ("nospec",)) == 0
+    assert plain_reserve(cfg, rec, 100.0)(1, 60.0) == pytest.approx(100 + (1 + 2 + 1) * 30)
+    argv = argv[:5] + ["fixed-k1,tuned"]
+    assert plain_reserve(config(parser().parse_args(argv), argv), rec, 100.0)(3, 60.0) == 0.0
+
+
+def test_a_block_that_would_eat_the_time_reserved_after_it_is_not_begun() -> None:
+    """The budget check counts what later work needs for the blocks run so far."""
+    from benchmarks.client_bench import Blocks, run_blocks
+    from benchmarks.client_record import Part
+
+    rec = field_record([], ["burst-c16"], ["fixed-k1"])
+    info = Part(part=0, first_block=0, stop_reason="blocks")
+    ran: list[int] = []
+
+    async def one_round(block: int, seed: int) -> list[tuple[int, ArmRun]]:
+        ran.append(block)
+        await asyncio.sleep(0.01)
+        return []
+
+    asyncio.run(run_blocks(one_round, Blocks(blocks=9, budget_s=100.0, warmup_rounds=0, seed=0),
+                           rec, info, 0, time.monotonic(), lambda: {},
+                           lambda _: None, reserve=lambda n, _s: 40.0 * n))
+    assert ran == [0, 1]  # block 2 would leave 100 - 3 * 40 < 0 s
+    assert info.stop_reason.startswith("budget: block 2") and info.blocks == 2

@@ -74,3 +74,40 @@ def test_a_scenario_runs_on_your_prompts_and_keeps_the_clients_results(tmp_path:
     summary = json.loads((out / "summary.json").read_text())
     k3 = summary["shapes"][0]["policies"]["fixed-k3"]["figures"]
     assert k3["output_throughput"]["median"] > 0 and k3["tpot_p50_ms"]["median"] > 0
+
+
+def test_no_speculation_serves_the_same_blocks_on_its_own_engine_after_the_tables(
+        tmp_path: Path) -> None:
+    """nospec: vLLM started again without speculation once the table's blocks are done; the
+    same blocks (their requests), vLLM's token count without the plugin's, and a comparison
+    paired by block."""
+    profile = paper_profile()
+    profile.table = profile.build().table.to_list()
+    profile.save(tmp_path / "profile.json")
+    out = tmp_path / "out"
+    rc = main(["--profile", str(tmp_path / "profile.json"), "--model", str(default_model().target),
+               "--out", str(out), "--policies", "fixed-k3,nospec", "--shapes", "burst",
+               "--concurrency", "2", "--waves", "1", "--blocks", "2", "--warmup-rounds", "0",
+               "--idle-s", "0", "--output-len", "24"])
+    assert rc == 0
+    record = FieldRecord.model_validate_json((out / "field.json").read_text())
+    assert sorted((r.block, r.arm) for r in record.runs) == [
+        (0, "fixed-k3"), (0, "nospec"), (1, "fixed-k3"), (1, "nospec")]
+    by = {(r.block, r.arm): r for r in record.runs}
+    for b in (0, 1):  # the same requests: the same seed, the same prompt tokens
+        spec, plain = by[(b, "fixed-k3")], by[(b, "nospec")]
+        assert spec.seed == plain.seed
+        assert (spec.phases[0].client.total_input_tokens
+                == plain.phases[0].client.total_input_tokens)
+        assert plain.phases[0].engine.steps is None and plain.phases[0].engine.generated_tokens > 0
+        assert spec.phases[0].engine.steps
+    (part,) = record.meta.parts
+    assert part.blocks == 2 and part.stop_reason == "blocks"
+    # the engine without speculation had no speculative config and no plugin
+    commands = [p.read_text().splitlines()[0] for p in (out / "logs").glob("vllm-*.log")]
+    assert sorted("--speculative-config" in c for c in commands) == [False, True], commands
+    summary = json.loads((out / "summary.json").read_text())
+    (shape,) = summary["shapes"]
+    assert shape["blocks"] == 2
+    assert any(c["policy"] == "nospec" and c["versus"] == "fixed-k3" and c["ratio"] > 0
+               for c in shape["comparisons"])
