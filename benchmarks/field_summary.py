@@ -10,14 +10,15 @@ shuffled order, on the same requests), what users of vLLM's benchmark client rea
   (`output_throughput`, `ttft_p50_ms` ... `itl_p99_ms`) its median over blocks with a
   distribution-free 95% interval (order statistics of the blocks; none below 6 blocks) and,
   for a policy that is not a fixed k, its paired ratio to the best fixed k (below);
-- comparisons, paired by block: each policy that is not a fixed k against every fixed k and
-  the documented table, in output throughput (above 1 is faster) and in p50 TPOT (below 1 is
-  faster): the geometric mean of the per-block ratios with its 95% Student's t-interval on
-  their logs, and a word: `faster`, `slower`, or `same within noise` (the interval holds 1);
+- comparisons, paired by block: each policy that is not a fixed k against every fixed k, the
+  documented table, the tuned one and no speculation (those the run has), in output
+  throughput (above 1 is faster) and in p50 TPOT (below 1 is faster): the geometric mean of
+  the per-block ratios with its 95% Student's t-interval on their logs, and a word:
+  `faster`, `slower`, or `same within noise` (the interval holds 1);
 - `after_learning`: a sidecar policy against the tuned table in the blocks where its sidecar
   had been awake ≥ LEARN_S (60 s) before its run, both metrics (uncorrected, 95%);
 - `headline`, the claims the README shows (each non-fixed, non-documented policy against the
-  best fixed k and against the documented table, both metrics, every shape) as one family,
+  best fixed k, the documented table and no speculation, both metrics, every shape) as one family,
   Holm-corrected at 5% family-wise, each interval at the level its claim was tested at (a run
   makes dozens of comparisons: at 5% each a few would read faster or slower by chance, even of
   two policies that ran the same table; docs/benchmarks.md). Two policies that ran one table
@@ -49,7 +50,7 @@ from benchmarks.noharm_summary import (ALPHA, Run, acceptance_length, arm_throug
                                        engine_throughput, latency, mean_of, median,
                                        ratio_interval, short_runs)
 from benchmarks.stats import is_fixed, policy_key
-from benchmarks.policies import SIDECAR
+from benchmarks.policies import NOSPEC, SIDECAR
 
 Blocks = dict[tuple[int, int], dict[str, Run]]    # (part, block) -> policy -> its run
 Tables = dict[str, list[list[int]]]               # policy -> the table it ran
@@ -225,19 +226,21 @@ def claim_interval(estimates: Sequence[LogRatio], alpha: float, higher: bool) ->
 def headline(runs: Sequence[Run], shapes: Sequence[str], policies: Sequence[str],
              tables: Tables, alpha: float = ALPHA) -> list[FieldClaim]:
     """The claims the README shows, one family: per shape, every policy that is neither a
-    fixed k nor the documented table, against the best fixed k and against the documented
-    table, in output throughput and p50 TPOT. Holm's step-down over the family (a run makes
-    dozens: at 5% each, a few would read faster or slower by chance); each interval at the
-    level Holm tested its claim at, so its word and its interval agree. A claim between two
-    policies that ran the same table is an A/A: reported, outside the family, word "same table"."""
+    fixed k nor the documented table, against the best fixed k, the documented table and no
+    speculation (where the run has them), in output throughput and p50 TPOT. Holm's step-down
+    over the family (a run makes dozens: at 5% each, a few would read faster or slower by
+    chance); each interval at the level Holm tested its claim at, so its word and its interval
+    agree. A claim between two policies that ran the same table is an A/A: reported, outside
+    the family, word "same table"."""
     fixed = sorted((p for p in policies if is_fixed(p)), key=policy_key)
     shown = [p for p in policies if not is_fixed(p) and p != "documented"]
     found: list[tuple[_Asked, list[LogRatio] | None]] = []
     for shape in shapes:
         blocks = by_block(runs, shape)
         for policy in shown:
-            for versus, refs in ((BEST_FIXED, fixed), ("documented", ["documented"])):
-                if not refs or any(r not in policies for r in refs):
+            for versus, refs in ((BEST_FIXED, fixed), ("documented", ["documented"]),
+                                 (NOSPEC, [NOSPEC])):
+                if not refs or policy in refs or any(r not in policies for r in refs):
                     continue
                 same = any(tables.get(r) is not None and tables.get(r) == tables.get(policy)
                            for r in refs) if versus == "documented" else False
@@ -316,8 +319,7 @@ def shape_summary(runs: Sequence[Run], shape: str, policies: Sequence[str],
     complete = [b for b in blocks.values() if all(p in b for p in policies)]
     fixed = sorted((p for p in policies if is_fixed(p)), key=policy_key)
     others = [p for p in policies if not is_fixed(p)]
-    references = [*fixed, *(["documented"] if "documented" in policies else []),
-                  *(["tuned"] if "tuned" in policies else [])]
+    references = [*fixed, *(p for p in ("documented", "tuned", NOSPEC) if p in policies)]
     tables = tables or {}
     comparisons = [_same(compare(blocks, p, v, m), tables) for p in others for v in references
                    if v != p for m in HEADLINE]

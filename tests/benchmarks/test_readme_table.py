@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from benchmarks.field_summary_model import FieldClaim, FieldShape, FieldSummary, Word
 from benchmarks.noharm_summary import NoharmSummary, Ratio
-from benchmarks.readme_table import (NOHARMS, RESULTS, ROOT, change, field_rows, main,
-                                     noharm_file, noharm_row, render, render_index)
+from benchmarks.readme_table import (NOHARMS, RESULTS, ROOT, change, field_rows,
+                                     has_every_fixed_k, main, noharm_file, noharm_row, render,
+                                     render_index)
 
 
 def test_the_readme_results_tables_equal_the_generated_ones() -> None:
@@ -35,7 +36,7 @@ def test_a_field_row_gives_each_change_in_percent_with_its_interval_and_word() -
     assert ("| burst-c16 (6 blocks) | tuned | -1.0% [-3.0, +1.0] same within noise | "
             "-10.0% [-15.0, -5.0] faster | +5.2% [+1.0, +9.6] faster | the same table |") in row
     assert change(None) == "not measured"
-    assert "too few blocks" in change(claim("documented", "p50_tpot", 1.1, [None, None], None))
+    assert "too few to tell" in change(claim("documented", "p50_tpot", 1.1, [None, None], None))
 
 
 def test_a_noharm_row_says_each_shapes_interval_the_pushes_and_the_verdict_from_the_file() -> None:
@@ -51,3 +52,41 @@ def test_a_noharm_row_says_each_shapes_interval_the_pushes_and_the_verdict_from_
     row = noharm_row(folder, s)
     assert "6 blocks over 3 calls" in row and "burst-c8 0.998 [0.990, 1.006] undecided" in row
     assert "(mean TPOT 1.012 [1.004, 1.020])" in row
+
+
+def _summary(blocks: int, policies: list[str], tables: dict[str, list[list[int]]],
+             claims: list[FieldClaim]) -> FieldSummary:
+    shapes = sorted({c.shape for c in claims})
+    return FieldSummary(
+        headline=claims, family=len(claims),
+        shapes=[FieldShape(shape=x, blocks=blocks, policies={}, comparisons=[], after_learning=[],
+                           versus_best_fixed=[]) for x in shapes],
+        policies=policies, tables=tables, ci_level=0.95, blocks=blocks, parts=1,
+        goodput_slo=None, short_runs=[], statistic="", command=None)
+
+
+def test_rows_name_their_setting_once_and_give_no_interval_below_three_blocks() -> None:
+    """Two blocks leave one degree of freedom, whose Holm interval spans orders of magnitude:
+    the cell says so with the point figure; no speculation gets its own columns."""
+    claims = [FieldClaim(shape=sh, policy=p, versus=v, metric=m, ratio=r, same_table=False,
+                         ci=[r * 0.5, r * 20.0], level=0.01, p=0.5, word="same within noise")
+              for sh in ("burst-c1", "burst-c256") for p, r in (("tuned", 0.92), ("nospec", 0.7))
+              for v in ("best fixed k", "nospec") if v != p
+              for m in ("output_throughput", "p50_tpot")]
+    s = _summary(2, ["fixed-k0", "fixed-k1", "tuned", "nospec"], {"tuned": [[1, 8, 1]]}, claims)
+    rows = field_rows("H200, 32B", "x", s, ("best fixed k", "nospec"))
+    assert len(rows) == 4 and rows[0].startswith("| H200, 32B | burst-c1 (2 blocks) | tuned |")
+    assert all(r.startswith("|  | ") for r in rows[1:])
+    assert "| -8.0% (2 blocks: too few to tell) |" in rows[0] and "[" not in rows[0].split("|")[4]
+    assert rows[1].split("|")[6].strip() == "not measured"  # no speculation against itself
+    assert change(claims[0], 3).startswith("-8.0% [-54.0, +1740.0]")
+
+
+def test_the_readme_shows_runs_of_every_fixed_k_the_index_the_others() -> None:
+    every = _summary(6, ["fixed-k0", "fixed-k1", "fixed-k2", "tuned"],
+                     {"tuned": [[1, 4, 2], [5, 8, 1]]}, [])
+    some = _summary(6, ["fixed-k0", "fixed-k1", "tuned"], {"tuned": [[1, 8, 2]]}, [])
+    assert has_every_fixed_k(every) and not has_every_fixed_k(some)
+    readme = (ROOT / "README.md").read_text()
+    index = (RESULTS / "README.md").read_text()
+    assert "fixed k=0 and k=1 only" not in readme and "fixed k=0 and k=1 only" in index
