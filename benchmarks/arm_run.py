@@ -26,6 +26,7 @@ class EngineCounts(_Record):
     steps: int | None                # the plugin's engine steps (None: no plugin counters)
     step_ms: float | None
     steps_per_k: dict[int, int] | None = None  # the plugin's engine steps at each k verified
+    explore_steps: int | None = None  # of those, steps at a k not the table's (duels, rotation)
     table_version: list[int]         # before, after: a change means someone pushed
     accepted_per_pos: list[int]
     drafted_per_pos: list[int]

@@ -210,6 +210,7 @@ class Arms:
                          step_ms=load.step_ms if load else None,
                          steps_per_k={k: n - s0.engine_steps_per_k.get(k, 0)
                                       for k, n in sorted(s1.engine_steps_per_k.items())},
+                         explore_steps=s1.explore_steps - s0.explore_steps,
                          table_version=[s0.table_version, s1.table_version],
                          accepted_per_pos=_delta(s0.accepted_per_pos, s1.accepted_per_pos),
                          drafted_per_pos=_delta(s0.drafted_per_pos, s1.drafted_per_pos)))

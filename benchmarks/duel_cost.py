@@ -1,0 +1,215 @@
+"""What the sidecar's exploration costs, read from its own duels (issue #34 item 4: ≤ 0.5% of
+goodput, with its interval).
+
+A client-level ratio (sidecar arm over table arm) cannot resolve 0.5% on a noisy host: a 2-core
+box spreads a paired block by ±10%. But exploration costs only on the steps it explores, and
+the sidecar measures those steps itself. An explored step (a duel run or a rotation step, the
+plugin's `explore_steps`) delivers what its k delivers instead of the table's k, and each duel
+pair is that difference for one run: the log ratio of goodput, the run over the table's steps
+on either side of it at the same batch sizes (sidecar/measured.py `pairs_in`). So
+
+    cost = s · ū      s = explored steps / all steps of the sidecar's arm (counted, exact)
+                      ū = the mean over pairs of 1 − exp(log ratio): a run's shortfall
+
+with ū's 95% interval t(n−1)·√(V/n), V the pairs' long-run variance as the sidecar bounds it
+(eq. LRV from 24 pairs, eq. EARLY below: neighbouring pairs are not independent), and s taken
+as counted. What the figure assumes, each said in the output:
+
+- runs that formed no pair cost what paired ones do (`paired_share`: the explored steps the
+  pairs cover);
+- steps stand for time: a challenger at a smaller k than the table's takes shorter steps, so
+  its share of the time is below its share of steps and the figure is an upper bound
+  (`bound` "upper"); at a larger k it is not ("approximate");
+- it prices the explored steps only, not the sidecar's reads or CPU (benchmarks/poll_cost.py,
+  benchmarks/sidecar_cost.py) nor any push (a push is a decision, judged by the field bench).
+
+Explored steps come from the record's `explore_steps` (the plugin's counter, recorded since
+2026-12-07); in older records, from the steps at each k, where the sidecar's start table has one
+k and it never pushed (every other k's steps were then explored).
+
+    python -m benchmarks.duel_cost --field DIR/field.json --log DIR/sidecar-part0.log.gz \\
+        [--arm sidecar-from-tuned] [--out DIR/duel-cost.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from benchmarks.arm_run import BlockRun
+from benchmarks.client_record import FieldRecord
+from benchmarks.json_out import emit
+from benchmarks.policies import SIDECAR_POLICIES
+from sidecar.measured import MIN_PAIRS, early_variance, long_run_variance
+from tuner.core.errors import InvalidInput
+from tuner.core.student_t import t_ppf
+
+TARGET = 0.005   # issue #34 item 4: exploration's cost at most 0.5% of goodput
+ALPHA = 0.05
+
+Verdict = Literal["met", "missed", "undecided"]
+
+
+class LoggedPair(BaseModel):
+    """A `pair` event of the sidecar's log (sidecar/measured.py `Pair.logged`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    seq: int
+    bucket: int
+    k: int
+    ref: int
+    log_ratio: float
+    steps: int
+
+
+class DuelCost(BaseModel):
+    """duel-cost.json: exploration's cost as a share of the arm's goodput."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    arm: str
+    steps: int                      # engine steps while the arm ran (warmup rounds included)
+    explored_steps: int
+    explored_share: float           # s
+    explored_from: Literal["explore_steps", "steps_per_k"]
+    pairs: int
+    by_pair: dict[str, int]         # "k2 vs k3" -> pairs
+    paired_share: float             # explored steps the pairs cover
+    mean_loss: float                # ū
+    loss_ci: list[float]
+    variance: Literal["eq. LRV", "eq. EARLY"]
+    cost: float                     # s · ū
+    cost_ci: list[float]
+    bound: Literal["upper", "approximate"]
+    target: float
+    verdict: Verdict
+    command: str
+
+
+def pairs_from(lines: Iterable[str]) -> list[LoggedPair]:
+    """The `pair` events of a sidecar's JSON log lines, in the order they were logged. Pure."""
+    out = []
+    for line in lines:
+        if '"pair"' not in line:
+            continue
+        event = json.loads(line)
+        if event.get("event") == "pair":
+            out.append(LoggedPair.model_validate(event["pair"]))
+    return out
+
+
+def arm_runs(record: FieldRecord, arm: str) -> list[BlockRun]:
+    """The arm's runs, warmup rounds first (the sidecar explored in those too)."""
+    return [r for r in (*record.warmup, *record.runs) if r.arm == arm]
+
+
+def explored(record: FieldRecord, arm: str) -> tuple[int, int, Literal["explore_steps", "steps_per_k"], int]:
+    """(explored steps, all steps, where the count came from, the table's k) of the arm;
+    InvalidInput when the record cannot tell."""
+    runs = arm_runs(record, arm)
+    engines = [p.engine for r in runs for p in r.phases]
+    if not engines:
+        raise InvalidInput(f"--arm={arm}: no run of it in the record; use one of "
+                           f"{', '.join(sorted({r.arm for r in record.runs}))}")
+    steps = sum(e.steps or 0 for e in engines)
+    start = record.meta.tables.get(SIDECAR_POLICIES.get(arm, ""))
+    ks = {k for _, _, k in start} if start else set()
+    table_k = ks.pop() if len(ks) == 1 else -1
+    if all(e.explore_steps is not None for e in engines):
+        return sum(e.explore_steps or 0 for e in engines), steps, "explore_steps", table_k
+    if any(e.steps_per_k is None for e in engines):
+        raise InvalidInput(f"--field: the {arm} runs record neither explore_steps nor steps per k "
+                           "(a bench older than 2026-12-07); rerun the bench")
+    if table_k < 0:
+        raise InvalidInput(f"--field: {arm} started from {start}, not one k at every batch size, "
+                           "and the record has no explore_steps; rerun the bench")
+    if any(r.sidecar is not None and r.sidecar.pushes for r in runs):
+        raise InvalidInput(f"--field: {arm} pushed a table, so its steps at other k's are not all "
+                           "explored, and the record has no explore_steps; rerun the bench")
+    other = sum(n for e in engines for k, n in (e.steps_per_k or {}).items() if k != table_k)
+    return other, steps, "steps_per_k", table_k
+
+
+def mean_interval(u: Sequence[float], alpha: float = ALPHA) -> tuple[float, float, float,
+                                                                       Literal["eq. LRV", "eq. EARLY"]]:
+    """(mean, low, high, variance used) of the pairs' shortfalls in the order they ran: a
+    t-interval on the long-run variance the sidecar's own comparisons use."""
+    x = np.asarray(u, dtype=float)
+    n = len(x)
+    if n < 2:
+        raise InvalidInput(f"--log: {n} pair(s); an interval needs at least 2")
+    lrv = n >= MIN_PAIRS
+    v = float(long_run_variance(x) if lrv else early_variance(x))
+    half = float(t_ppf(np.asarray(1 - alpha / 2), np.asarray(n - 1.0))) * math.sqrt(v / n)
+    m = float(x.mean())
+    return m, m - half, m + half, "eq. LRV" if lrv else "eq. EARLY"
+
+
+def verdict(ci: Sequence[float], target: float = TARGET) -> Verdict:
+    return "met" if ci[1] <= target else "missed" if ci[0] > target else "undecided"
+
+
+def duel_cost(record: FieldRecord, pairs: Sequence[LoggedPair], arm: str,
+              command: str = "") -> DuelCost:
+    """The arm's exploration cost from its record and its sidecar's pairs. Pure."""
+    n_explored, steps, source, table_k = explored(record, arm)
+    m, lo, hi, how = mean_interval([1 - math.exp(p.log_ratio) for p in pairs])
+    share = n_explored / steps if steps else 0.0
+    by_pair: dict[str, int] = {}
+    for p in pairs:
+        key = f"k{p.k} vs k{p.ref}"
+        by_pair[key] = by_pair.get(key, 0) + 1
+    return DuelCost(
+        arm=arm, steps=steps, explored_steps=n_explored, explored_share=round(share, 6),
+        explored_from=source, pairs=len(pairs), by_pair=by_pair,
+        paired_share=round(min(1.0, sum(p.steps for p in pairs) / n_explored), 4) if n_explored else 0.0,
+        mean_loss=round(m, 6), loss_ci=[round(lo, 6), round(hi, 6)], variance=how,
+        cost=round(share * m, 6), cost_ci=[round(share * lo, 6), round(share * hi, 6)],
+        bound="upper" if all(p.k < p.ref for p in pairs) and 0 <= table_k else "approximate",
+        target=TARGET, verdict=verdict([share * lo, share * hi]), command=command)
+
+
+def _read(path: Path) -> list[str]:
+    raw = path.read_bytes()
+    return (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode().splitlines()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--field", required=True, help="a field bench's field.json")
+    ap.add_argument("--log", required=True, help="its sidecar's log (sidecar-partN.log.gz)")
+    ap.add_argument("--arm", help="the sidecar policy (default: the record's sidecar-from-...)")
+    ap.add_argument("--out", help="write duel-cost.json here (default: stdout only)")
+    args = ap.parse_args(argv)
+    try:
+        try:
+            record = FieldRecord.model_validate_json(Path(args.field).read_text())
+        except (OSError, ValueError) as exc:
+            raise InvalidInput(f"--field={args.field}: not a field bench's record ({exc})") from exc
+        try:
+            pairs = pairs_from(_read(Path(args.log)))
+        except (OSError, ValueError) as exc:
+            raise InvalidInput(f"--log={args.log}: not a sidecar's JSON log ({exc})") from exc
+        arm = args.arm or next((p for p in record.meta.policies if p.startswith("sidecar-from-")), "")
+        if not arm:
+            raise InvalidInput("--arm: the record has no sidecar-from-... policy; name the arm")
+        cost = duel_cost(record, pairs, arm, "python -m benchmarks.duel_cost " + " ".join(
+            sys.argv[1:] if argv is None else argv))
+    except InvalidInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    emit(cost.model_dump(mode="json"), Path(args.out) if args.out else None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
