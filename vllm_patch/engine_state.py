@@ -31,7 +31,7 @@ class TableState:
 @dataclass(frozen=True, slots=True)
 class Policy:
     explore_every: int = 0  # every N steps a run of explore_run steps at another k; 0 = off
-    hysteresis: int = 0     # keep the current K while B is within h of its range's edge
+    hysteresis: int = 0     # keep the current K while B is within h of its range's edge (policy.step_k)
     baseline: str | None = None  # "nightjar": the per-batch-size bandit baseline decides K
     explore_run: int = 3    # < explore_every; the middle steps of a run are steady steps
     # duels (vllm_patch/duel.py): while set, exploration runs only at these batch-size ranges,

@@ -45,11 +45,26 @@ def step_k(dense: tuple[int, ...], batch_size: int, current_k: int | None, step:
         return explored, True
     h = policy.hysteresis
     if h and current_k is not None and k != current_k:
+        # a range of fewer than 2h+1 batch sizes would never be entered: B stays within h of
+        # the k on either side (bursts of 4 held k=0 over a pushed [3, 4] -> 3 for whole runs)
+        h = min(h, (range_width(dense, batch_size, 2 * h) - 1) // 2)
         lo, hi = max(1, batch_size - h), min(len(dense) - 1, batch_size + h)
         # Still within h of a batch size where the table says current_k: hold it.
-        if current_k in dense[lo:hi + 1]:
+        if h and current_k in dense[lo:hi + 1]:
             return current_k, False
     return k, False
+
+
+def range_width(dense: tuple[int, ...], batch_size: int, cap: int) -> int:
+    """How many batch sizes around `batch_size` the table gives its k (dense[0] is no batch
+    size), counting at most `cap` on each side. Pure."""
+    k, n = dense[batch_size], len(dense)
+    left = right = 0
+    while left < cap and batch_size - left - 1 >= 1 and dense[batch_size - left - 1] == k:
+        left += 1
+    while right < cap and batch_size + right + 1 < n and dense[batch_size + right + 1] == k:
+        right += 1
+    return 1 + left + right
 
 
 class PolicyLookup(list[int]):

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vllm_patch.hooks import count_step
-from vllm_patch.policy import PolicyLookup, step_k
+from vllm_patch.policy import PolicyLookup, range_width, step_k
 from vllm_patch.settings import from_env
 from tuner.core.buckets import step_bucket
 from vllm_patch.engine_state import RECENT_STEPS, Counters, Policy
@@ -87,6 +87,30 @@ def test_policy_k_is_always_a_k_of_the_table_or_the_current(ks: list[int], h: in
     assert not explored and k in (dense[b], cur)
     if k != dense[b]:
         assert cur in dense[max(1, b - h):b + h + 1]
+
+
+def _dense(table: list[list[int]]) -> tuple[int, ...]:
+    out = [0] * (table[-1][1] + 1)
+    for start, end, k in table:
+        out[start:end + 1] = [k] * (end - start + 1)
+    out[0] = out[1]
+    return tuple(out)
+
+
+def test_a_range_narrower_than_the_hysteresis_band_is_entered_whatever_k_came_before() -> None:
+    """Bursts of 4 (B 1..4) under [[1,2,0],[3,4,3],...] with h=2: every B is within 2 of a k=0
+    batch size, so the old rule held k=0 (or k=3) for whole runs whichever the table said."""
+    dense = _dense([[1, 2, 0], [3, 4, 3], [5, 8, 0], [9, 16, 3]])
+    policy = Policy(hysteresis=2)
+    for current in (0, 3):
+        ks = [step_k(dense, b, current, 1, policy, ALL_K)[0] for b in range(1, 5)]
+        assert ks == [0, 0, 3, 3], (current, ks)
+    # a range of 4 holds within 1 of its edge, a wide one within h
+    assert step_k(dense, 5, 3, 1, policy, ALL_K)[0] == 3
+    assert step_k(dense, 6, 3, 1, policy, ALL_K)[0] == 0
+    assert [step_k(dense, b, 0, 1, policy, ALL_K)[0] for b in (9, 10, 11)] == [0, 0, 3]
+    assert range_width(dense, 3, 4) == 2 and range_width(dense, 12, 4) == 8
+    assert range_width(dense, 12, 2) == 5  # counted at most `cap` on each side
 
 
 def test_settings_from_env() -> None:
