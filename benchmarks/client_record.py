@@ -72,6 +72,7 @@ class Part(BaseModel):
     watch_log: str | None = None
     blocks: int | None = None
     wall_s: float | None = None
+    plain_blocks: int | None = None  # the field bench's no-speculation blocks this call ran
 
 
 class ClientMeta(BaseModel):

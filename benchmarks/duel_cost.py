@@ -11,15 +11,19 @@ on either side of it at the same batch sizes (sidecar/measured.py `pairs_in`). S
     cost = s · ū      s = explored steps / all steps of the sidecar's arm (counted, exact)
                       ū = the mean over pairs of 1 − exp(log ratio): a run's shortfall
 
-with ū's 95% interval t(n−1)·√(V/n), V the pairs' long-run variance as the sidecar bounds it
-(eq. LRV from 24 pairs, eq. EARLY below: neighbouring pairs are not independent), and s taken
-as counted. What the figure assumes, each said in the output:
+with ū's interval t(n−1)·√(V/n) at 95%, V the pairs' long-run variance as the sidecar bounds
+it (eq. LRV from 24 pairs, eq. EARLY below: neighbouring pairs are not independent), which is
+the upper 90% bound of that variance, so the interval is wider than a plain 95% one (on
+purpose: the pairs' dependence is estimated loosely); s taken as counted; ū the plain mean
+over pairs (each a duel run of about the same steps). What the figure assumes, each said in
+the output:
 
 - runs that formed no pair cost what paired ones do (`paired_share`: the explored steps the
   pairs cover);
 - steps stand for time: a challenger at a smaller k than the table's takes shorter steps, so
-  its share of the time is below its share of steps and the figure is an upper bound
-  (`bound` "upper"); at a larger k it is not ("approximate");
+  its share of the time is below its share of steps, and where the shortfall is positive the
+  interval's upper end overstates the cost (`bound` "upper": every pair and every explored
+  step below the table's one k, nothing pushed); otherwise "approximate";
 - it prices the explored steps only, not the sidecar's reads or CPU (benchmarks/poll_cost.py,
   benchmarks/sidecar_cost.py) nor any push (a push is a decision, judged by the field bench).
 
@@ -40,7 +44,7 @@ import math
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -49,7 +53,7 @@ from benchmarks.arm_run import BlockRun
 from benchmarks.client_record import FieldRecord
 from benchmarks.json_out import emit
 from benchmarks.policies import SIDECAR_POLICIES
-from sidecar.measured import MIN_PAIRS, early_variance, long_run_variance
+from sidecar.measured import EARLY_PAIRS, MIN_PAIRS, early_variance, long_run_variance
 from tuner.core.errors import InvalidInput
 from tuner.core.student_t import t_ppf
 
@@ -111,9 +115,19 @@ def arm_runs(record: FieldRecord, arm: str) -> list[BlockRun]:
     return [r for r in (*record.warmup, *record.runs) if r.arm == arm]
 
 
-def explored(record: FieldRecord, arm: str) -> tuple[int, int, Literal["explore_steps", "steps_per_k"], int]:
-    """(explored steps, all steps, where the count came from, the table's k) of the arm;
-    InvalidInput when the record cannot tell."""
+class Explored(NamedTuple):
+    """What the record says of the arm's exploration."""
+
+    steps: int          # explored
+    all_steps: int
+    source: Literal["explore_steps", "steps_per_k"]
+    table_k: int        # the start table's one k (-1: several)
+    below: bool         # every explored step below table_k, and nothing pushed
+
+
+def explored(record: FieldRecord, arm: str) -> Explored:
+    """The arm's explored steps and where their count came from; InvalidInput when the record
+    cannot tell."""
     runs = arm_runs(record, arm)
     engines = [p.engine for r in runs for p in r.phases]
     if not engines:
@@ -123,19 +137,23 @@ def explored(record: FieldRecord, arm: str) -> tuple[int, int, Literal["explore_
     start = record.meta.tables.get(SIDECAR_POLICIES.get(arm, ""))
     ks = {k for _, _, k in start} if start else set()
     table_k = ks.pop() if len(ks) == 1 else -1
+    pushed = any(r.sidecar is not None and r.sidecar.pushes for r in runs)
+    below = table_k >= 0 and not pushed and all(
+        k < table_k for e in engines for k, n in (e.steps_per_k or {}).items() if n and k != table_k)
     if all(e.explore_steps is not None for e in engines):
-        return sum(e.explore_steps or 0 for e in engines), steps, "explore_steps", table_k
+        return Explored(sum(e.explore_steps or 0 for e in engines), steps, "explore_steps",
+                        table_k, below and all(e.steps_per_k is not None for e in engines))
     if any(e.steps_per_k is None for e in engines):
         raise InvalidInput(f"--field: the {arm} runs record neither explore_steps nor steps per k "
                            "(a bench older than 2026-12-07); rerun the bench")
     if table_k < 0:
         raise InvalidInput(f"--field: {arm} started from {start}, not one k at every batch size, "
                            "and the record has no explore_steps; rerun the bench")
-    if any(r.sidecar is not None and r.sidecar.pushes for r in runs):
+    if pushed:
         raise InvalidInput(f"--field: {arm} pushed a table, so its steps at other k's are not all "
                            "explored, and the record has no explore_steps; rerun the bench")
     other = sum(n for e in engines for k, n in (e.steps_per_k or {}).items() if k != table_k)
-    return other, steps, "steps_per_k", table_k
+    return Explored(other, steps, "steps_per_k", table_k, below)
 
 
 def mean_interval(u: Sequence[float], alpha: float = ALPHA) -> tuple[float, float, float,
@@ -144,8 +162,9 @@ def mean_interval(u: Sequence[float], alpha: float = ALPHA) -> tuple[float, floa
     t-interval on the long-run variance the sidecar's own comparisons use."""
     x = np.asarray(u, dtype=float)
     n = len(x)
-    if n < 2:
-        raise InvalidInput(f"--log: {n} pair(s); an interval needs at least 2")
+    if n < EARLY_PAIRS:
+        raise InvalidInput(f"--log: {n} pair(s); an interval needs at least {EARLY_PAIRS} "
+                           "(the sidecar's first look)")
     lrv = n >= MIN_PAIRS
     v = float(long_run_variance(x) if lrv else early_variance(x))
     half = float(t_ppf(np.asarray(1 - alpha / 2), np.asarray(n - 1.0))) * math.sqrt(v / n)
@@ -160,7 +179,8 @@ def verdict(ci: Sequence[float], target: float = TARGET) -> Verdict:
 def duel_cost(record: FieldRecord, pairs: Sequence[LoggedPair], arm: str,
               command: str = "") -> DuelCost:
     """The arm's exploration cost from its record and its sidecar's pairs. Pure."""
-    n_explored, steps, source, table_k = explored(record, arm)
+    e = explored(record, arm)
+    n_explored, steps = e.steps, e.all_steps
     m, lo, hi, how = mean_interval([1 - math.exp(p.log_ratio) for p in pairs])
     share = n_explored / steps if steps else 0.0
     by_pair: dict[str, int] = {}
@@ -169,11 +189,11 @@ def duel_cost(record: FieldRecord, pairs: Sequence[LoggedPair], arm: str,
         by_pair[key] = by_pair.get(key, 0) + 1
     return DuelCost(
         arm=arm, steps=steps, explored_steps=n_explored, explored_share=round(share, 6),
-        explored_from=source, pairs=len(pairs), by_pair=by_pair,
+        explored_from=e.source, pairs=len(pairs), by_pair=by_pair,
         paired_share=round(min(1.0, sum(p.steps for p in pairs) / n_explored), 4) if n_explored else 0.0,
         mean_loss=round(m, 6), loss_ci=[round(lo, 6), round(hi, 6)], variance=how,
         cost=round(share * m, 6), cost_ci=[round(share * lo, 6), round(share * hi, 6)],
-        bound="upper" if all(p.k < p.ref for p in pairs) and 0 <= table_k else "approximate",
+        bound="upper" if e.below and all(p.k < p.ref == e.table_k for p in pairs) else "approximate",
         target=TARGET, verdict=verdict([share * lo, share * hi]), command=command)
 
 
@@ -186,7 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--field", required=True, help="a field bench's field.json")
-    ap.add_argument("--log", required=True, help="its sidecar's log (sidecar-partN.log.gz)")
+    ap.add_argument("--log", required=True, action="append",
+                    help="its sidecar's log (sidecar-partN.log.gz); repeat for every part of a "
+                         "resumed record (the record's steps span them all)")
     ap.add_argument("--arm", help="the sidecar policy (default: the record's sidecar-from-...)")
     ap.add_argument("--out", help="write duel-cost.json here (default: stdout only)")
     args = ap.parse_args(argv)
@@ -195,10 +217,12 @@ def main(argv: list[str] | None = None) -> int:
             record = FieldRecord.model_validate_json(Path(args.field).read_text())
         except (OSError, ValueError) as exc:
             raise InvalidInput(f"--field={args.field}: not a field bench's record ({exc})") from exc
-        try:
-            pairs = pairs_from(_read(Path(args.log)))
-        except (OSError, ValueError) as exc:
-            raise InvalidInput(f"--log={args.log}: not a sidecar's JSON log ({exc})") from exc
+        pairs = []
+        for log in args.log:
+            try:
+                pairs += pairs_from(_read(Path(log)))
+            except (OSError, ValueError) as exc:
+                raise InvalidInput(f"--log={log}: not a sidecar's JSON log ({exc})") from exc
         arm = args.arm or next((p for p in record.meta.policies if p.startswith("sidecar-from-")), "")
         if not arm:
             raise InvalidInput("--arm: the record has no sidecar-from-... policy; name the arm")

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks import client_bench
-from benchmarks.arm_run import ArmRun
+from benchmarks.arm_run import ArmRun, BlockRun
 from benchmarks.client_arms import Arms
 from benchmarks.client_bench import (Blocks, add_traffic_flags, bench_parser, blocks_of,
                                      keep_log, next_part, printer, recorded, run_blocks, run_main,
@@ -223,15 +223,26 @@ def next_block(record: FieldRecord, policies: tuple[str, ...]) -> int:
     return 1 + max((r.block for r in record.runs if r.arm in policies), default=-1)
 
 
+def slowest_share(record: FieldRecord, policies: tuple[str, ...]) -> float:
+    """The largest share of a block's time one policy took, in the newest block all of
+    `policies` ran (1/len before any): what a block of no speculation, often the slowest, is
+    priced at."""
+    newest = next_block(record, policies) - 1
+    wall = {p: sum(r.wall_s for r in record.runs if r.block == newest and r.arm == p)
+            for p in policies}
+    total = sum(wall.values())
+    return max(wall.values()) / total if newest >= 0 and total > 0 else 1 / len(policies)
+
+
 def plain_reserve(cfg: Config, record: FieldRecord, start_s: float) -> Callable[[int, float], float]:
     """The seconds the engine without speculation needs after the speculative blocks: its start,
-    its warmup rounds and the blocks it owes (those already owed plus `n`), each at one policy's
-    share of a speculative block."""
+    its warmup rounds and the blocks it owes (those already owed plus `n`), each at the slowest
+    policy's share of a speculative block."""
     if NOSPEC not in cfg.policies:
         return lambda _n, _s: 0.0
     owed = next_block(record, speculative(cfg)) - next_block(record, (NOSPEC,))
-    share = 1 / len(speculative(cfg))
-    return lambda n, block_s: start_s + (cfg.blocks.warmup_rounds + owed + n) * block_s * share
+    return lambda n, block_s: start_s + ((cfg.blocks.warmup_rounds + owed + n) * block_s
+                                         * slowest_share(record, speculative(cfg)))
 
 
 async def run(cfg: Config) -> FieldRecord:
@@ -239,7 +250,8 @@ async def run(cfg: Config) -> FieldRecord:
     record = record_for(cfg)
     info, _ = next_part(record)
     try:
-        await speculative_blocks(cfg, record, info, t0)
+        if next_block(record, speculative(cfg)) < cfg.blocks.blocks:  # else only no speculation owes
+            await speculative_blocks(cfg, record, info, t0)
         if NOSPEC in cfg.policies:
             await plain_blocks(cfg, record, info, t0)
     finally:
@@ -298,24 +310,39 @@ async def plain_blocks(cfg: Config, record: FieldRecord, info: Part, t0: float) 
     if first >= last:
         return
     say(f"no speculation: blocks {first}..{last - 1} on vLLM started without speculation")
-    async with serving(s, Startup(is_speculative=False)) as up:
-        client_flags = ("--goodput", *cfg.goodput) if cfg.goodput else ()
-        arms = Arms(up.server.url, up.engine, None, {}, {}, s.model, SERVED_NAME, s.out,
-                    cfg.idle_s, client_flags)
+    reason, ran = info.stop_reason, info.blocks  # the speculative engine's: the part's own
+    try:
+        async with serving(s, Startup(is_speculative=False)) as up:
+            client_flags = ("--goodput", *cfg.goodput) if cfg.goodput else ()
+            arms = Arms(up.server.url, up.engine, None, {}, {}, s.model, SERVED_NAME, s.out,
+                        cfg.idle_s, client_flags)
 
-        async def round_(block: int, seed: int) -> list[tuple[int, ArmRun]]:
-            return await one_round(arms, cfg, (NOSPEC,), block, seed, info.part)
+            async def round_(block: int, seed: int) -> list[tuple[int, ArmRun]]:
+                return await one_round(arms, cfg, (NOSPEC,), block, seed, info.part)
 
-        blocks = dataclasses.replace(cfg.blocks, blocks=last)
-        reason, ran = info.stop_reason, info.blocks  # the speculative engine's: the part's own
-        try:
+            blocks = dataclasses.replace(cfg.blocks, blocks=last)
             await recorded(run_blocks(round_, blocks, record, info, first, t0, say=say,
                                       save_all=lambda: save(cfg, record)),
                            info, t0, arms.close, lambda: save(cfg, record))
-        finally:
-            if info.stop_reason != reason:
-                info.stop_reason = f"{reason}; no speculation: {info.stop_reason}"
-            info.blocks = ran
+    except BaseException as exc:
+        if info.stop_reason == reason:  # the engine never started: say so
+            info.stop_reason = f"error: {type(exc).__name__}: {exc}"
+        raise
+    finally:
+        info.plain_blocks = sum(r.block >= first for r in record.runs if r.arm == NOSPEC)
+        if info.stop_reason != reason:
+            info.stop_reason = f"{reason}; no speculation: {info.stop_reason}"
+        info.blocks = ran
+        record.runs = with_their_parts(record.runs)
+
+
+def with_their_parts(runs: list[BlockRun]) -> list[BlockRun]:
+    """No speculation's runs under the part (call) of the speculative runs of their block: a
+    resumed call's owed blocks pair with the blocks an earlier call ran (summaries pair by
+    part and block)."""
+    part = {r.block: r.part for r in runs if r.arm != NOSPEC}
+    return [r.model_copy(update={"part": part[r.block]})
+            if r.arm == NOSPEC and r.block in part and r.part != part[r.block] else r for r in runs]
 
 
 def parser() -> argparse.ArgumentParser:

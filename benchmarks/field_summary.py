@@ -250,7 +250,8 @@ def headline(runs: Sequence[Run], shapes: Sequence[str], policies: Sequence[str]
                     if ests is not None:
                         rate = min(math.exp(float(e.mean)) for e in ests)
                         ratio = round(rate if METRICS[metric][1] else _inverse(rate), 4)
-                    found.append((_Asked(shape, policy, versus, metric, ratio, same), ests))
+                    n = sum(policy in b and all(r in b for r in refs) for b in blocks.values())
+                    found.append((_Asked(shape, policy, versus, metric, ratio, same, n), ests))
     p = np.full(len(found), np.nan)
     for i, (asked, ests) in enumerate(found):
         if ests is not None and not asked.same_table:
@@ -281,6 +282,7 @@ class _Asked(NamedTuple):
     metric: str
     ratio: float | None
     same_table: bool
+    blocks: int
 
 
 def _same(c: FieldComparison, tables: Tables) -> FieldComparison:

@@ -89,6 +89,7 @@ class FieldClaim(_Model):
     level: float | None
     p: float | None           # None: outside the family (an A/A, or too few blocks)
     word: Word
+    blocks: int | None = None  # blocks where the policy and every reference ran (None: older files)
 
 
 class FieldShape(_Model):

@@ -99,9 +99,12 @@ class ShortRun(BaseModel):
 
 
 def short_runs(runs: Sequence[Run]) -> list[ShortRun]:
-    """Runs of fewer than MIN_STEPS engine steps (kept in the figures, named here)."""
+    """Runs of fewer than MIN_STEPS engine steps (kept in the figures, named here); a run
+    without the plugin's counters (no speculation) has no step count to judge."""
     out = []
     for r in runs:
+        if all(p.engine.steps is None for p in r.phases):
+            continue
         steps = sum(p.engine.steps or 0 for p in r.phases)
         if steps < MIN_STEPS:
             out.append(ShortRun(block=r.block, shape=r.shape, arm=r.arm, steps=steps))

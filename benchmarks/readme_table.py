@@ -384,7 +384,8 @@ def field_rows(setting: str, folder: str, s: FieldSummary, versus: tuple[str, ..
         cells = [claims.get((shape, policy, v, metric)) for v in versus
                  for metric in ("output_throughput", "p50_tpot")]
         rows.append(f"| {'' if rows else setting} | {shape} ({n} blocks) | {policy} | "
-                    + " | ".join(change(c, n) for c in cells) + f" | {link} |")
+                    + " | ".join(change(c, n if c is None or c.blocks is None else c.blocks)
+                                 for c in cells) + f" | {link} |")
     return rows
 
 

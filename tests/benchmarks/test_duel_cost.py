@@ -51,9 +51,16 @@ def test_the_cost_is_the_explored_share_times_the_pairs_mean_shortfall() -> None
 def test_the_plugins_explore_counter_wins_and_a_larger_k_makes_the_figure_approximate() -> None:
     record = field_record([counted({3: 900, 2: 100}, explore=10)], ["burst-c16"], POLICIES,
                           TABLES)
-    got = duel_cost(record, [pair(0.1, k=2), pair(-0.1, k=4, ref=3)], "sidecar-from-tuned")
+    pairs = [pair(0.1, k=2), pair(-0.1, k=4, ref=3), pair(0.0), pair(0.05)]
+    got = duel_cost(record, pairs, "sidecar-from-tuned")
     assert got.explored_steps == 10 and got.explored_from == "explore_steps"
     assert got.bound == "approximate"
+    assert duel_cost(record, [pair(0.1), pair(0.0), pair(0.05), pair(-0.1)],
+                     "sidecar-from-tuned").bound == "upper"
+    pushed = field_record([counted({3: 900, 2: 100}, explore=10, pushes=1)], ["burst-c16"],
+                          POLICIES, TABLES)
+    assert duel_cost(pushed, [pair(0.1), pair(0.0), pair(0.05), pair(-0.1)],
+                     "sidecar-from-tuned").bound == "approximate"  # the table's k moved
 
 
 @pytest.mark.parametrize(("runs", "tables", "says"), [

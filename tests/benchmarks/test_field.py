@@ -350,7 +350,7 @@ def test_no_speculation_is_a_policy_its_own_engine_serves_after_the_others(
         profile: Path, tmp_path: Path) -> None:
     """nospec passes the flags, holds no table, and the speculative engine's blocks leave room
     for its start and the blocks it will owe, each at one policy's share of a block."""
-    from benchmarks.field import meta, next_block, plain_reserve, speculative
+    from benchmarks.field import meta, next_block, plain_reserve, slowest_share, speculative
 
     argv = ["--profile", str(profile), "--model", str(tmp_path), "--policies",
             "fixed-k1,tuned,nospec", "--warmup-rounds", "1"]
@@ -367,6 +367,29 @@ def test_no_speculation_is_a_policy_its_own_engine_serves_after_the_others(
     assert plain_reserve(cfg, rec, 100.0)(1, 60.0) == pytest.approx(100 + (1 + 2 + 1) * 30)
     argv = argv[:5] + ["fixed-k1,tuned"]
     assert plain_reserve(config(parser().parse_args(argv), argv), rec, 100.0)(3, 60.0) == 0.0
+    # priced at the slowest policy's share of the newest block: 30 of 40 s
+    rec.runs[-2:] = [r.model_copy(update={"wall_s": w}) for r, w in zip(rec.runs[-2:], (30.0, 10.0))]
+    assert slowest_share(rec, speculative(cfg)) == pytest.approx(0.75)
+    assert plain_reserve(cfg, rec, 100.0)(1, 40.0) == pytest.approx(100 + (1 + 2 + 1) * 30)
+
+
+def test_owed_no_speculation_runs_take_the_part_of_the_blocks_they_pair_with() -> None:
+    """A resumed call finishing no speculation's blocks 1..2 files them under the call that ran
+    the other policies there, so the summary pairs them (it pairs by part and block)."""
+    from benchmarks.field import with_their_parts
+
+    runs = [run(b, "burst-c16", "tuned", 100.0, 10.0).model_copy(update={"part": 0})
+            for b in range(3)]
+    runs += [run(0, "burst-c16", "nospec", 80.0, 12.0)]
+    runs += [run(b, "burst-c16", "nospec", 80.0, 12.0).model_copy(update={"part": 1})
+             for b in (1, 2)]
+    fixed = with_their_parts(runs)
+    assert {(r.arm, r.block, r.part) for r in fixed if r.arm == "nospec"} == {
+        ("nospec", 0, 0), ("nospec", 1, 0), ("nospec", 2, 0)}
+    got = summarize(field_record(fixed, ["burst-c16"], ["tuned", "nospec"]))
+    assert got["shapes"][0]["blocks"] == 3
+    claim = next(c for c in got["headline"] if c["versus"] == "nospec")
+    assert claim["policy"] == "tuned" and claim["blocks"] == 3
 
 
 def test_a_block_that_would_eat_the_time_reserved_after_it_is_not_begun() -> None:
