@@ -15,8 +15,10 @@ with ū's interval t(n−1)·√(V/n) at 95%, V the pairs' long-run variance as 
 it (eq. LRV from 24 pairs, eq. EARLY below: neighbouring pairs are not independent), which is
 the upper 90% bound of that variance, so the interval is wider than a plain 95% one (on
 purpose: the pairs' dependence is estimated loosely); s taken as counted; ū the plain mean
-over pairs (each a duel run of about the same steps). What the figure assumes, each said in
-the output:
+over pairs (each a duel run of about the same steps). `verdict` reads that interval;
+`cost_ci_independent` beside it is the plain t-interval, valid if neighbouring pairs are
+independent, with the shortfalls' lag-1 autocorrelation (`lag1`) that says how far that
+holds. What the figure assumes, each said in the output:
 
 - runs that formed no pair cost what paired ones do (`paired_share`: the explored steps the
   pairs cover);
@@ -92,6 +94,8 @@ class DuelCost(BaseModel):
     variance: Literal["eq. LRV", "eq. EARLY"]
     cost: float                     # s · ū
     cost_ci: list[float]
+    lag1: float                     # the shortfalls' lag-1 autocorrelation, in the order they ran
+    cost_ci_independent: list[float]  # the plain t-interval: valid if the pairs are independent
     bound: Literal["upper", "approximate"]
     target: float
     verdict: Verdict
@@ -172,6 +176,17 @@ def mean_interval(u: Sequence[float], alpha: float = ALPHA) -> tuple[float, floa
     return m, m - half, m + half, "eq. LRV" if lrv else "eq. EARLY"
 
 
+def independent_interval(u: Sequence[float], alpha: float = ALPHA) -> tuple[float, float, float]:
+    """(low, high, lag-1 autocorrelation) of the shortfalls' mean as if the pairs were
+    independent: a plain t-interval, and the lag-1 r that says how far that holds."""
+    x = np.asarray(u, dtype=float)
+    n = len(x)
+    half = float(t_ppf(np.asarray(1 - alpha / 2), np.asarray(n - 1.0))) * float(x.std(ddof=1)) / math.sqrt(n)
+    d = x - x.mean()
+    r = float(np.sum(d[:-1] * d[1:]) / np.sum(d * d)) if np.sum(d * d) > 0 else 0.0
+    return float(x.mean()) - half, float(x.mean()) + half, r
+
+
 def verdict(ci: Sequence[float], target: float = TARGET) -> Verdict:
     return "met" if ci[1] <= target else "missed" if ci[0] > target else "undecided"
 
@@ -181,7 +196,9 @@ def duel_cost(record: FieldRecord, pairs: Sequence[LoggedPair], arm: str,
     """The arm's exploration cost from its record and its sidecar's pairs. Pure."""
     e = explored(record, arm)
     n_explored, steps = e.steps, e.all_steps
-    m, lo, hi, how = mean_interval([1 - math.exp(p.log_ratio) for p in pairs])
+    u = [1 - math.exp(p.log_ratio) for p in pairs]
+    m, lo, hi, how = mean_interval(u)
+    ilo, ihi, lag1 = independent_interval(u)
     share = n_explored / steps if steps else 0.0
     by_pair: dict[str, int] = {}
     for p in pairs:
@@ -193,6 +210,7 @@ def duel_cost(record: FieldRecord, pairs: Sequence[LoggedPair], arm: str,
         paired_share=round(min(1.0, sum(p.steps for p in pairs) / n_explored), 4) if n_explored else 0.0,
         mean_loss=round(m, 6), loss_ci=[round(lo, 6), round(hi, 6)], variance=how,
         cost=round(share * m, 6), cost_ci=[round(share * lo, 6), round(share * hi, 6)],
+        lag1=round(lag1, 4), cost_ci_independent=[round(share * ilo, 6), round(share * ihi, 6)],
         bound="upper" if e.below and all(p.k < p.ref == e.table_k for p in pairs) else "approximate",
         target=TARGET, verdict=verdict([share * lo, share * hi]), command=command)
 

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.duel_cost import DuelCost
 from benchmarks.field_summary_model import FieldClaim, FieldSummary
 from benchmarks.goodput import GoodputFile, revised
 from benchmarks.inference import MeanInterval
@@ -81,6 +82,9 @@ NOHARMS = {  # folder -> setting: the table alone against the table with the sid
     "cpu-tiny-noharm/bursts-3arm-pacing":
         "CPU (2 cores), tiny model, ngram, do no harm at bursts of 4 and 16, a field run with an "
         "observing sidecar beside, duel runs paced with a jittered gap after their reference",
+    "cpu-tiny-duel-cost":
+        "CPU (2 cores), tiny model, ngram, do no harm under a steady closed loop of 16 (40 blocks), "
+        "the tuned table alone vs with the sidecar (a field run)",
     "cpu-tiny-noharm/bursts-3arm-c4":
         "CPU (2 cores), tiny model, ngram, do no harm at bursts of 4 (30 blocks), a field run with "
         "an observing sidecar beside, the sidecar at nice 10",
@@ -151,6 +155,12 @@ NOHARMS = {  # folder -> setting: the table alone against the table with the sid
     "cpu-tiny-noharm/stale-profile/unpaired-checked":
         "CPU (2 cores), tiny model, ngram, do no harm from a stale profile flattering k=0 "
         "(the model waits for pairs to check its ratios; pairs at the batch sizes both ran)",
+}
+DUEL_COSTS = {  # duel-cost.json's folder -> setting: exploration's cost from the duels (duel_cost.py)
+    "cpu-tiny-duel-cost":
+        "CPU (2 cores), tiny model, ngram, what exploring costs: a steady closed loop of 16",
+    "cpu-tiny-noharm/bursts-3arm-pacing":
+        "CPU (2 cores), tiny model, ngram, what exploring costs: bursts of 4 and 16",
 }
 POLL_COSTS = {  # folder -> setting: what reading the engine costs it (poll_cost.py)
     "cpu-tiny-poll-cost": "CPU (2 cores), tiny model, ngram, what the sidecar's reads cost the engine",
@@ -389,6 +399,21 @@ def field_rows(setting: str, folder: str, s: FieldSummary, versus: tuple[str, ..
     return rows
 
 
+def duel_cost_row(folder: str, c: DuelCost) -> str:
+    """A duel-cost.json's row: the explored share, the pairs' shortfall and the cost, both
+    intervals, and the verdict against the target."""
+    def pct(x: float) -> str:
+        return f"{x * 100:.2f}%"
+    parts = [f"{pct(c.explored_share)} of {c.steps} engine steps explored ({c.explored_from}); "
+             f"{c.pairs} pairs ({', '.join(f'{k}: {n}' for k, n in c.by_pair.items())}) short by "
+             f"{pct(c.mean_loss)} [{pct(c.loss_ci[0])}, {pct(c.loss_ci[1])}] ({c.variance})",
+             f"exploration's cost {pct(c.cost)} [{pct(c.cost_ci[0])}, {pct(c.cost_ci[1])}] of goodput "
+             f"({c.bound}); as if the pairs were independent (lag-1 r {c.lag1:+.2f}) "
+             f"[{pct(c.cost_ci_independent[0])}, {pct(c.cost_ci_independent[1])}]",
+             f"target ≤ {pct(c.target)}: **{c.verdict}**"]
+    return f"| {DUEL_COSTS[folder]} | {'; '.join(parts)} | [{folder}]({folder}/README.md) |"
+
+
 def poll_cost_row(folder: str, s: PollSummary) -> str:
     """A poll-cost summary.json's row: each reader against none, throughput and step time."""
     def ci(lo_hi: list[float | None]) -> str:
@@ -466,6 +491,9 @@ def table() -> str:
         rows.append(gpu_switch_row(folder, json.loads((RESULTS / folder / "switch.json").read_text())))
     for folder in NOHARMS:
         rows.append(noharm_row(folder, NoharmSummary.model_validate_json(noharm_file(folder).read_text())))
+    for folder in DUEL_COSTS:
+        rows.append(duel_cost_row(folder, DuelCost.model_validate_json(
+            (RESULTS / folder / "duel-cost.json").read_text())))
     for folder in POLL_COSTS:
         rows.append(poll_cost_row(folder, PollSummary.model_validate_json(
             (RESULTS / folder / "summary.json").read_text())))

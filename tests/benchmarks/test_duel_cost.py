@@ -45,6 +45,9 @@ def test_the_cost_is_the_explored_share_times_the_pairs_mean_shortfall() -> None
     assert got.cost == pytest.approx(0.02 * 0.125, abs=1e-6)
     assert got.cost_ci[0] < got.cost < got.cost_ci[1]
     assert got.bound == "upper" and got.by_pair == {"k2 vs k3": 4} and got.variance == "eq. EARLY"
+    # the plain interval assumes independence: narrower than the sidecar's bound
+    lo, hi = got.cost_ci_independent
+    assert got.cost_ci[0] < lo < got.cost < hi < got.cost_ci[1] and -1 <= got.lag1 <= 1
     assert got.paired_share == 1.0  # the pairs cover more steps than counted: capped
 
 
