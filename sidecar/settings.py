@@ -40,7 +40,8 @@ class SidecarSettings(BaseSettings):
     prior_decay: float = Field(1.0, gt=0, le=1, description="multiply w by this after each rebuild (0.5: halve; 1: off)")
     explore_every: int = Field(300, ge=0, description="plugin exploration: every N steps a run of explore_run steps at another allowed k, the k's taking turns, so every k keeps live acceptance (0: off; with explore_run 3, 300 explores 1 step in 100, half of explore_share: the rest is the duels' room)")
     explore_run: int = Field(3, ge=1, description="steps in one exploration run (its middle steps are steady and timed)")
-    hysteresis: int = Field(2, ge=0, description="plugin edge hysteresis band h, in requests (0: off)")
+    hysteresis: int = Field(2, ge=0, description="plugin edge hysteresis band h, in requests (0: off; "
+                            "at most (width - 1) / 2 of the range B is in)")
     allowed_k: str = Field("engine", description="'engine' (every k the engine runs without a penalty, as its plugin reports: the startup table's K values on vLLM's V2 runner, all 0..K on V1), 'startup' (the startup table's K values), 'all', or e.g. '0,1,3'")
     min_k: int = Field(0, ge=0, description="never choose fewer drafts than this: an EAGLE-style drafter whose state goes stale at K=0 can lose acceptance when drafting resumes (the 'resume' condition says so)")
     decide_by: Literal["measured", "model"] = Field("measured", description="at the buckets the engine serves, compare k's by measured goodput (paired duels of the plugin's step ring) once the measurement is tighter than the model ('measured'), or by the model alone everywhere ('model')")
