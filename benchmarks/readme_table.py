@@ -83,7 +83,7 @@ NOHARMS = {  # folder -> setting: the table alone against the table with the sid
         "CPU (2 cores), tiny model, ngram, do no harm at bursts of 4 and 16, a field run with an "
         "observing sidecar beside, duel runs paced with a jittered gap after their reference",
     "cpu-tiny-duel-cost":
-        "CPU (2 cores), tiny model, ngram, do no harm under a steady closed loop of 16 (40 blocks), "
+        "CPU (2 cores), tiny model, ngram, do no harm under a steady closed loop of 16 (80 blocks), "
         "the tuned table alone vs with the sidecar (a field run)",
     "cpu-tiny-noharm/bursts-3arm-c4":
         "CPU (2 cores), tiny model, ngram, do no harm at bursts of 4 (30 blocks), a field run with "
