@@ -173,6 +173,9 @@ FIELDS = {  # folder -> setting: every policy's table under vLLM's own client (f
     "h200-vllm0.26-32b-eagle3-v2-field-loads":
         "H200, 32B-shaped, EAGLE-3 (dummy, synthetic acceptance), V2 runner; every fixed k, tuned, "
         "Nightjar-style, sidecar from the quarter table; bursts of 1, 128, 256; 2 blocks",
+    "h100-vllm0.26-3b-eagle3-v2-field-capped":
+        "H100, Llama-3.2-3B-shaped, EAGLE-3 (dummy, synthetic acceptance), V2 runner; the grid-256 "
+        "profile; the plugin's edge hysteresis capped by the range's width; fixed k=0 and k=1 only",
     "h100-vllm0.26-3b-eagle3-v2-field-unpaired":
         "H100, Llama-3.2-3B-shaped, EAGLE-3 (dummy, synthetic acceptance), V2 runner; the grid-256 "
         "profile; sidecar leaving a bucket to the model after three runs without a pair; "
