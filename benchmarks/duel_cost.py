@@ -11,10 +11,10 @@ on either side of it at the same batch sizes (sidecar/measured.py `pairs_in`). S
     cost = s · ū      s = explored steps / all steps of the sidecar's arm (counted, exact)
                       ū = the mean over pairs of 1 − exp(log ratio): a run's shortfall
 
-with ū's interval t(n−1)·√(V/n) at 95%, V the pairs' long-run variance as the sidecar bounds
-it (eq. LRV from 24 pairs, eq. EARLY below: neighbouring pairs are not independent), which is
-the upper 90% bound of that variance, so the interval is wider than a plain 95% one (on
-purpose: the pairs' dependence is estimated loosely); s taken as counted; ū the plain mean
+with ū's 95% interval the sidecar's own (`paired_interval`: a confidence sequence, valid at
+every look, on the pairs' long-run variance at its upper 90% bound, eq. LRV from 24 pairs, eq.
+EARLY below: neighbouring pairs are not independent), so a run extended after an undecided look
+keeps its error rate; s taken as counted; ū the plain mean
 over pairs (each a duel run of about the same steps). `verdict` reads that interval;
 `cost_ci_independent` beside it is the plain t-interval, valid if neighbouring pairs are
 independent, with the shortfalls' lag-1 autocorrelation (`lag1`) that says how far that
@@ -55,7 +55,7 @@ from benchmarks.arm_run import BlockRun
 from benchmarks.client_record import FieldRecord
 from benchmarks.json_out import emit
 from benchmarks.policies import SIDECAR_POLICIES
-from sidecar.measured import EARLY_PAIRS, MIN_PAIRS, early_variance, long_run_variance
+from sidecar.measured import EARLY_PAIRS, MIN_PAIRS, paired_interval
 from tuner.core.errors import InvalidInput
 from tuner.core.student_t import t_ppf
 
@@ -162,18 +162,16 @@ def explored(record: FieldRecord, arm: str) -> Explored:
 
 def mean_interval(u: Sequence[float], alpha: float = ALPHA) -> tuple[float, float, float,
                                                                        Literal["eq. LRV", "eq. EARLY"]]:
-    """(mean, low, high, variance used) of the pairs' shortfalls in the order they ran: a
-    t-interval on the long-run variance the sidecar's own comparisons use."""
+    """(mean, low, high, variance used) of the pairs' shortfalls in the order they ran: the
+    sidecar's own `paired_interval` (eq. CS on eq. LRV, eq. EARLY below MIN_PAIRS), valid at
+    every look, so a run extended after an undecided look keeps its error rate."""
     x = np.asarray(u, dtype=float)
     n = len(x)
     if n < EARLY_PAIRS:
         raise InvalidInput(f"--log: {n} pair(s); an interval needs at least {EARLY_PAIRS} "
                            "(the sidecar's first look)")
-    lrv = n >= MIN_PAIRS
-    v = float(long_run_variance(x) if lrv else early_variance(x))
-    half = float(t_ppf(np.asarray(1 - alpha / 2), np.asarray(n - 1.0))) * math.sqrt(v / n)
-    m = float(x.mean())
-    return m, m - half, m + half, "eq. LRV" if lrv else "eq. EARLY"
+    m, lo, hi = (float(v) for v in paired_interval(x, alpha))
+    return m, lo, hi, "eq. LRV" if n >= MIN_PAIRS else "eq. EARLY"
 
 
 def independent_interval(u: Sequence[float], alpha: float = ALPHA) -> tuple[float, float, float]:
