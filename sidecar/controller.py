@@ -25,7 +25,7 @@ from sidecar.engine_table import EngineTable
 from sidecar.guard_watch import GuardWatch, rollback_reason
 from sidecar.guardrail import Sample, Verdict
 from sidecar.logs import Conditions
-from sidecar.model_error import LiveError
+from sidecar.model_error import LiveError, bracketed
 from sidecar.observer import Observer, Read
 from sidecar.rebuild import Choice, Inputs, choose
 from sidecar.settings import SidecarSettings
@@ -239,7 +239,8 @@ class Controller:
             self.live_error = {} if old is None else belief.model_errors(old)
             # the model switches nothing on the seconds after a change of acceptance: its counts
             # may still hold the change's own transient (one window of new counts first)
-            live = {} if belief.settling() else {b: e.error for b, e in self.live_error.items()}
+            live = {} if belief.settling() else bracketed(
+                {b: e.error for b, e in self.live_error.items()}, belief.goodput.served)
             arbiter = Arbiter(belief.goodput, dict(belief.goodput.served), s.model_error,
                               s.min_served, s.max_pairs, s.duel_width, duels=self.engine_table.duels,
                               live_error=live, can_duel=s.explore_share > 0,

@@ -10,7 +10,8 @@ against the profile's). Steps that also prefilled are left out: their chunk cost
 the same time, and a burst's ramp-up passes through the very buckets its drain leaves to the
 model (docs/sidecar.md). A switch the model decides must win by more than
 that error (sidecar/arbiter.py); a bucket without this measurement gets no switch from the
-model, only from paired measurement.
+model, only from paired measurement. Between two buckets whose error is known, one with
+too few steps of its own borrows the larger of theirs (``bracketed``).
 
 That error is one of level: steps slower than the profile's at every k (a burst's, docs/sidecar.md)
 move G(c) and G(k) alike, while a switch rests on G(c)/G(k). Pairs measure that ratio
@@ -24,8 +25,9 @@ reach and where they do not.
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,7 +38,8 @@ from tuner.core.buckets import band_rows
 from tuner.core.chi2 import chi2_ppf
 from tuner.core.goodput import goodput
 
-__all__ = ["CHECK_LEVEL", "MIN_ERROR_STEPS", "LiveError", "live_errors", "model_log_ratio", "ratio_error"]
+__all__ = ["CHECK_LEVEL", "MIN_ERROR_STEPS", "LiveError", "bracketed", "live_errors", "model_log_ratio",
+           "ratio_error"]
 
 FloatArray = npt.NDArray[np.float64]
 MIN_ERROR_STEPS = 32  # steady steps of the table's k at a bucket before its error is known
@@ -76,6 +79,23 @@ def live_errors(goodput_by_ring: MeasuredGoodput, table_ks: Sequence[int], T_ms:
             continue
         out[bucket] = LiveError(bucket, k, round(predicted, 3), round(realized, 3),
                                 round(abs(math.log(realized / predicted)), 5), steps)
+    return out
+
+
+def bracketed(own: Mapping[int, float], served: Iterable[int]) -> dict[int, float]:
+    """Each served bucket's live error: its own where measured; between two measured buckets,
+    the larger of its nearest measured neighbours'; outside the measured span, none.
+    A burst's drain gives each bucket it passes a few steps, so MIN_ERROR_STEPS of them take
+    many bursts and a table wrong across a span was switched one bucket per burst (the H100's
+    3B quarter run: k=0 left at B 41-48 and four buckets above 64 after 195 s awake). Between
+    two measurements the level error (host time, step times against the profile's) moves
+    smoothly with B; beyond them nothing says how it moves."""
+    known = sorted(own)
+    out = dict(own)
+    for bucket in served:
+        at = bisect.bisect_left(known, bucket)
+        if bucket not in out and 0 < at < len(known):
+            out[bucket] = max(own[known[at - 1]], own[known[at]])
     return out
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sidecar.measured import EARLY_PAIRS, MeasuredGoodput
-from sidecar.model_error import CHECK_LEVEL, model_log_ratio, ratio_error
+from sidecar.model_error import CHECK_LEVEL, bracketed, model_log_ratio, ratio_error
 from tuner.core.chi2 import chi2_cdf, chi2_ppf
 
 
@@ -67,3 +67,13 @@ def test_too_few_pairs_check_nothing() -> None:
     # the two directions of one comparison count together
     m = with_pairs((16, 3, 0, [0.9] * (EARLY_PAIRS - 2)), (16, 0, 3, [-0.9] * 2))
     assert ratio_error(G, m) is not None
+
+
+def test_a_bucket_between_two_measured_ones_borrows_the_larger_error() -> None:
+    own = {40: 0.1, 64: 0.3, 128: 0.2}
+    live = bracketed(own, [8, 40, 48, 56, 64, 96, 136])
+    assert live[48] == live[56] == 0.3          # between 40 and 64: the larger of the two
+    assert live[96] == 0.3                      # between 64 and 128
+    assert 8 not in live and 136 not in live    # outside the measured span: none
+    assert {b: live[b] for b in own} == own     # a measured bucket keeps its own
+    assert bracketed({40: 0.1}, [32, 48]) == {40: 0.1}   # one measurement brackets nothing
