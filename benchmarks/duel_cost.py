@@ -40,11 +40,9 @@ k and it never pushed (every other k's steps were then explored).
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import math
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -54,7 +52,9 @@ from pydantic import BaseModel, ConfigDict
 from benchmarks.arm_run import BlockRun
 from benchmarks.client_record import FieldRecord
 from benchmarks.json_out import emit
+from benchmarks.pair_dependence import dependence
 from benchmarks.policies import SIDECAR_POLICIES
+from benchmarks.sidecar_log import LoggedPair, logged_pairs, read_lines
 from sidecar.measured import EARLY_PAIRS, MIN_PAIRS, paired_interval
 from tuner.core.errors import InvalidInput
 from tuner.core.student_t import t_ppf
@@ -63,18 +63,6 @@ TARGET = 0.005   # issue #34 item 4: exploration's cost at most 0.5% of goodput
 ALPHA = 0.05
 
 Verdict = Literal["met", "missed", "undecided"]
-
-
-class LoggedPair(BaseModel):
-    """A `pair` event of the sidecar's log (sidecar/measured.py `Pair.logged`)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    seq: int
-    bucket: int
-    k: int
-    ref: int
-    log_ratio: float
-    steps: int
 
 
 class DuelCost(BaseModel):
@@ -94,24 +82,12 @@ class DuelCost(BaseModel):
     variance: Literal["eq. LRV", "eq. EARLY"]
     cost: float                     # s · ū
     cost_ci: list[float]
-    lag1: float                     # the shortfalls' lag-1 autocorrelation, in the order they ran
+    lag1: float                     # the shortfalls' lag-1 autocorrelation, each log's in the order they ran
     cost_ci_independent: list[float]  # the plain t-interval: valid if the pairs are independent
     bound: Literal["upper", "approximate"]
     target: float
     verdict: Verdict
     command: str
-
-
-def pairs_from(lines: Iterable[str]) -> list[LoggedPair]:
-    """The `pair` events of a sidecar's JSON log lines, in the order they were logged. Pure."""
-    out = []
-    for line in lines:
-        if '"pair"' not in line:
-            continue
-        event = json.loads(line)
-        if event.get("event") == "pair":
-            out.append(LoggedPair.model_validate(event["pair"]))
-    return out
 
 
 def arm_runs(record: FieldRecord, arm: str) -> list[BlockRun]:
@@ -174,29 +150,31 @@ def mean_interval(u: Sequence[float], alpha: float = ALPHA) -> tuple[float, floa
     return m, lo, hi, "eq. LRV" if n >= MIN_PAIRS else "eq. EARLY"
 
 
-def independent_interval(u: Sequence[float], alpha: float = ALPHA) -> tuple[float, float, float]:
-    """(low, high, lag-1 autocorrelation) of the shortfalls' mean as if the pairs were
-    independent: a plain t-interval, and the lag-1 r that says how far that holds."""
+def independent_interval(u: Sequence[float], alpha: float = ALPHA) -> tuple[float, float]:
+    """(low, high) of the shortfalls' mean as if the pairs were independent: a plain
+    t-interval."""
     x = np.asarray(u, dtype=float)
-    n = len(x)
-    half = float(t_ppf(np.asarray(1 - alpha / 2), np.asarray(n - 1.0))) * float(x.std(ddof=1)) / math.sqrt(n)
-    d = x - x.mean()
-    r = float(np.sum(d[:-1] * d[1:]) / np.sum(d * d)) if np.sum(d * d) > 0 else 0.0
-    return float(x.mean()) - half, float(x.mean()) + half, r
+    half = float(t_ppf(np.asarray(1 - alpha / 2), np.asarray(len(x) - 1.0))) * float(
+        x.std(ddof=1)) / math.sqrt(len(x))
+    return float(x.mean()) - half, float(x.mean()) + half
 
 
 def verdict(ci: Sequence[float], target: float = TARGET) -> Verdict:
     return "met" if ci[1] <= target else "missed" if ci[0] > target else "undecided"
 
 
-def duel_cost(record: FieldRecord, pairs: Sequence[LoggedPair], arm: str,
+def duel_cost(record: FieldRecord, logs: Sequence[Sequence[LoggedPair]], arm: str,
               command: str = "") -> DuelCost:
-    """The arm's exploration cost from its record and its sidecar's pairs. Pure."""
+    """The arm's exploration cost from its record and its sidecar's pairs, one list per log
+    (a resumed record's parts, in the order they ran). Pure."""
     e = explored(record, arm)
     n_explored, steps = e.steps, e.all_steps
+    pairs = [p for log in logs for p in log]
     u = [1 - math.exp(p.log_ratio) for p in pairs]
     m, lo, hi, how = mean_interval(u)
-    ilo, ihi, lag1 = independent_interval(u)
+    ilo, ihi = independent_interval(u)
+    # each log's pairs a series of their own: two engine runs' pairs are not neighbours
+    lag1 = dependence([[1 - math.exp(p.log_ratio) for p in log] for log in logs])["lag1"] or 0.0
     share = n_explored / steps if steps else 0.0
     by_pair: dict[str, int] = {}
     for p in pairs:
@@ -211,11 +189,6 @@ def duel_cost(record: FieldRecord, pairs: Sequence[LoggedPair], arm: str,
         lag1=round(lag1, 4), cost_ci_independent=[round(share * ilo, 6), round(share * ihi, 6)],
         bound="upper" if e.below and all(p.k < p.ref == e.table_k for p in pairs) else "approximate",
         target=TARGET, verdict=verdict([share * lo, share * hi]), command=command)
-
-
-def _read(path: Path) -> list[str]:
-    raw = path.read_bytes()
-    return (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode().splitlines()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -233,16 +206,16 @@ def main(argv: list[str] | None = None) -> int:
             record = FieldRecord.model_validate_json(Path(args.field).read_text())
         except (OSError, ValueError) as exc:
             raise InvalidInput(f"--field={args.field}: not a field bench's record ({exc})") from exc
-        pairs = []
+        logs = []
         for log in args.log:
             try:
-                pairs += pairs_from(_read(Path(log)))
+                logs.append(logged_pairs(read_lines(Path(log))))
             except (OSError, ValueError) as exc:
                 raise InvalidInput(f"--log={log}: not a sidecar's JSON log ({exc})") from exc
         arm = args.arm or next((p for p in record.meta.policies if p.startswith("sidecar-from-")), "")
         if not arm:
             raise InvalidInput("--arm: the record has no sidecar-from-... policy; name the arm")
-        cost = duel_cost(record, pairs, arm, "python -m benchmarks.duel_cost " + " ".join(
+        cost = duel_cost(record, logs, arm, "python -m benchmarks.duel_cost " + " ".join(
             sys.argv[1:] if argv is None else argv))
     except InvalidInput as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -31,41 +31,20 @@ interval clears the tie (0.5%) and the share that cleared it within `max_pairs` 
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import math
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from benchmarks.json_out import emit
+from benchmarks.sidecar_log import comparisons, logged_pairs, read_lines
 from sidecar.measured import (EARLY_PAIRS, MIN_PAIR_SD, MIN_PAIRS, confidence_sequence,
                               paired_interval)
 
-Key = tuple[int, int, int]  # (band, smaller k, larger k)
 BATCH = 5
-
-
-def pairs_from(lines: Iterable[str]) -> dict[Key, list[tuple[int, float]]]:
-    """(seq, log ratio larger-k over smaller-k) per comparison, from JSON log lines. Pure."""
-    out: dict[Key, list[tuple[int, float]]] = {}
-    for line in lines:
-        if '"pair"' not in line:
-            continue
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        p = event.get("pair") if event.get("event") == "pair" else None
-        if not isinstance(p, dict):
-            continue
-        lo, hi = sorted((int(p["k"]), int(p["ref"])))
-        sign = 1.0 if int(p["k"]) == hi else -1.0
-        out.setdefault((int(p["bucket"]), lo, hi), []).append((int(p["seq"]), sign * float(p["log_ratio"])))
-    return {k: sorted(v) for k, v in out.items()}
 
 
 def dependence(series: Sequence[Sequence[float]], batch: int = BATCH) -> dict[str, Any]:
@@ -97,9 +76,7 @@ def report(paths: Sequence[Path]) -> dict[str, Any]:
     the dependence)."""
     found: dict[tuple[str, int, int, int], list[tuple[int, float]]] = {}
     for p in paths:
-        raw = p.read_bytes()
-        lines = (gzip.decompress(raw) if p.suffix == ".gz" else raw).decode().splitlines()
-        for (b, lo, hi), series in pairs_from(lines).items():
+        for (b, lo, hi), series in comparisons(logged_pairs(read_lines(p))).items():
             found[(p.name, b, lo, hi)] = series
     per = [{"log": name, "band": b, "k": [lo, hi], **dependence([[v for _, v in s]])}
            for (name, b, lo, hi), s in sorted(found.items())]

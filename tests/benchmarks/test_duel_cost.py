@@ -12,9 +12,9 @@ import pytest
 
 from benchmarks.arm_run import BlockRun, EngineCounts
 from benchmarks.client_record import FieldRecord
-from benchmarks.duel_cost import (LoggedPair, duel_cost, main, mean_interval, pairs_from,
-                                  verdict)
+from benchmarks.duel_cost import duel_cost, main, mean_interval, verdict
 from benchmarks.json_out import dumped
+from benchmarks.sidecar_log import LoggedPair
 from tests.benchmarks.arm_runs import block_run, field_record, phase, seen
 from tuner.core.errors import InvalidInput
 
@@ -39,7 +39,7 @@ def test_the_cost_is_the_explored_share_times_the_pairs_mean_shortfall() -> None
     record = field_record([counted({3: 980, 2: 20}, block=b) for b in range(2)],
                           ["burst-c16"], POLICIES, TABLES)
     pairs = [pair(math.log(0.9), seq=i) for i in range(3)] + [pair(math.log(0.8), seq=9)]
-    got = duel_cost(record, pairs, "sidecar-from-tuned")
+    got = duel_cost(record, [pairs], "sidecar-from-tuned")
     assert got.explored_steps == 40 and got.steps == 2000 and got.explored_from == "steps_per_k"
     assert got.mean_loss == pytest.approx(0.125)
     assert got.cost == pytest.approx(0.02 * 0.125, abs=1e-6)
@@ -55,14 +55,14 @@ def test_the_plugins_explore_counter_wins_and_a_larger_k_makes_the_figure_approx
     record = field_record([counted({3: 900, 2: 100}, explore=10)], ["burst-c16"], POLICIES,
                           TABLES)
     pairs = [pair(0.1, k=2), pair(-0.1, k=4, ref=3), pair(0.0), pair(0.05)]
-    got = duel_cost(record, pairs, "sidecar-from-tuned")
+    got = duel_cost(record, [pairs], "sidecar-from-tuned")
     assert got.explored_steps == 10 and got.explored_from == "explore_steps"
     assert got.bound == "approximate"
-    assert duel_cost(record, [pair(0.1), pair(0.0), pair(0.05), pair(-0.1)],
+    assert duel_cost(record, [[pair(0.1), pair(0.0), pair(0.05), pair(-0.1)]],
                      "sidecar-from-tuned").bound == "upper"
     pushed = field_record([counted({3: 900, 2: 100}, explore=10, pushes=1)], ["burst-c16"],
                           POLICIES, TABLES)
-    assert duel_cost(pushed, [pair(0.1), pair(0.0), pair(0.05), pair(-0.1)],
+    assert duel_cost(pushed, [[pair(0.1), pair(0.0), pair(0.05), pair(-0.1)]],
                      "sidecar-from-tuned").bound == "approximate"  # the table's k moved
 
 
@@ -74,7 +74,7 @@ def test_the_plugins_explore_counter_wins_and_a_larger_k_makes_the_figure_approx
 def test_a_record_that_cannot_tell_the_explored_steps_is_refused(
         runs: list[BlockRun], tables: dict[str, list[list[int]]], says: str) -> None:
     with pytest.raises(InvalidInput, match=says):
-        duel_cost(field_record(runs, ["burst-c16"], POLICIES, tables), [pair(0.0), pair(0.1)],
+        duel_cost(field_record(runs, ["burst-c16"], POLICIES, tables), [[pair(0.0), pair(0.1)]],
                   "sidecar-from-tuned")
 
 
@@ -92,12 +92,17 @@ def test_from_24_pairs_the_interval_uses_the_pairs_own_long_run_variance() -> No
         "met", "missed", "undecided"]
 
 
-def test_pairs_come_from_the_sidecars_log_lines_only() -> None:
-    lines = ['{"event": "rebuild", "decision": {"pair": 1}}',
-             json.dumps({"event": "pair", "pair": {"seq": 5, "bucket": 16, "k": 2, "ref": 3,
-                                                   "log_ratio": -0.1, "steps": 15}})]
-    assert pairs_from(lines) == [LoggedPair(seq=5, bucket=16, k=2, ref=3, log_ratio=-0.1,
-                                            steps=15)]
+def test_two_logs_pairs_are_one_interval_but_never_one_series() -> None:
+    """A resumed record's two parts: one interval over every pair, but the lag-1 reads each
+    log apart (A alternates pair by pair; B is constant: joined, B's first pair would sit
+    beside A's last)."""
+    record = field_record([counted({3: 980, 2: 20}, block=b) for b in range(2)],
+                          ["burst-c16"], POLICIES, TABLES)
+    a = [pair(v, seq=100 * (i + 1)) for i, v in enumerate([0.1, -0.1] * 10)]
+    b = [pair(0.0, seq=100 * (i + 1)) for i in range(20)]
+    got = duel_cost(record, [a, b], "sidecar-from-tuned")
+    assert got.pairs == 40 and got.lag1 == pytest.approx(-1.0, abs=0.06)
+    assert duel_cost(record, [a + b], "sidecar-from-tuned").cost_ci == got.cost_ci
 
 
 def test_the_command_writes_its_file_and_refuses_bad_input_in_one_line(

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.pair_dependence import (NULL_CASES, POWER_CASES, dependence, main, pairs_from,
-                                         report)
+from benchmarks.pair_dependence import NULL_CASES, POWER_CASES, dependence, main, report
+from benchmarks.sidecar_log import LoggedPair, comparisons, logged_pairs
 from sidecar.measured import MIN_PAIRS
 
 
@@ -19,8 +19,11 @@ def test_pair_events_become_one_series_per_comparison_in_seq_order() -> None:
     lines = [json.dumps({"event": "pair", "pair": {"seq": s, "bucket": 8, "k": k, "ref": r,
                                                     "log_ratio": v, "steps": 16}})
              for s, k, r, v in ((300, 3, 1, 0.02), (100, 1, 3, 0.05), (200, 2, 1, 0.01))]
-    lines += ["not json", json.dumps({"event": "rebuild", "pair": 1})]
-    got = pairs_from(lines)
+    lines += ["not json", json.dumps({"event": "rebuild", "pair": 1}),
+              '{"event": "rebuild", "decision": {"pair": 1}}']
+    logged = logged_pairs(lines)
+    assert logged[0] == LoggedPair(seq=300, bucket=8, k=3, ref=1, log_ratio=0.02, steps=16)
+    got = comparisons(logged)
     # k=1 over k=3 at +0.05 is k=3 over k=1 at -0.05
     assert got == {(8, 1, 3): [(100, -0.05), (300, 0.02)], (8, 1, 2): [(200, 0.01)]}
 
