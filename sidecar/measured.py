@@ -379,6 +379,10 @@ class MeasuredGoodput:
     in_recent: Counter[int] = field(default_factory=Counter)
     held: set[int] = field(default_factory=set)
     lined_up: set[int] = field(default_factory=set)  # held LINED_UP_SHARE of some window
+    # where a step came after a run's length of the table's k there: the plugin starts a run
+    # only there (vllm_patch/duel.py); with no table to tell by, every served bucket
+    startable: set[int] = field(default_factory=set)
+    streak: tuple[int, int] = (-1, 0)  # (k, steps in a row at it) up to the last step read
     # per bucket since the last ``mark``: the runs that ran there and whose pair had its chance
     # and did not form (settled_runs), and whether any run paired there
     unpaired: Counter[int] = field(default_factory=Counter)
@@ -410,6 +414,12 @@ class MeasuredGoodput:
                 self.held.add(bucket)
             if self.in_recent[bucket] >= LINED_UP_SHARE * self.window:
                 self.lined_up.add(bucket)
+            # the plugin starts a run after a run's length in a row at the table's k
+            if table_k is None or (0 < s.batch_size < len(table_k) and self.streak[1] >= self.window // 3
+                                   and self.streak[0] == table_k[s.batch_size]):
+                self.startable.add(bucket)
+            k, n = self.streak
+            self.streak = (k, n + 1) if s.k_drafted == k else (s.k_drafted, 1)
             # the cells speak for decode steps, what the model describes: a step that also
             # prefilled (a burst's ramp-up, through the same buckets) costs every k alike
             decode = s.tokens <= s.batch_size * (1 + s.k_verified)
@@ -449,6 +459,7 @@ class MeasuredGoodput:
         self.counted_from = {0: since}
         self.recent.clear()
         self.in_recent.clear()
+        self.streak = (-1, 0)
 
     def pause(self) -> None:
         """The ring cannot be read: the model decides everywhere until a step is read again."""
@@ -461,6 +472,7 @@ class MeasuredGoodput:
         self.served.clear()
         self.held.clear()
         self.lined_up.clear()
+        self.startable.clear()
         self.unpaired.clear()
         self.paired.clear()
 
@@ -473,6 +485,7 @@ class MeasuredGoodput:
             self.served.clear()
             self.held.clear()
             self.lined_up.clear()
+            self.startable.clear()
             self.unpaired.clear()
             self.paired.clear()
             return
@@ -481,6 +494,7 @@ class MeasuredGoodput:
             self.served.pop(bucket, None)
             self.held.discard(bucket)
             self.lined_up.discard(bucket)
+            self.startable.discard(bucket)
             self.unpaired.pop(bucket, None)
             self.paired.discard(bucket)
 
@@ -490,10 +504,13 @@ class MeasuredGoodput:
         its plateau's bucket and drains through the others in a few steps each: those never
         pair), and they paired, or they held LINED_UP_SHARE of some window (a slow drain holds
         a bucket for a third of one: a run and its references never line up, and since the
-        plugin starts a run only after its reference, one may never start there) and fewer
-        than UNPAIRED_RUNS runs there had their chance to pair and did not."""
-        return {b for b in self.held if b in self.paired
-                or (b in self.lined_up and self.unpaired[b] < UNPAIRED_RUNS)}
+        plugin starts a run only after its reference, one may never start there), some step
+        there came after a run's length of the table's k (a range squeezed between two of
+        another k is entered and left under theirs by the hysteresis: the plugin never starts
+        a run there, so none ever has its chance) and fewer than UNPAIRED_RUNS runs there had
+        their chance to pair and did not."""
+        return {b for b in self.held if b in self.paired or (
+            b in self.lined_up and b in self.startable and self.unpaired[b] < UNPAIRED_RUNS)}
 
     def rate(self, bucket: int, k: int) -> tuple[float, float, float] | None:
         """(tokens per engine-second, steady steps, their mean B) of one cell, or None."""

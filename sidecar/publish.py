@@ -82,7 +82,8 @@ def sidecar_state(c: Controller, now: float) -> SidecarState:
                                 realized_tokens_per_s=m.realized, error=m.error, steps=m.steps,
                                 pairable=m.bucket in pairable,
                                 unpaired_runs=belief.goodput.unpaired[m.bucket],
-                                lined_up=m.bucket in belief.goodput.lined_up)
+                                lined_up=m.bucket in belief.goodput.lined_up,
+                                startable=m.bucket in belief.goodput.startable)
                      for m in c.live_error.values()],
         duel_power=duel_power(belief, c.settings),
         exploration=Exploration(duels=list(e.duels),

@@ -112,6 +112,8 @@ class ModelError(_Part):
                              # (UNPAIRED_RUNS of them, none paired: not pairable)
     lined_up: bool = True    # the load held half of a run's window here (sidecar/measured.py
                              # LINED_UP_SHARE); False: no run lines up with its references
+    startable: bool = True   # some step here came after a run's length of the table's k: the
+                             # plugin can start a run; False: the load enters under another k
 
 
 class DuelPower(_Part):

@@ -67,7 +67,9 @@ def _ranges(table: list[list[int]] | None) -> str:
 def _pairs(e: ModelError) -> str:
     runs = f" ({e.unpaired_runs} runs unpaired)" if e.unpaired_runs else ""
     brief = "" if e.lined_up or e.pairable else " (held too briefly for a run)"
-    return ("yes" if e.pairable else "no: the load passes through") + runs + brief
+    entered = ("" if e.startable or e.pairable or not e.lined_up
+               else " (entered under another k: no run can start)")
+    return ("yes" if e.pairable else "no: the load passes through") + runs + brief + entered
 
 
 def _section(title: str, tty: bool) -> str:

@@ -355,6 +355,32 @@ def test_a_bucket_held_too_briefly_for_a_run_to_line_up_is_not_pairable() -> Non
     assert {16, 40, 64} <= m.held and m.lined_up == set() and m.pairable() == set()
 
 
+def test_a_range_squeezed_between_two_of_another_k_is_not_pairable() -> None:
+    """B 41-48 at k=0 between two ranges at k=3, drained 3 steps a B: the hysteresis (3) runs
+    k=3 on into B 46-48 and k=0 on down to B 38, so the table's k=0 holds for 15 steps in a
+    row, fewer than the 16 of reference the plugin waits for before a run: no run ever starts
+    there (none has its chance to pair), though the bucket lines up. Not pairable, so the
+    model decides it; a range the load enters at its own k still is."""
+    table = [0] + [3] * 40 + [0] * 8 + [3] * 16
+    ran = {B: 3 if B >= 46 or B <= 37 else 0 for B in range(1, 65)}
+    prev = 3
+    steps = []
+    for _ in range(3):
+        for B in range(64, 0, -1):
+            for _ in range(3):
+                steps.append(Step(len(steps) + 1, B, prev, ran[B], 0.01, B * 4, B * 4))
+                prev = ran[B]
+    m = MeasuredGoodput()
+    m.ingest(steps, table)
+    assert 48 in m.lined_up and 48 not in m.startable and 48 not in m.pairable()
+    assert {56, 64} <= m.pairable()
+    m.mark({48})
+    assert 48 not in m.startable
+    flat = MeasuredGoodput()
+    flat.ingest([s._replace(k_drafted=0, k_verified=0) for s in steps], [0] * 65)
+    assert {48, 56, 64} <= flat.pairable()
+
+
 def test_only_runs_that_could_pair_count_once_in_each_bucket_they_ran_in() -> None:
     """A rotation's runs of 3 or 4 steps (one a transition) are too short to pair: never
     counted. A run waits until as many steady steps followed it; one read in pieces counts
