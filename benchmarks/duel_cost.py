@@ -18,7 +18,9 @@ keeps its error rate; s taken as counted; ū the plain mean
 over pairs (each a duel run of about the same steps). `verdict` reads that interval;
 `cost_ci_independent` beside it is the plain t-interval, valid if neighbouring pairs are
 independent, with the shortfalls' lag-1 autocorrelation (`lag1`) that says how far that
-holds. What the figure assumes, each said in the output:
+holds. With several logs (a resumed record's parts) the interval runs over their pairs in the
+order the parts ran, while `lag1` keeps each log a series of its own (two engine runs' pairs
+are not neighbours). What the figure assumes, each said in the output:
 
 - runs that formed no pair cost what paired ones do (`paired_share`: the explored steps the
   pairs cover);
@@ -82,7 +84,8 @@ class DuelCost(BaseModel):
     variance: Literal["eq. LRV", "eq. EARLY"]
     cost: float                     # s · ū
     cost_ci: list[float]
-    lag1: float                     # the shortfalls' lag-1 autocorrelation, each log's in the order they ran
+    lag1: float | None              # the shortfalls' lag-1 autocorrelation, each log's in the order they
+                                    # ran (None: too few pairs in one log to tell)
     cost_ci_independent: list[float]  # the plain t-interval: valid if the pairs are independent
     bound: Literal["upper", "approximate"]
     target: float
@@ -174,7 +177,7 @@ def duel_cost(record: FieldRecord, logs: Sequence[Sequence[LoggedPair]], arm: st
     m, lo, hi, how = mean_interval(u)
     ilo, ihi = independent_interval(u)
     # each log's pairs a series of their own: two engine runs' pairs are not neighbours
-    lag1 = dependence([[1 - math.exp(p.log_ratio) for p in log] for log in logs])["lag1"] or 0.0
+    lag1 = dependence([[1 - math.exp(p.log_ratio) for p in log] for log in logs])["lag1"]
     share = n_explored / steps if steps else 0.0
     by_pair: dict[str, int] = {}
     for p in pairs:
@@ -186,7 +189,7 @@ def duel_cost(record: FieldRecord, logs: Sequence[Sequence[LoggedPair]], arm: st
         paired_share=round(min(1.0, sum(p.steps for p in pairs) / n_explored), 4) if n_explored else 0.0,
         mean_loss=round(m, 6), loss_ci=[round(lo, 6), round(hi, 6)], variance=how,
         cost=round(share * m, 6), cost_ci=[round(share * lo, 6), round(share * hi, 6)],
-        lag1=round(lag1, 4), cost_ci_independent=[round(share * ilo, 6), round(share * ihi, 6)],
+        lag1=lag1, cost_ci_independent=[round(share * ilo, 6), round(share * ihi, 6)],
         bound="upper" if e.below and all(p.k < p.ref == e.table_k for p in pairs) else "approximate",
         target=TARGET, verdict=verdict([share * lo, share * hi]), command=command)
 

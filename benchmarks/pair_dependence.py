@@ -195,7 +195,12 @@ def main(argv: list[str] | None = None) -> int:
         what = f"logs {missing}: not files" if missing else f"--trials={args.trials}: must be >= 2"
         print(f"python -m benchmarks.pair_dependence: {what}", file=sys.stderr)
         return 2
-    result = report(args.logs) if args.logs else simulate(args.trials, args.seed)
+    try:
+        result = report(args.logs) if args.logs else simulate(args.trials, args.seed)
+    except ValueError as exc:  # a pair event that does not parse (benchmarks/sidecar_log.py)
+        print(f"python -m benchmarks.pair_dependence: logs: a pair event that is not the "
+              f"sidecar's ({str(exc).splitlines()[0]}); pass the sidecar's own JSON logs", file=sys.stderr)
+        return 2
     emit(result, args.out)
     return 0
 

@@ -411,7 +411,8 @@ def duel_cost_row(folder: str, c: DuelCost) -> str:
              f"{c.pairs} pairs ({', '.join(f'{k}: {n}' for k, n in c.by_pair.items())}) short by "
              f"{pct(c.mean_loss)} [{pct(c.loss_ci[0])}, {pct(c.loss_ci[1])}] ({c.variance})",
              f"exploration's cost {pct(c.cost)} [{pct(c.cost_ci[0])}, {pct(c.cost_ci[1])}] of goodput "
-             f"({c.bound}); as if the pairs were independent (lag-1 r {c.lag1:+.2f}) "
+             f"({c.bound}); as if the pairs were independent (lag-1 r "
+             f"{'unknown' if c.lag1 is None else f'{c.lag1:+.2f}'}) "
              f"[{pct(c.cost_ci_independent[0])}, {pct(c.cost_ci_independent[1])}]",
              f"target ≤ {pct(c.target)}: **{c.verdict}**"]
     return f"| {DUEL_COSTS[folder]} | {'; '.join(parts)} | [{folder}]({folder}/README.md) |"

@@ -14,15 +14,17 @@ delivers (sidecar/measured.py), so at a bucket with live steps:
   model never switches a bucket on its own: a challenger it favours is dueled until the
   measurement settles it (pushes by the model alone were what cost under bursts; docs/sidecar.md);
 - a bucket the load only passes through (not ``pairable``: a burst drains through it in a few
-  steps, or three runs there had their chance and never paired; sidecar/measured.py) gives a duel no pairs,
-  so none is asked for there, and it counts as one where no duel can run;
+  steps, three runs there had their chance and never paired, or it is entered under another
+  k so no run can start; sidecar/measured.py) gives a duel no pairs, so none is asked for
+  there, and it counts as one where no duel can run;
 - only where no duel can run does the model decide, with its interval widened by the larger
   of ``model_error`` and its own error measured live: on ratios, where pairs checked them
   (sidecar/model_error.py ``ratio_error``), else at that bucket (predicted against realized
-  goodput of the table's k there); where the bucket's live error is not known yet, the model
-  switches nothing there (``live_error``); and while the plugin duels (``can_duel``) it
-  switches nothing before pairs somewhere have checked its ratios (a bucket's level error
-  checks only the incumbent's k: a stale profile flattering the challenger passes it);
+  goodput of the table's k there, or borrowed from measured neighbours: ``bracketed``); where
+  the bucket's live error is not known yet, the model switches nothing there (``live_error``);
+  and while the plugin duels (``can_duel``) it switches nothing before pairs somewhere have
+  checked its ratios (a bucket's level error checks only the incumbent's k: a stale profile
+  flattering the challenger passes it);
 - from EARLY_PAIRS pairs an early measurement (sidecar/measured.py, eq. EARLY: its dependence
   assumed, not estimated) counts too, so a large gain is found under bursts, which leave a
   bucket a handful of pairs; an early win switches only where the model's interval, at
@@ -189,7 +191,7 @@ def arbitrate(old_ks: npt.NDArray[np.int64], G_reps: FloatArray, measured: Measu
     """Per served bucket, the k to run and who decided it; the duels still worth running.
     ``futile(start, end, k, c)``: the incumbent k's extra drafts over a smaller c buy nothing
     and c is no slower (tuner/core/incumbent.py): c replaces it without waiting for a duel.
-    ``live_error[bucket]``: the model's error measured there (None: ``model_error`` everywhere,
+    ``live_error[bucket]``: the model's error measured there or borrowed (None: ``model_error`` everywhere,
     the model may switch any served bucket). ``can_duel``: duels can settle what the model
     favours, so the model switches nothing (it orders the duels). ``pairable``: the buckets
     where a duel can pair (None: all); elsewhere no duel is asked for and the model decides

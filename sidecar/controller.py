@@ -66,6 +66,7 @@ class Controller:
         self.saved_table = checkpoint.saved_table(settings.checkpoint, self.profile_sha256)
         self.pairs_seen = 0  # paired runs at the last rebuild: new ones may settle a duel
         self.live_error: dict[int, LiveError] = {}  # the model's error per served bucket
+        self.borrowed_error: dict[int, float] = {}  # served buckets between two of live_error
         self.allowed_k: set[int] | None = None
         self.steps_since_rebuild = 0.0
         self.recommended: Table | None = None
@@ -241,6 +242,7 @@ class Controller:
             # may still hold the change's own transient (one window of new counts first)
             live = {} if belief.settling() else bracketed(
                 {b: e.error for b, e in self.live_error.items()}, belief.goodput.served)
+            self.borrowed_error = {b: e for b, e in live.items() if b not in self.live_error}
             arbiter = Arbiter(belief.goodput, dict(belief.goodput.served), s.model_error,
                               s.min_served, s.max_pairs, s.duel_width, duels=self.engine_table.duels,
                               live_error=live, can_duel=s.explore_share > 0,

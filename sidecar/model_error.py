@@ -38,12 +38,13 @@ from tuner.core.buckets import band_rows
 from tuner.core.chi2 import chi2_ppf
 from tuner.core.goodput import goodput
 
-__all__ = ["CHECK_LEVEL", "MIN_ERROR_STEPS", "LiveError", "bracketed", "live_errors", "model_log_ratio",
-           "ratio_error"]
+__all__ = ["BRACKET", "CHECK_LEVEL", "MIN_ERROR_STEPS", "LiveError", "bracketed", "live_errors",
+           "model_log_ratio", "ratio_error"]
 
 FloatArray = npt.NDArray[np.float64]
 MIN_ERROR_STEPS = 32  # steady steps of the table's k at a bucket before its error is known
 CHECK_LEVEL = 0.9     # the one-sided level of the bound on the model's ratio error
+BRACKET = 2.0         # a bucket borrows an error only from neighbours this near (ratio of B)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,18 +84,18 @@ def live_errors(goodput_by_ring: MeasuredGoodput, table_ks: Sequence[int], T_ms:
 
 
 def bracketed(own: Mapping[int, float], served: Iterable[int]) -> dict[int, float]:
-    """Each served bucket's live error: its own where measured; between two measured buckets,
-    the larger of its nearest measured neighbours'; outside the measured span, none.
-    A burst's drain gives each bucket it passes a few steps, so MIN_ERROR_STEPS of them take
-    many bursts and a table wrong across a span was switched one bucket per burst (the H100's
-    3B quarter run: k=0 left at B 41-48 and four buckets above 64 after 195 s awake). Between
-    two measurements the level error (host time, step times against the profile's) moves
-    smoothly with B; beyond them nothing says how it moves."""
+    """Each served bucket's live error: its own where measured; between two measured buckets
+    at most BRACKET apart (the upper's B over the lower's), the larger of theirs; elsewhere
+    none. A burst's drain gives each bucket it passes a few steps, so MIN_ERROR_STEPS of them
+    take many bursts and a table wrong across a span was switched one bucket per burst (the
+    H100's 3B quarter run: k=0 left at five buckets between 65 and 248 after 195 s awake).
+    Between two near measurements the level error (host time, step times against the
+    profile's) moves smoothly with B; beyond them, or across a wide gap, nothing says how."""
     known = sorted(own)
     out = dict(own)
     for bucket in served:
         at = bisect.bisect_left(known, bucket)
-        if bucket not in out and 0 < at < len(known):
+        if bucket not in out and 0 < at < len(known) and known[at] <= BRACKET * known[at - 1]:
             out[bucket] = max(own[known[at - 1]], own[known[at]])
     return out
 

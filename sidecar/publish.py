@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from sidecar.belief import Belief
 from sidecar.decision import BIAS_NOTE
 from sidecar.estimator import estimate, projected
 from sidecar.settings import SidecarSettings
-from sidecar.state import (ConditionDetail, DuelPower, Estimator, Exploration, ForeignHold,
+from sidecar.state import (BorrowedError, ConditionDetail, DuelPower, Estimator, Exploration, ForeignHold,
                            GuardrailState,
                            HeldOut, LiveCell, ModelError, PredictedGoodput, Process,
                            RecentDecision, SidecarState, StepTimes)
@@ -45,6 +46,11 @@ def duel_power(belief: Belief, s: SidecarSettings) -> list[DuelPower]:
     return [DuelPower(batch_size=p.bucket, k=p.k, ref=p.ref, pairs=p.pairs, max_pairs=s.max_pairs,
                       sd=round(p.sd, 6), smallest_gain=round(p.smallest_gain, 6))
             for p in belief.goodput.power(1.0 - s.confidence, s.max_pairs)]
+
+
+def _between(bucket: int, measured: Mapping[int, object]) -> list[int]:
+    """The nearest measured buckets below and above ``bucket``."""
+    return [max(b for b in measured if b < bucket), min(b for b in measured if b > bucket)]
 
 
 def sidecar_state(c: Controller, now: float) -> SidecarState:
@@ -85,6 +91,12 @@ def sidecar_state(c: Controller, now: float) -> SidecarState:
                                 lined_up=m.bucket in belief.goodput.lined_up,
                                 startable=m.bucket in belief.goodput.startable)
                      for m in c.live_error.values()],
+        borrowed_error=[BorrowedError(batch_size=b, error=e, between=_between(b, c.live_error),
+                                      pairable=b in pairable,
+                                      unpaired_runs=belief.goodput.unpaired[b],
+                                      lined_up=b in belief.goodput.lined_up,
+                                      startable=b in belief.goodput.startable)
+                        for b, e in sorted(c.borrowed_error.items())],
         duel_power=duel_power(belief, c.settings),
         exploration=Exploration(duels=list(e.duels),
                                 urgent=e.urgent, rotation=list(e.rotation)),

@@ -116,6 +116,19 @@ class ModelError(_Part):
                              # plugin can start a run; False: the load enters under another k
 
 
+class BorrowedError(_Part):
+    """A served bucket with too few steps for its own model error, between two that have one:
+    it borrows the larger (sidecar/model_error.py ``bracketed``), so the model may switch it."""
+
+    batch_size: int          # the bucket (its largest B)
+    error: float
+    between: list[int]       # the two measured buckets it lies between
+    pairable: bool = True    # as ModelError's
+    unpaired_runs: int = 0
+    lined_up: bool = True
+    startable: bool = True
+
+
 class DuelPower(_Part):
     """A paired comparison at one bucket (sidecar/measured.py): the pairs so far, their long-run
     sd (log scale), and the smallest gain it finds by max_pairs pairs, in half its runs: a
@@ -190,6 +203,7 @@ class SidecarState(BaseModel):
     drift: list[DriftCell] = []
     step_times: StepTimes = StepTimes()
     model_error: list[ModelError] = []  # per served bucket, at the last rebuild
+    borrowed_error: list[BorrowedError] = []  # buckets between two of model_error, at the last rebuild
     duel_power: list[DuelPower] = []    # per compared (bucket, k, ref) with enough pairs
     exploration: Exploration = Exploration()
     guardrail: GuardrailState = GuardrailState()

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sidecar.state import ModelError, SidecarState
+from sidecar.state import BorrowedError, ModelError, SidecarState
 
 __all__ = ["RANGES_SHOWN", "render"]
 
@@ -64,7 +64,7 @@ def _ranges(table: list[list[int]] | None) -> str:
     return shown + (f"  … {more} more" if more > 0 else "")
 
 
-def _pairs(e: ModelError) -> str:
+def _pairs(e: ModelError | BorrowedError) -> str:
     runs = f" ({e.unpaired_runs} runs unpaired)" if e.unpaired_runs else ""
     brief = "" if e.lined_up or e.pairable else " (held too briefly for a run)"
     entered = ("" if e.startable or e.pairable or not e.lined_up
@@ -129,6 +129,9 @@ def render(state: SidecarState, url: str, tty: bool, now: float | None = None) -
              for e in state.model_error]
     lines += _table(rows, tty) if state.model_error else [
         "not measured yet (the plugin's step ring, 32 steady steps of the table's k a bucket)"]
+    lines += [f"B up to {b.batch_size}: too few steps, borrows {b.error:.1%} (between "
+              f"{b.between[0]} and {b.between[1]}); duels pair: {_pairs(b)}"
+              for b in state.borrowed_error]
     # once pairs have checked the model's ratios, that error bounds it (sidecar/model_error.py)
     checked = state.last_decision.model_ratio_error if state.last_decision else None
     if checked is not None:

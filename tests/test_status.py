@@ -93,15 +93,22 @@ def test_status_says_where_the_load_only_passes_through() -> None:
              "unpaired_runs": 3},
             {"batch_size": 120, "k": 0, "predicted_tokens_per_s": 12000.0,
              "realized_tokens_per_s": 11000.0, "error": 0.087, "steps": 16.0, "pairable": False,
-             "lined_up": False},
+             "lined_up": False, "startable": False},
             {"batch_size": 48, "k": 0, "predicted_tokens_per_s": 5000.0,
              "realized_tokens_per_s": 4000.0, "error": 0.223, "steps": 32.0, "pairable": False,
              "startable": False}]
+    borrowed = [{"batch_size": 56, "error": 0.118, "between": [48, 64], "pairable": False,
+                 "startable": False}]
     state = SidecarState.model_validate({"ready": True, "ready_reason": "ok", "dry_run": False,
-                                         "source": "plugin", "model_error": rows})
+                                         "source": "plugin", "model_error": rows,
+                                         "borrowed_error": borrowed})
     text = render(state, "http://x:1", tty=False, now=0.0)
     assert "64\t0\t9000\t8000\t11.8%\t300\tyes" in text
+    assert ("B up to 56: too few steps, borrows 11.8% (between 48 and 64); duels pair: no: the "
+            "load passes through (entered under another k: no run can start)") in text
     assert "128\t0\t12000\t11000\t8.7%\t40\tno: the load passes through (3 runs unpaired)\n" in text
-    assert "120\t0\t12000\t11000\t8.7%\t16\tno: the load passes through (held too briefly for a run)" in text
+    # held too briefly says it all: no run would line up whether or not one could start
+    assert ("120\t0\t12000\t11000\t8.7%\t16\tno: the load passes through "
+            "(held too briefly for a run)\n") in text
     assert ("48\t0\t5000\t4000\t22.3%\t32\tno: the load passes through "
             "(entered under another k: no run can start)") in text

@@ -374,11 +374,29 @@ def test_a_range_squeezed_between_two_of_another_k_is_not_pairable() -> None:
     m.ingest(steps, table)
     assert 48 in m.lined_up and 48 not in m.startable and 48 not in m.pairable()
     assert {56, 64} <= m.pairable()
-    m.mark({48})
-    assert 48 not in m.startable
     flat = MeasuredGoodput()
     flat.ingest([s._replace(k_drafted=0, k_verified=0) for s in steps], [0] * 65)
     assert {48, 56, 64} <= flat.pairable()
+    flat.mark({48})   # a push that changed the bucket: startable again only once seen so
+    assert 48 not in flat.startable and 48 not in flat.pairable() and 56 in flat.startable
+    flat.forget()
+    assert flat.startable == set()
+
+
+def test_a_run_may_start_after_a_runs_length_of_the_tables_k_at_its_batch_size() -> None:
+    """The plugin starts a run after ``duel_run`` (16) steps in a row at the table's k: the
+    17th step at B=41 (table k=0 there, k=3 at B=40) is where one may start, not the 16th;
+    a new engine run (seq from 1) starts the count again."""
+    table = [0] + [3] * 40 + [0] * 24
+    for n, startable in ((16, False), (17, True)):
+        m = MeasuredGoodput()
+        m.ingest([Step(i + 1, 41, 0, 0, 0.01, 41, 41) for i in range(n)], table)
+        assert (48 in m.startable) is startable
+    m = MeasuredGoodput()
+    m.ingest([Step(i + 1, 41, 0, 0, 0.01, 41, 41) for i in range(16)], table)
+    m.restart()
+    m.ingest([Step(1, 41, 0, 0, 0.01, 41, 41)], table)
+    assert 48 not in m.startable
 
 
 def test_only_runs_that_could_pair_count_once_in_each_bucket_they_ran_in() -> None:

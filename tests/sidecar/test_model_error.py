@@ -77,3 +77,4 @@ def test_a_bucket_between_two_measured_ones_borrows_the_larger_error() -> None:
     assert 8 not in live and 136 not in live    # outside the measured span: none
     assert {b: live[b] for b in own} == own     # a measured bucket keeps its own
     assert bracketed({40: 0.1}, [32, 48]) == {40: 0.1}   # one measurement brackets nothing
+    assert 96 not in bracketed({40: 0.1, 128: 0.2}, [96])   # too wide a gap: 128 > 2 x 40
