@@ -50,7 +50,7 @@ BRACKET = 2.0         # a bucket borrows an error only from neighbours this near
 @dataclass(frozen=True, slots=True)
 class LiveError:
     bucket: int          # the batch-size band (named by its largest B)
-    k: int               # the table's k there, whose steps were measured
+    k: int               # whose steps were measured: the table's k there, else the k with most
     predicted: float     # the model's goodput at the cell's mean B, tokens/s
     realized: float      # what the ring measured, tokens/s
     error: float         # |log(realized / predicted)|
@@ -60,7 +60,9 @@ class LiveError:
 def live_errors(goodput_by_ring: MeasuredGoodput, table_ks: Sequence[int], T_ms: FloatArray,
                 a: FloatArray, min_steps: float = MIN_ERROR_STEPS) -> dict[int, LiveError]:
     """Per served bucket: the model's error for the table's k there (``table_ks[b-1]`` is k at
-    B=b; ``T_ms`` the step times the model uses, row b-1 for B=b)."""
+    B=b; ``T_ms`` the step times the model uses, row b-1 for B=b); where that k has fewer than
+    ``min_steps`` steps, for the k with the most: a push leaves the new k a few drain steps a
+    burst for a while, and the level error its old k's steps measured still holds."""
     max_b = len(table_ks)
     ks = np.asarray(table_ks, dtype=np.int64)
     G = goodput(T_ms[:max_b], a)  # tokens per ms, row b-1
@@ -71,7 +73,13 @@ def live_errors(goodput_by_ring: MeasuredGoodput, table_ks: Sequence[int], T_ms:
             continue
         k = int(np.bincount(ks[rows - 1]).argmax())
         measured = goodput_by_ring.rate(bucket, k)
-        if measured is None or measured[1] < min_steps or k >= G.shape[1]:
+        if measured is None or measured[1] < min_steps:
+            rates = [(r[1], c, r) for c in range(G.shape[1])
+                     if (r := goodput_by_ring.rate(bucket, c)) is not None and r[1] >= min_steps]
+            if not rates:
+                continue
+            _, k, measured = max(rates)
+        if k >= G.shape[1]:
             continue
         realized, steps, mean_b = measured
         b = min(max(int(round(mean_b)), 1), max_b)

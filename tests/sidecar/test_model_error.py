@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sidecar.measured import EARLY_PAIRS, MeasuredGoodput
-from sidecar.model_error import CHECK_LEVEL, bracketed, model_log_ratio, ratio_error
+from sidecar.model_error import CHECK_LEVEL, bracketed, live_errors, model_log_ratio, ratio_error
 from tuner.core.chi2 import chi2_cdf, chi2_ppf
 
 
@@ -78,3 +78,20 @@ def test_a_bucket_between_two_measured_ones_borrows_the_larger_error() -> None:
     assert {b: live[b] for b in own} == own     # a measured bucket keeps its own
     assert bracketed({40: 0.1}, [32, 48]) == {40: 0.1}   # one measurement brackets nothing
     assert 96 not in bracketed({40: 0.1, 128: 0.2}, [96])   # too wide a gap: 128 > 2 x 40
+
+
+def test_a_bucket_just_switched_keeps_the_error_its_old_ks_steps_measured() -> None:
+    """B 9-16 now at k=3 (5 steps of it so far) ran 40 steps of k=0 before: the error is read
+    on k=0's steps until k=3 has its 32; then on k=3's."""
+    T_ms = np.full((16, 4), 10.0)
+    a = np.array([0.5, 0.5, 0.5])
+    m = MeasuredGoodput()
+    # [steps, seconds, emitted, sum of B]: 16 sequences a step, 10 ms; k=0 emits 16 a step
+    m.cells[(16, 0)] = [40.0, 0.4, 40 * 16 * 0.9, 40 * 16.0]
+    m.cells[(16, 3)] = [5.0, 0.05, 5 * 16 * 1.8, 5 * 16.0]
+    got = live_errors(m, [3] * 16, T_ms, a)[16]
+    assert got.k == 0 and got.steps == 40 and got.error == pytest.approx(-math.log(0.9), abs=1e-4)
+    m.cells[(16, 3)] = [40.0, 0.4, 40 * 16 * 1.8, 40 * 16.0]
+    got = live_errors(m, [3] * 16, T_ms, a)[16]
+    assert got.k == 3 and got.error == pytest.approx(math.log(2.5 / 1.8), abs=1e-4)  # tau(3) = 2.5
+    assert live_errors(MeasuredGoodput(), [3] * 16, T_ms, a) == {}
