@@ -82,6 +82,9 @@ NOHARMS = {  # folder -> setting: the table alone against the table with the sid
     "cpu-tiny-noharm/bursts-3arm-pacing":
         "CPU (2 cores), tiny model, ngram, do no harm at bursts of 4 and 16, a field run with an "
         "observing sidecar beside, duel runs paced with a jittered gap after their reference",
+    "cpu-tiny-noharm/bursts-bracketed":
+        "CPU (2 cores), tiny model, ngram, do no harm at bursts of 4 and 16, the sidecar borrowing "
+        "live errors between measured buckets and pairing only where a run can start",
     "cpu-tiny-duel-cost":
         "CPU (2 cores), tiny model, ngram, do no harm under a steady closed loop of 16 (80 blocks), "
         "the tuned table alone vs with the sidecar (a field run)",
@@ -173,6 +176,10 @@ FIELDS = {  # folder -> setting: every policy's table under vLLM's own client (f
     "h200-vllm0.26-32b-eagle3-v2-field-loads":
         "H200, 32B-shaped, EAGLE-3 (dummy, synthetic acceptance), V2 runner; every fixed k, tuned, "
         "Nightjar-style, sidecar from the quarter table; bursts of 1, 128, 256; 2 blocks",
+    "h100-vllm0.26-3b-eagle3-v2-field-bracketed":
+        "H100, Llama-3.2-3B-shaped, EAGLE-3 (dummy, synthetic acceptance), V2 runner; the grid-256 "
+        "profile; the quarter table alone, tuned, and the sidecar borrowing live errors between "
+        "measured buckets; no fixed k",
     "h100-vllm0.26-3b-eagle3-v2-field-capped":
         "H100, Llama-3.2-3B-shaped, EAGLE-3 (dummy, synthetic acceptance), V2 runner; the grid-256 "
         "profile; the plugin's edge hysteresis capped by the range's width; fixed k=0 and k=1 only",
