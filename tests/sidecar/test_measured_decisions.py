@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.sidecar.fake_engine import FakeEngine
 from tests.sidecar.test_controller import controller_for
 from tests.sidecar.test_controller_online import Clock
@@ -176,3 +178,25 @@ async def test_beside_an_urgent_duel_the_whole_plan_runs_and_reaches_the_next_re
         first = next(p for p in fake.policy_puts if p.get("duels"))
         assert [d[:2] for d in first["duels"]] == [[5, 8], [9, 16]]  # both were sent
         assert first["duel_share"] == 0.4                           # at the urgent share
+
+
+async def test_a_served_bucket_between_two_measured_ones_borrows_their_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """B 5-8 served but never measured, between B 3-4 and B 9-16 which were: its live error is
+    the larger of theirs, so the model may decide it, and /v1/state says so (this fake serves
+    B <= 16, whose bands double: the bracket is widened to reach across one)."""
+    monkeypatch.setattr("sidecar.model_error.BRACKET", 4.0)
+    clock = Clock()
+    fake = FakeEngine(table=[list(r) for r in START])
+    async with controller_for(fake, tmp_path, clock=clock, **options()) as (c, fake):
+        assert await c.tick() is None
+        await serve(c, fake, clock, 20)
+        engine = Table.from_list(fake.table)
+        g = c.belief.goodput
+        g.cells[(4, 1)] = [40.0, 0.4, 40 * 4 * 1.6, 40 * 4.0]   # B 3-4 at its k=1: measured
+        g.served[4] = g.served[8] = 100                          # B 5-8 served, no steps of its own
+        c.proposal(engine)
+        assert {4, 16} <= set(c.live_error) and 8 not in c.live_error
+        assert c.borrowed_error[8] == max(c.live_error[4].error, c.live_error[16].error)
+        (row,) = [r for r in c.snapshot().borrowed_error if r.batch_size == 8]
+        assert row.between == [4, 16] and row.error == c.borrowed_error[8]
