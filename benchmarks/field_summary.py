@@ -17,6 +17,11 @@ shuffled order, on the same requests), what users of vLLM's benchmark client rea
   `faster`, `slower`, or `same within noise` (the interval holds 1);
 - `after_learning`: a sidecar policy against the tuned table in the blocks where its sidecar
   had been awake ≥ LEARN_S (60 s) before its run, both metrics (uncorrected, 95%);
+- `gap_closed`: a sidecar started from a table that also ran alone, in all blocks and after
+  LEARN_S: the share of the gap from that table to the tuned one it closed in output
+  throughput, (mean log sidecar − mean log start) / (mean log tuned − mean log start) over the
+  blocks, with a 95% percentile bootstrap over blocks (GAP_RESAMPLES, seeded); none where
+  tuned / start's own interval holds 1 (no gap to close);
 - `headline`, the claims the README shows (each non-fixed, non-documented policy against the
   best fixed k, the documented table and no speculation, both metrics, every shape) as one family,
   Holm-corrected at 5% family-wise, each interval at the level its claim was tested at (a run
@@ -43,14 +48,14 @@ import numpy as np
 from benchmarks.arm_run import ArmRun
 from benchmarks.client_record import FieldRecord
 from benchmarks.field_summary_model import (BestFixed, BestFixedShort, FieldClaim, FieldComparison,
-                                            FieldSummary, Figure, LearnedComparison, PolicyFigures,
-                                            FieldShape, Word)
+                                            FieldShape, FieldSummary, Figure, GapClosed,
+                                            LearnedComparison, PolicyFigures, Word)
 from benchmarks.inference import LogRatio, bounds_best, estimate, holm, p_best
 from benchmarks.noharm_summary import (ALPHA, Run, acceptance_length, arm_throughput,
                                        engine_throughput, latency, mean_of, median,
                                        ratio_interval, short_runs)
 from benchmarks.stats import is_fixed, policy_key
-from benchmarks.policies import NOSPEC, SIDECAR
+from benchmarks.policies import NOSPEC, SIDECAR, SIDECAR_POLICIES
 
 Blocks = dict[tuple[int, int], dict[str, Run]]    # (part, block) -> policy -> its run
 Tables = dict[str, list[list[int]]]               # policy -> the table it ran
@@ -66,6 +71,8 @@ HEADLINE = ("output_throughput", "p50_tpot")
 FIGURES = ("output_throughput", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
            "itl_p50_ms", "itl_p99_ms")
 LEARN_S = 60.0  # a sidecar policy is also compared with the tuned table once awake this long
+GAP_RESAMPLES = 2000  # the gap share's bootstrap over blocks
+GAP_MIN_BLOCKS = 6    # fewer blocks: no interval for the gap share
 SAME: Final = "same within noise"
 SAME_TABLE: Final = "same table"  # the two policies ran one table: an A/A, no claim
 BEST_FIXED = "best fixed k"
@@ -315,6 +322,33 @@ def after_learning(blocks: Blocks, policy: str,
             for m in HEADLINE]
 
 
+def gap_closed(blocks: Blocks, policy: str, start: str,
+               awake: dict[tuple[int, int, str, str], float], learn_s: float = 0.0) -> GapClosed:
+    """How much of the gap from ``start`` to the tuned table the sidecar ``policy`` (started
+    from it) closed, over the blocks where it had been awake ``learn_s`` before its run."""
+    rows = np.asarray([[math.log(arm_throughput(b[p])) for p in (start, "tuned", policy)]
+                       for b in blocks.values() if all(p in b for p in (start, "tuned", policy))
+                       and awake.get((b[policy].part, b[policy].block, b[policy].shape, policy),
+                                     0.0) >= learn_s]).reshape(-1, 3)
+    got, gap = rows[:, 2] - rows[:, 0], rows[:, 1] - rows[:, 0]
+    n = len(rows)
+    vs = compare({k: b for k, b in blocks.items() if policy in b and awake.get(
+        (b[policy].part, b[policy].block, b[policy].shape, policy), 0.0) >= learn_s},
+                 "tuned", start, "output_throughput")
+    share: float | None = None
+    ci: list[float | None] = [None, None]
+    if n and vs.word is not None and vs.word != SAME:
+        share = round(float(got.mean() / gap.mean()), 4)
+        if n >= GAP_MIN_BLOCKS:
+            draw = np.random.default_rng(0).integers(0, n, (GAP_RESAMPLES, n))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                shares = got[draw].mean(axis=1) / gap[draw].mean(axis=1)
+            lo, hi = np.nanpercentile(shares, [100 * ALPHA / 2, 100 * (1 - ALPHA / 2)])
+            ci = [round(float(lo), 4), round(float(hi), 4)]
+    return GapClosed(policy=policy, start=start, awake_s=learn_s, blocks=n,
+                     gap=vs.ratio, share=share, ci=ci)
+
+
 def shape_summary(runs: Sequence[Run], shape: str, policies: Sequence[str],
                   tables: Tables | None = None) -> FieldShape:
     blocks = by_block(runs, shape)
@@ -328,13 +362,19 @@ def shape_summary(runs: Sequence[Run], shape: str, policies: Sequence[str],
     awake = awake_before(runs)
     learned = [c for p in others if p.startswith(SIDECAR) and "tuned" in policies
                for c in after_learning(blocks, p, awake)]
+    starts = {p: start for p in others
+              if (start := SIDECAR_POLICIES.get(p)) is not None and start in policies
+              and start != "tuned" and "tuned" in policies}
+    gaps = [gap_closed(blocks, p, start, awake, s) for p, start in starts.items()
+            for s in (0.0, LEARN_S)]
     return FieldShape(
         shape=shape, blocks=len(complete),
         policies={p: policy_figures([b[p] for b in blocks.values() if p in b],
                                     figures(blocks, p, fixed)) for p in policies},
         comparisons=comparisons, after_learning=learned,
         versus_best_fixed=[v for p in others for m in HEADLINE
-                           if (v := versus_best_fixed(blocks, p, fixed, m)) is not None])
+                           if (v := versus_best_fixed(blocks, p, fixed, m)) is not None],
+        gap_closed=gaps)
 
 
 def summarize(record: FieldRecord) -> dict[str, Any]:

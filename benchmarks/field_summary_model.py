@@ -76,6 +76,20 @@ class LearnedComparison(FieldComparison):
     awake_s: float
 
 
+class GapClosed(_Model):
+    """A sidecar started from a table that also ran alone (``start``): the share of the gap from
+    that table to the tuned one it closed, in output throughput (issue #34 item 6)."""
+
+    policy: str
+    start: str
+    awake_s: float            # over the blocks where its sidecar had been awake this long (0: all)
+    blocks: int
+    gap: float | None         # tuned / start: geometric mean of the per-block ratios
+    share: float | None       # (log sidecar - log start) / (log tuned - log start), each a mean
+                              # over blocks; None where tuned / start's interval holds 1
+    ci: Interval              # 95% percentile bootstrap over blocks (None below MIN_BLOCKS)
+
+
 class FieldClaim(_Model):
     """One of the README's claims: Holm over the run's family, the interval at its level."""
 
@@ -99,6 +113,7 @@ class FieldShape(_Model):
     comparisons: list[FieldComparison]
     after_learning: list[LearnedComparison]
     versus_best_fixed: list[BestFixed]
+    gap_closed: list[GapClosed] = []
 
 
 class FieldSummary(_Model):

@@ -320,6 +320,37 @@ def test_a_sidecar_is_compared_with_the_tuned_table_once_it_has_been_awake_a_min
     assert ("tuned", "tuned", "output_throughput") not in every
 
 
+def test_the_share_of_the_gap_a_sidecar_closed_from_its_start_table() -> None:
+    """quarter 500, tuned 1000, the sidecar from quarter at 500 in its first two blocks (30 s
+    awake each) and ~900 after: over all 8 blocks a share of the log gap near (2·0 + 6·0.848)/8,
+    after 60 s near log(1.8)/log(2) = 0.848 with an interval around it; no share where the
+    start is the tuned table's equal."""
+    from tests.benchmarks.arm_runs import seen
+
+    rng = np.random.default_rng(5)
+    runs = []
+    for b in range(8):
+        for p, tps in (("quarter", 500.0), ("tuned", 1000.0),
+                       ("sidecar-from-quarter", 500.0 if b < 2 else 900.0)):
+            tps *= math.exp(rng.normal(0, 0.02))
+            one = phase(round(tps * 10), 10.0, 1000.0 / tps, p50_tpot_ms=1000.0 / tps)
+            sc = seen(minutes=0.5) if p.startswith("sidecar-") else None
+            runs.append(block_run(b, "burst-c16", p, [one], sc))
+    policies = ["quarter", "tuned", "sidecar-from-quarter"]
+    (shape,) = summarize(field_record(runs, ["burst-c16"], policies))["shapes"]
+    every, after = shape["gap_closed"]
+    assert (every["awake_s"], every["blocks"], after["awake_s"], after["blocks"]) == (0.0, 8, 60.0, 6)
+    assert every["gap"] == pytest.approx(2.0, rel=0.03)
+    assert every["share"] == pytest.approx(6 * math.log(1.8) / math.log(2) / 8, abs=0.03)
+    assert after["share"] == pytest.approx(math.log(1.8) / math.log(2), abs=0.03)
+    assert after["ci"][0] < after["share"] < after["ci"][1] and after["ci"][1] < 0.95
+    same = [block_run(r.block, r.shape, r.arm, [phase(round(10000 * math.exp(rng.normal(0, 0.02))),
+                                                      10.0, 1.0)], r.sidecar)
+            if r.arm in ("quarter", "tuned") else r for r in runs]
+    (shape,) = summarize(field_record(same, ["burst-c16"], policies))["shapes"]
+    assert [g["share"] for g in shape["gap_closed"]] == [None, None]   # no gap to close
+
+
 def test_each_sidecar_policy_counts_its_own_time_awake() -> None:
     """Two sidecars in one part: each one's learning time is its own runs', not the other's."""
     from benchmarks.field_summary import awake_before
