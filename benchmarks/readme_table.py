@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.duel_cost import DuelCost
-from benchmarks.field_summary_model import FieldClaim, FieldSummary, GapClosed
+from benchmarks.field_summary_model import FieldClaim, FieldShape, FieldSummary, GapClosed
 from benchmarks.goodput import GoodputFile, revised
 from benchmarks.inference import MeanInterval
 from benchmarks.noharm_summary import NoharmSummary, Ratio, ShapeSummary
@@ -493,18 +493,39 @@ def dev_field_table() -> str:
 EARN_TARGET = 0.90  # issue #34 item 6: the share of the gap closed after 60 s awake
 
 
+def earn_verdict(after: GapClosed | None, target: float = EARN_TARGET) -> str:
+    """Item 6's verdict on the share closed after 60 s awake: its interval against ``target``."""
+    if after is None or after.share is None:
+        return "no gap"
+    lo, hi = after.ci
+    if lo is None or hi is None:
+        return "too few blocks"
+    return "**met**" if lo >= target else "**missed**" if hi < target else "undecided"
+
+
+def _share(g: GapClosed) -> str:
+    if g.share is None:
+        return "no gap to close"
+    ci = "" if g.ci[0] is None or g.ci[1] is None else f" [{g.ci[0]:.0%}, {g.ci[1]:.0%}]"
+    return f"{g.share:.0%}{ci} ({g.blocks} blocks)"
+
+
+def earn_rows(folder: str, readme: str, shape: FieldShape) -> list[str]:
+    """One row per sidecar in ``shape`` with a `gap_closed` over all its blocks."""
+    rows = []
+    for g in (g for g in shape.gap_closed if g.awake_s == 0.0):
+        after = next((x for x in shape.gap_closed if x.policy == g.policy and x.awake_s > 0), None)
+        rows.append(f"| [{folder}]({readme}) | {shape.shape} | {g.start} | "
+                    f"{'' if g.gap is None else f'{g.gap:.2f}'} | {_share(g)} | "
+                    f"{'' if after is None else _share(after)} | {earn_verdict(after)} |")
+    return rows
+
+
 def earn_table() -> str:
     """The index's table of what a sidecar started from a wrong table earned: every field
     summary with a `gap_closed` share, its share over all blocks and after 60 s awake."""
     rows = ["| run | traffic | started from | tuned / start | share of the gap closed, all "
             "blocks | after 60 s awake | ≥ 90% after 60 s |", "|---|---|---|---|---|---|---|"]
-
-    def share(g: GapClosed) -> str:
-        if g.share is None:
-            return "no gap to close"
-        ci = "" if g.ci[0] is None or g.ci[1] is None else f" [{g.ci[0]:.0%}, {g.ci[1]:.0%}]"
-        return f"{g.share:.0%}{ci} ({g.blocks} blocks)"
-
     for path in sorted(RESULTS.rglob("summary.json")):
         text = path.read_text()
         if '"gap_closed"' not in text:
@@ -514,17 +535,7 @@ def earn_table() -> str:
         readme = next(f"{p.relative_to(RESULTS).as_posix()}/README.md" for p in (path.parent, *path.parents)
                       if (p / "README.md").exists())
         for shape in FieldSummary.model_validate_json(text).shapes:
-            every = [g for g in shape.gap_closed if g.awake_s == 0.0]
-            for g in every:
-                later = next((x for x in shape.gap_closed if x.policy == g.policy and x.awake_s > 0), None)
-                lo, hi = later.ci if later is not None else (None, None)
-                verdict = ("no gap" if later is None or later.share is None
-                           else "too few blocks" if lo is None or hi is None
-                           else "**met**" if lo >= EARN_TARGET else "**missed**" if hi < EARN_TARGET
-                           else "undecided")
-                rows.append(f"| [{folder}]({readme}) | {shape.shape} | {g.start} | "
-                            f"{'' if g.gap is None else f'{g.gap:.2f}'} | {share(g)} | "
-                            f"{'' if later is None else share(later)} | {verdict} |")
+            rows += earn_rows(folder, readme, shape)
     return "\n".join(rows)
 
 

@@ -81,3 +81,13 @@ def test_the_committed_simulation_meets_the_bound_where_required() -> None:
     rows = {r["case"]: r for r in got["null"]}
     assert all(r["after"]["bound_500"] <= 0.05 for r in rows.values() if r["required"])
     assert rows["ar0.5"]["before"]["false_by_40"] > 0.2  # the audit's 24%
+
+
+def test_a_pair_event_that_is_not_the_sidecars_is_refused_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "other.log"
+    log.write_text(json.dumps({"event": "pair", "pair": {"seq": 1, "bucket": 4}}) + "\n")
+    assert main([str(log)]) == 2
+    err = capsys.readouterr().err
+    assert "a pair event that is not the sidecar's" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1

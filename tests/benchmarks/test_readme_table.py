@@ -91,3 +91,22 @@ def test_the_readme_shows_runs_of_every_fixed_k_or_none_the_index_the_others() -
     readme = (ROOT / "README.md").read_text()
     index = (RESULTS / "README.md").read_text()
     assert "fixed k=0 and k=1 only" not in readme and "fixed k=0 and k=1 only" in index
+
+
+def test_an_earning_row_gives_both_shares_and_reads_the_later_interval_against_90_percent() -> None:
+    from benchmarks.field_summary_model import GapClosed
+    from benchmarks.readme_table import earn_rows, earn_verdict
+
+    def gap(awake: float, share: float | None, ci: list[float | None]) -> GapClosed:
+        return GapClosed(policy="sidecar-from-quarter", start="quarter", awake_s=awake, blocks=12,
+                         gap=1.5, share=share, ci=ci)
+    shape = FieldShape(shape="burst-c64", blocks=12, policies={}, comparisons=[],
+                       after_learning=[], versus_best_fixed=[],
+                       gap_closed=[gap(0.0, 0.6, [0.5, 0.7]), gap(60.0, 0.8, [0.7, 0.89])])
+    (row,) = earn_rows("run", "run/README.md", shape)
+    assert row == ("| [run](run/README.md) | burst-c64 | quarter | 1.50 | 60% [50%, 70%] (12 blocks) "
+                   "| 80% [70%, 89%] (12 blocks) | **missed** |")
+    assert earn_verdict(gap(60.0, 0.95, [0.91, 0.99])) == "**met**"
+    assert earn_verdict(gap(60.0, 0.9, [0.8, 0.99])) == "undecided"
+    assert earn_verdict(gap(60.0, 0.9, [None, None])) == "too few blocks"
+    assert earn_verdict(gap(60.0, None, [None, None])) == earn_verdict(None) == "no gap"
