@@ -20,8 +20,8 @@ shuffled order, on the same requests), what users of vLLM's benchmark client rea
 - `gap_closed`: a sidecar started from a table that also ran alone, in all blocks and after
   LEARN_S: the share of the gap from that table to the tuned one it closed in output
   throughput, (mean log sidecar − mean log start) / (mean log tuned − mean log start) over the
-  blocks, with a 95% percentile bootstrap over blocks (GAP_RESAMPLES, seeded); none where
-  tuned / start's own interval holds 1 (no gap to close);
+  blocks, with a 95% percentile bootstrap over blocks (GAP_RESAMPLES, seeded; none below
+  GAP_MIN_BLOCKS); no share unless tuned / start itself reads faster on those blocks;
 - `headline`, the claims the README shows (each non-fixed, non-documented policy against the
   best fixed k, the documented table and no speculation, both metrics, every shape) as one family,
   Holm-corrected at 5% family-wise, each interval at the level its claim was tested at (a run
@@ -325,28 +325,34 @@ def after_learning(blocks: Blocks, policy: str,
 def gap_closed(blocks: Blocks, policy: str, start: str,
                awake: dict[tuple[int, int, str, str], float], learn_s: float = 0.0) -> GapClosed:
     """How much of the gap from ``start`` to the tuned table the sidecar ``policy`` (started
-    from it) closed, over the blocks where it had been awake ``learn_s`` before its run."""
+    from it) closed, over the blocks where it had been awake ``learn_s`` before its run and
+    all three ran with a throughput (a run with no tokens or no duration is left out). No
+    share unless tuned / start reads "faster" on those blocks (none where its interval holds
+    1, where tuned is slower, or below two blocks); no interval below GAP_MIN_BLOCKS."""
+    def usable(b: dict[str, Run]) -> bool:
+        return all(p in b and math.isfinite(v := arm_throughput(b[p])) and v > 0
+                   for p in (start, "tuned", policy)) and awake.get(
+            (b[policy].part, b[policy].block, b[policy].shape, policy), 0.0) >= learn_s
+    used = {key: b for key, b in blocks.items() if usable(b)}
     rows = np.asarray([[math.log(arm_throughput(b[p])) for p in (start, "tuned", policy)]
-                       for b in blocks.values() if all(p in b for p in (start, "tuned", policy))
-                       and awake.get((b[policy].part, b[policy].block, b[policy].shape, policy),
-                                     0.0) >= learn_s]).reshape(-1, 3)
+                       for b in used.values()]).reshape(-1, 3)
     got, gap = rows[:, 2] - rows[:, 0], rows[:, 1] - rows[:, 0]
     n = len(rows)
-    vs = compare({k: b for k, b in blocks.items() if policy in b and awake.get(
-        (b[policy].part, b[policy].block, b[policy].shape, policy), 0.0) >= learn_s},
-                 "tuned", start, "output_throughput")
+    vs = compare(used, "tuned", start, "output_throughput")
     share: float | None = None
     ci: list[float | None] = [None, None]
-    if n and vs.word is not None and vs.word != SAME:
+    if vs.word == "faster":
         share = round(float(got.mean() / gap.mean()), 4)
         if n >= GAP_MIN_BLOCKS:
             draw = np.random.default_rng(0).integers(0, n, (GAP_RESAMPLES, n))
             with np.errstate(divide="ignore", invalid="ignore"):
                 shares = got[draw].mean(axis=1) / gap[draw].mean(axis=1)
-            lo, hi = np.nanpercentile(shares, [100 * ALPHA / 2, 100 * (1 - ALPHA / 2)])
+            # a resample whose gap is no gap has no share: left out, not an infinity
+            shares = shares[np.isfinite(shares) & (gap[draw].mean(axis=1) > 0)]
+            lo, hi = np.percentile(shares, [100 * ALPHA / 2, 100 * (1 - ALPHA / 2)])
             ci = [round(float(lo), 4), round(float(hi), 4)]
-    return GapClosed(policy=policy, start=start, awake_s=learn_s, blocks=n,
-                     gap=vs.ratio, share=share, ci=ci)
+    return GapClosed(policy=policy, start=start, awake_s=learn_s, blocks=n, gap=vs.ratio,
+                     gap_word=vs.word, share=share, ci=ci)
 
 
 def shape_summary(runs: Sequence[Run], shape: str, policies: Sequence[str],

@@ -85,9 +85,10 @@ class GapClosed(_Model):
     awake_s: float            # over the blocks where its sidecar had been awake this long (0: all)
     blocks: int
     gap: float | None         # tuned / start: geometric mean of the per-block ratios
+    gap_word: Word            # tuned / start's word on these blocks (None: too few for one)
     share: float | None       # (log sidecar - log start) / (log tuned - log start), each a mean
-                              # over blocks; None where tuned / start's interval holds 1
-    ci: Interval              # 95% percentile bootstrap over blocks (None below MIN_BLOCKS)
+                              # over blocks; None unless gap_word is "faster"
+    ci: Interval              # 95% percentile bootstrap over blocks (None below GAP_MIN_BLOCKS)
 
 
 class FieldClaim(_Model):

@@ -495,8 +495,10 @@ EARN_TARGET = 0.90  # issue #34 item 6: the share of the gap closed after 60 s a
 
 def earn_verdict(after: GapClosed | None, target: float = EARN_TARGET) -> str:
     """Item 6's verdict on the share closed after 60 s awake: its interval against ``target``."""
-    if after is None or after.share is None:
-        return "no gap"
+    if after is None or after.gap_word is None:
+        return "too few blocks"
+    if after.share is None:
+        return "no gap" if after.gap_word == "same within noise" else "tuned is slower"
     lo, hi = after.ci
     if lo is None or hi is None:
         return "too few blocks"
@@ -505,7 +507,8 @@ def earn_verdict(after: GapClosed | None, target: float = EARN_TARGET) -> str:
 
 def _share(g: GapClosed) -> str:
     if g.share is None:
-        return "no gap to close"
+        return ("too few blocks" if g.gap_word is None else "no gap resolved"
+                if g.gap_word == "same within noise" else "tuned is slower")
     ci = "" if g.ci[0] is None or g.ci[1] is None else f" [{g.ci[0]:.0%}, {g.ci[1]:.0%}]"
     return f"{g.share:.0%}{ci} ({g.blocks} blocks)"
 

@@ -61,8 +61,9 @@ def live_errors(goodput_by_ring: MeasuredGoodput, table_ks: Sequence[int], T_ms:
                 a: FloatArray, min_steps: float = MIN_ERROR_STEPS) -> dict[int, LiveError]:
     """Per served bucket: the model's error for the table's k there (``table_ks[b-1]`` is k at
     B=b; ``T_ms`` the step times the model uses, row b-1 for B=b); where that k has fewer than
-    ``min_steps`` steps, for the k with the most: a push leaves the new k a few drain steps a
-    burst for a while, and the level error its old k's steps measured still holds."""
+    ``min_steps`` steps, for the k with the most steady steps there, whichever ran them (the
+    table's before a push, a duel's or the rotation's): a push leaves the new k a few drain
+    steps a burst for a while, and the error is one of level, which any k's steps measure."""
     max_b = len(table_ks)
     ks = np.asarray(table_ks, dtype=np.int64)
     G = goodput(T_ms[:max_b], a)  # tokens per ms, row b-1

@@ -349,6 +349,19 @@ def test_the_share_of_the_gap_a_sidecar_closed_from_its_start_table() -> None:
             if r.arm in ("quarter", "tuned") else r for r in runs]
     (shape,) = summarize(field_record(same, ["burst-c16"], policies))["shapes"]
     assert [g["share"] for g in shape["gap_closed"]] == [None, None]   # no gap to close
+    # tuned slower than the start: no share, whatever the sidecar did
+    worse = [block_run(r.block, r.shape, r.arm, [phase(round(10000 * (0.5 if r.arm == "tuned" else 1)
+                                                              * math.exp(rng.normal(0, 0.02))),
+                                                        10.0, 1.0)], r.sidecar) for r in runs]
+    (shape,) = summarize(field_record(worse, ["burst-c16"], policies))["shapes"]
+    assert {g["gap_word"] for g in shape["gap_closed"]} == {"slower"}
+    assert [g["share"] for g in shape["gap_closed"]] == [None, None]
+    # a run that delivered nothing is left out of the share, not a crash or a NaN
+    empty = [block_run(r.block, r.shape, r.arm, [phase(0, 10.0, 1.0)], r.sidecar)
+             if (r.block, r.arm) == (7, "quarter") else r for r in runs]
+    (shape,) = summarize(field_record(empty, ["burst-c16"], policies))["shapes"]
+    assert [g["blocks"] for g in shape["gap_closed"]] == [7, 5]
+    assert all(math.isfinite(g["share"]) for g in shape["gap_closed"])
 
 
 def test_each_sidecar_policy_counts_its_own_time_awake() -> None:

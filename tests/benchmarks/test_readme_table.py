@@ -97,9 +97,10 @@ def test_an_earning_row_gives_both_shares_and_reads_the_later_interval_against_9
     from benchmarks.field_summary_model import GapClosed
     from benchmarks.readme_table import earn_rows, earn_verdict
 
-    def gap(awake: float, share: float | None, ci: list[float | None]) -> GapClosed:
+    def gap(awake: float, share: float | None, ci: list[float | None],
+            word: Word = "faster") -> GapClosed:
         return GapClosed(policy="sidecar-from-quarter", start="quarter", awake_s=awake, blocks=12,
-                         gap=1.5, share=share, ci=ci)
+                         gap=1.5, gap_word=word, share=share, ci=ci)
     shape = FieldShape(shape="burst-c64", blocks=12, policies={}, comparisons=[],
                        after_learning=[], versus_best_fixed=[],
                        gap_closed=[gap(0.0, 0.6, [0.5, 0.7]), gap(60.0, 0.8, [0.7, 0.89])])
@@ -109,4 +110,6 @@ def test_an_earning_row_gives_both_shares_and_reads_the_later_interval_against_9
     assert earn_verdict(gap(60.0, 0.95, [0.91, 0.99])) == "**met**"
     assert earn_verdict(gap(60.0, 0.9, [0.8, 0.99])) == "undecided"
     assert earn_verdict(gap(60.0, 0.9, [None, None])) == "too few blocks"
-    assert earn_verdict(gap(60.0, None, [None, None])) == earn_verdict(None) == "no gap"
+    assert earn_verdict(gap(60.0, None, [None, None], "same within noise")) == "no gap"
+    assert earn_verdict(gap(60.0, None, [None, None], "slower")) == "tuned is slower"
+    assert earn_verdict(gap(60.0, None, [None, None], None)) == earn_verdict(None) == "too few blocks"

@@ -95,3 +95,10 @@ def test_a_bucket_just_switched_keeps_the_error_its_old_ks_steps_measured() -> N
     got = live_errors(m, [3] * 16, T_ms, a)[16]
     assert got.k == 3 and got.error == pytest.approx(math.log(2.5 / 1.8), abs=1e-4)  # tau(3) = 2.5
     assert live_errors(MeasuredGoodput(), [3] * 16, T_ms, a) == {}
+    # several other k's: the one with the most steps; none with 32: no error
+    m.cells[(16, 3)] = [5.0, 0.05, 5 * 16 * 1.8, 5 * 16.0]
+    m.cells[(16, 1)] = [60.0, 0.6, 60 * 16 * 1.5, 60 * 16.0]
+    assert live_errors(m, [3] * 16, T_ms, a)[16].k == 1
+    few = MeasuredGoodput()
+    few.cells[(16, 0)] = [31.0, 0.31, 31 * 16.0, 31 * 16.0]
+    assert live_errors(few, [3] * 16, T_ms, a) == {}
