@@ -15,7 +15,7 @@ drop, step-time drift) are set on the shared Conditions, changes returned as val
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +27,7 @@ from sidecar.estimator import (DRAW_PSEUDO, EstimatorState, decay_prior, halve_l
                                projected, rebase, restart)
 from sidecar.logs import Conditions
 from sidecar.measured import MeasuredGoodput, Pair, changed_buckets
-from sidecar.model_error import LiveError, live_errors
+from sidecar.model_error import LiveError, bracketed, live_errors
 from sidecar.observer import RingRead
 from sidecar.resume import ResumeTracker
 from sidecar.settings import SidecarSettings
@@ -231,6 +231,14 @@ class Belief:
         the ring)."""
         return live_errors(self.goodput, table.dense(self.max_seqs, self.K)[1:], self.blend().T,
                            projected(self.acceptance)[0])
+
+    def arbiter_errors(self, own: Mapping[int, LiveError]) -> dict[int, float]:
+        """The live errors a switch by the model must beat: each bucket's ``own``, and between
+        two measured buckets the larger of theirs (``bracketed``); none in the seconds after a
+        change of acceptance, whose counts may still hold the change's own transient (one
+        window of new counts first)."""
+        return {} if self.settling() else bracketed({b: e.error for b, e in own.items()},
+                                                    self.goodput.served)
 
     def settling(self) -> bool:
         """Since the last change of acceptance, less than one change window has passed."""

@@ -25,7 +25,7 @@ from sidecar.engine_table import EngineTable
 from sidecar.guard_watch import GuardWatch, rollback_reason
 from sidecar.guardrail import Sample, Verdict
 from sidecar.logs import Conditions
-from sidecar.model_error import LiveError, bracketed
+from sidecar.model_error import LiveError
 from sidecar.observer import Observer, Read
 from sidecar.rebuild import Choice, Inputs, choose
 from sidecar.settings import SidecarSettings
@@ -238,10 +238,7 @@ class Controller:
         arbiter = None
         if s.decide_by == "measured" and belief.goodput.measuring and not s.dry_run:
             self.live_error = {} if old is None else belief.model_errors(old)
-            # the model switches nothing on the seconds after a change of acceptance: its counts
-            # may still hold the change's own transient (one window of new counts first)
-            live = {} if belief.settling() else bracketed(
-                {b: e.error for b, e in self.live_error.items()}, belief.goodput.served)
+            live = belief.arbiter_errors(self.live_error)
             self.borrowed_error = {b: e for b, e in live.items() if b not in self.live_error}
             arbiter = Arbiter(belief.goodput, dict(belief.goodput.served), s.model_error,
                               s.min_served, s.max_pairs, s.duel_width, duels=self.engine_table.duels,
