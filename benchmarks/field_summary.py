@@ -20,8 +20,9 @@ shuffled order, on the same requests), what users of vLLM's benchmark client rea
 - `gap_closed`: a sidecar started from a table that also ran alone, in all blocks and after
   LEARN_S: the share of the gap from that table to the tuned one it closed in output
   throughput, (mean log sidecar − mean log start) / (mean log tuned − mean log start) over the
-  blocks, with a 95% percentile bootstrap over blocks (GAP_RESAMPLES, seeded; none below
-  GAP_MIN_BLOCKS); no share unless tuned / start itself reads faster on those blocks;
+  blocks, with Fieller's 95% interval on the paired block values (benchmarks/inference.py;
+  exact for normal log ratios, its coverage checked in tests); no share unless tuned / start
+  itself reads faster on those blocks;
 - `headline`, the claims the README shows (each non-fixed, non-documented policy against the
   best fixed k, the documented table and no speculation, both metrics, every shape) as one family,
   Holm-corrected at 5% family-wise, each interval at the level its claim was tested at (a run
@@ -50,7 +51,7 @@ from benchmarks.client_record import FieldRecord
 from benchmarks.field_summary_model import (BestFixed, BestFixedShort, FieldClaim, FieldComparison,
                                             FieldShape, FieldSummary, Figure, GapClosed,
                                             LearnedComparison, PolicyFigures, Word)
-from benchmarks.inference import LogRatio, bounds_best, estimate, holm, p_best
+from benchmarks.inference import LogRatio, bounds_best, estimate, fieller, holm, p_best
 from benchmarks.noharm_summary import (ALPHA, Run, acceptance_length, arm_throughput,
                                        engine_throughput, latency, mean_of, median,
                                        ratio_interval, short_runs)
@@ -71,8 +72,6 @@ HEADLINE = ("output_throughput", "p50_tpot")
 FIGURES = ("output_throughput", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
            "itl_p50_ms", "itl_p99_ms")
 LEARN_S = 60.0  # a sidecar policy is also compared with the tuned table once awake this long
-GAP_RESAMPLES = 2000  # the gap share's bootstrap over blocks
-GAP_MIN_BLOCKS = 6    # fewer blocks: no interval for the gap share
 SAME: Final = "same within noise"
 SAME_TABLE: Final = "same table"  # the two policies ran one table: an A/A, no claim
 BEST_FIXED = "best fixed k"
@@ -328,7 +327,7 @@ def gap_closed(blocks: Blocks, policy: str, start: str,
     from it) closed, over the blocks where it had been awake ``learn_s`` before its run and
     all three ran with a throughput (a run with no tokens or no duration is left out). No
     share unless tuned / start reads "faster" on those blocks (none where its interval holds
-    1, where tuned is slower, or below two blocks); no interval below GAP_MIN_BLOCKS."""
+    1, where tuned is slower, or below two blocks); its interval Fieller's (inference.py)."""
     def usable(b: dict[str, Run]) -> bool:
         return all(p in b and math.isfinite(v := arm_throughput(b[p])) and v > 0
                    for p in (start, "tuned", policy)) and awake.get(
@@ -343,14 +342,9 @@ def gap_closed(blocks: Blocks, policy: str, start: str,
     ci: list[float | None] = [None, None]
     if vs.word == "faster":
         share = round(float(got.mean() / gap.mean()), 4)
-        if n >= GAP_MIN_BLOCKS:
-            draw = np.random.default_rng(0).integers(0, n, (GAP_RESAMPLES, n))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                shares = got[draw].mean(axis=1) / gap[draw].mean(axis=1)
-            # a resample whose gap is no gap has no share: left out, not an infinity
-            shares = shares[np.isfinite(shares) & (gap[draw].mean(axis=1) > 0)]
-            lo, hi = np.percentile(shares, [100 * ALPHA / 2, 100 * (1 - ALPHA / 2)])
-            ci = [round(float(lo), 4), round(float(hi), 4)]
+        bounds = fieller(got, gap, ALPHA)
+        if bounds is not None:
+            ci = [round(bounds[0], 4), round(bounds[1], 4)]
     return GapClosed(policy=policy, start=start, awake_s=learn_s, blocks=n, gap=vs.ratio,
                      gap_word=vs.word, share=share, ci=ci)
 

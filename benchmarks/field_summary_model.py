@@ -88,7 +88,7 @@ class GapClosed(_Model):
     gap_word: Word            # tuned / start's word on these blocks (None: too few for one)
     share: float | None       # (log sidecar - log start) / (log tuned - log start), each a mean
                               # over blocks; None unless gap_word is "faster"
-    ci: Interval              # 95% percentile bootstrap over blocks (None below GAP_MIN_BLOCKS)
+    ci: Interval              # Fieller's 95% interval over blocks (None: unbounded, < 3 blocks)
 
 
 class FieldClaim(_Model):

@@ -262,3 +262,24 @@ def mean_interval(values: list[float], ratio: bool = True,
     return MeanInterval(estimate=round(mid, 4), ci_low=round(low, 4), ci_high=round(high, 4),
                         n=len(values), statistic="geometric mean" if ratio else "mean",
                         verdict_ready=len(values) >= MIN_BLOCKS)
+
+
+def fieller(x: Sequence[float], y: Sequence[float], alpha: float = 0.05) -> tuple[float, float] | None:
+    """Fieller's (1 - alpha) interval for mean(x) / mean(y) from n paired values: the θ with
+    (x̄ - θȳ)² <= t² var(x - θy) / n, exact for bivariate-normal pairs at every n (a
+    percentile bootstrap of a ratio undercovers at 6-30 blocks, as of a median above). None
+    where it is unbounded: ȳ itself not clear of 0 at this level, or fewer than 3 pairs."""
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    n = len(xs)
+    if n < 3:
+        return None
+    q = float(t_ppf(np.asarray(1 - alpha / 2), np.asarray(n - 1.0))) ** 2 / n
+    cov = np.cov(xs, ys, ddof=1)
+    a = ys.mean() ** 2 - q * cov[1, 1]
+    b = xs.mean() * ys.mean() - q * cov[0, 1]
+    c = xs.mean() ** 2 - q * cov[0, 0]
+    disc = b * b - a * c
+    if a <= 0 or disc < 0:
+        return None
+    root = math.sqrt(disc)
+    return (b - root) / a, (b + root) / a
